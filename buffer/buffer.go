@@ -1,0 +1,237 @@
+package buffer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder/inorder/aggregate"
+)
+
+// DefaultSchema is the schema of inorder's tables when none is configured.
+const DefaultSchema = "inorder"
+
+// Buffer reads and writes the parked table of one schema. It holds no
+// connection; each method takes the transaction or batch to use. A Buffer is
+// safe for concurrent use.
+type Buffer struct {
+	schema  string
+	park    string
+	load    string
+	delete  string
+	list    string
+	stats   string
+	perAggr string
+}
+
+// New returns a Buffer for the tables in schema ("" means DefaultSchema).
+func New(schema string) *Buffer {
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	t := pgx.Identifier{schema, "parked"}.Sanitize()
+	v := pgx.Identifier{schema, "versions"}.Sanitize()
+	return &Buffer{
+		schema: schema,
+		park: `INSERT INTO ` + t + ` (projection, aggregate, version, event_id, hash, type, data, metadata)
+SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::bytea[], $6::text[], $7::bytea[], $8::bytea[])
+ON CONFLICT (projection, aggregate, version) DO NOTHING`,
+		load: `SELECT p.aggregate, p.version, p.event_id, p.hash, p.type, p.data, p.metadata, p.parked_at
+FROM ` + t + ` p WHERE p.projection = $1 AND p.aggregate = ANY($2::text[])
+ORDER BY p.aggregate, p.version`,
+		delete: `DELETE FROM ` + t + ` p USING unnest($2::text[], $3::bigint[]) AS d(aggregate, version)
+WHERE p.projection = $1 AND p.aggregate = d.aggregate AND p.version = d.version`,
+		list: `SELECT p.projection, p.aggregate, p.version, p.event_id, p.hash, p.type, p.data, p.metadata, p.parked_at,
+  coalesce(v.version, 0)
+FROM ` + t + ` p LEFT JOIN ` + v + ` v ON v.projection = p.projection AND v.aggregate = p.aggregate
+WHERE ($1 = '' OR p.projection = $1) AND ($2 = '' OR p.aggregate = $2)
+ORDER BY p.parked_at, p.projection, p.aggregate, p.version LIMIT $3`,
+		stats: `SELECT p.projection, count(*), count(DISTINCT p.aggregate), min(p.parked_at)
+FROM ` + t + ` p WHERE ($1 = '' OR p.projection = $1) GROUP BY p.projection ORDER BY p.projection`,
+		perAggr: `SELECT p.projection, p.aggregate, coalesce(v.version, 0), count(*), min(p.version), max(p.version), min(p.parked_at)
+FROM ` + t + ` p LEFT JOIN ` + v + ` v ON v.projection = p.projection AND v.aggregate = p.aggregate
+WHERE ($1 = '' OR p.projection = $1) AND ($4::timestamptz IS NULL OR p.parked_at <= $4)
+GROUP BY p.projection, p.aggregate, v.version
+HAVING ($2 = '' OR p.aggregate = $2)
+ORDER BY min(p.parked_at), p.projection, p.aggregate LIMIT $3`,
+	}
+}
+
+// Schema returns the schema the Buffer works in.
+func (b *Buffer) Schema() string { return b.schema }
+
+// Parked is one parked event.
+type Parked struct {
+	aggregate.Event
+	// Hash is the event's payload hash (aggregate.Event.Hash).
+	Hash []byte
+	// ParkedAt is when the event was first parked.
+	ParkedAt time.Time
+}
+
+// QueuePark queues an idempotent insert of events into the parked table of
+// projection. Events already parked at the same (aggregate, version) are left
+// as they are. hashes[i] is events[i].Hash(), passed in because the processor
+// has computed it already.
+func (b *Buffer) QueuePark(batch *pgx.Batch, projection string, events []aggregate.Event, hashes [][]byte) {
+	n := len(events)
+	aggs, ids, types := make([]string, n), make([]string, n), make([]string, n)
+	versions := make([]int64, n)
+	data, meta := make([][]byte, n), make([][]byte, n)
+	for i, e := range events {
+		aggs[i], versions[i], ids[i], types[i] = e.Aggregate, e.Version, e.StableID(), e.Type
+		data[i], meta[i] = e.Data, e.Metadata
+	}
+	batch.Queue(b.park, projection, aggs, versions, ids, hashes, types, data, meta)
+}
+
+// QueueLoad queues a read of every parked event of the given aggregates of
+// projection, ordered by aggregate and version; fn receives them when the
+// batch is sent.
+func (b *Buffer) QueueLoad(batch *pgx.Batch, projection string, aggregates []string, fn func([]Parked)) {
+	batch.Queue(b.load, projection, aggregates).Query(func(rows pgx.Rows) error {
+		var out []Parked
+		for rows.Next() {
+			var p Parked
+			if err := rows.Scan(&p.Aggregate, &p.Version, &p.ID, &p.Hash, &p.Type, &p.Data, &p.Metadata, &p.ParkedAt); err != nil {
+				return fmt.Errorf("buffer: scan parked: %w", err)
+			}
+			out = append(out, p)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("buffer: load parked: %w", err)
+		}
+		fn(out)
+		return nil
+	})
+}
+
+// QueueDelete queues the deletion of the parked events (aggregates[i],
+// versions[i]) of projection, once they have been applied.
+func (b *Buffer) QueueDelete(batch *pgx.Batch, projection string, aggregates []string, versions []int64) {
+	batch.Queue(b.delete, projection, aggregates, versions)
+}
+
+// Contiguous returns the prefix of parked (sorted by version, one
+// aggregate) that directly follows current: versions current+1,
+// current+2, … without a gap.
+func Contiguous(current int64, parked []Parked) []Parked {
+	n := 0
+	for n < len(parked) && parked[n].Version == current+int64(n)+1 {
+		n++
+	}
+	return parked[:n]
+}
+
+// Querier is what the operator views need: a pool, a connection or a
+// transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// ListOptions filters List and Waiting. The zero value lists everything up to
+// the default limit.
+type ListOptions struct {
+	// Projection restricts the listing to one projection.
+	Projection string
+	// Aggregate restricts the listing to one aggregate.
+	Aggregate string
+	// OlderThan, when positive, keeps only events parked at least that long ago.
+	OlderThan time.Duration
+	// Limit caps the rows returned; default 100.
+	Limit int
+}
+
+func (o ListOptions) limit() int {
+	if o.Limit <= 0 {
+		return 100
+	}
+	return o.Limit
+}
+
+// Entry is a parked event as operators see it.
+type Entry struct {
+	Parked
+	// Projection is the projection the event waits in.
+	Projection string
+	// Current is the aggregate's applied version in that projection: the
+	// event waits for versions Current+1 … Version-1.
+	Current int64
+}
+
+// List returns parked events, oldest first.
+func (b *Buffer) List(ctx context.Context, q Querier, opts ListOptions) ([]Entry, error) {
+	rows, err := q.Query(ctx, b.list, opts.Projection, opts.Aggregate, opts.limit())
+	if err != nil {
+		return nil, fmt.Errorf("buffer: list parked: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Entry, error) {
+		var e Entry
+		err := row.Scan(&e.Projection, &e.Aggregate, &e.Version, &e.ID, &e.Hash, &e.Type, &e.Data, &e.Metadata, &e.ParkedAt, &e.Current)
+		return e, err
+	})
+}
+
+// Waiting describes one aggregate with parked events.
+type Waiting struct {
+	Projection string
+	Aggregate  string
+	// Current is the applied version; the aggregate waits for Current+1.
+	Current int64
+	// Count is how many events are parked.
+	Count int64
+	// MinVersion and MaxVersion bound the parked versions.
+	MinVersion, MaxVersion int64
+	// Oldest is when the oldest of them was parked.
+	Oldest time.Time
+}
+
+// Missing returns the versions the aggregate waits for before MinVersion:
+// Current+1 … MinVersion-1.
+func (w Waiting) Missing() (from, to int64) { return w.Current + 1, w.MinVersion - 1 }
+
+// Waiting lists the aggregates that have parked events, the longest waiting
+// first.
+func (b *Buffer) Waiting(ctx context.Context, q Querier, opts ListOptions) ([]Waiting, error) {
+	var before *time.Time
+	if opts.OlderThan > 0 {
+		t := time.Now().Add(-opts.OlderThan)
+		before = &t
+	}
+	rows, err := q.Query(ctx, b.perAggr, opts.Projection, opts.Aggregate, opts.limit(), before)
+	if err != nil {
+		return nil, fmt.Errorf("buffer: list waiting aggregates: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Waiting, error) {
+		var w Waiting
+		err := row.Scan(&w.Projection, &w.Aggregate, &w.Current, &w.Count, &w.MinVersion, &w.MaxVersion, &w.Oldest)
+		return w, err
+	})
+}
+
+// Stats summarises one projection's parked table.
+type Stats struct {
+	Projection string
+	// Events is the number of parked events.
+	Events int64
+	// Aggregates is the number of aggregates with parked events.
+	Aggregates int64
+	// Oldest is when the oldest parked event was parked (zero if none).
+	Oldest time.Time
+}
+
+// Stats returns parked counts per projection (projection "" means all);
+// projections without parked events are absent.
+func (b *Buffer) Stats(ctx context.Context, q Querier, projection string) ([]Stats, error) {
+	rows, err := q.Query(ctx, b.stats, projection)
+	if err != nil {
+		return nil, fmt.Errorf("buffer: parked stats: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Stats, error) {
+		var s Stats
+		err := row.Scan(&s.Projection, &s.Events, &s.Aggregates, &s.Oldest)
+		return s, err
+	})
+}

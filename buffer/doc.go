@@ -1,0 +1,16 @@
+// Package buffer is inorder's parked table: durable storage for events that
+// arrived before their predecessors.
+//
+// When version 5 of an aggregate arrives while the projection is at version 3,
+// the processor parks it with [Buffer.QueuePark]. Parking is idempotent: the
+// table is unique on (projection, aggregate, version), so a redelivered event
+// is parked once. After the processor applies version 4 it loads the
+// aggregate's parked events ([Buffer.QueueLoad]), takes the contiguous run
+// that now follows ([Contiguous]), applies it and deletes it
+// ([Buffer.QueueDelete]) — all in the transaction that holds the aggregate's
+// version lock, so parking and draining never race.
+//
+// The Queue methods add statements to a [pgx.Batch] so the processor sends
+// them in one round trip with its other work. [Buffer.List] and [Buffer.Stats]
+// are for operators: what waits, for how long, and behind which version.
+package buffer

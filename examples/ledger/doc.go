@@ -1,0 +1,20 @@
+// Package ledger is inorder's example projection: payments as double-entry
+// ledger legs and per-account balances.
+//
+// Each payment is an aggregate. Its events — payment.authorized,
+// payment.approved, payment.captured, payment.refunded, payment.voided,
+// payment.failed — produce ledger legs that always balance (every event's legs
+// sum to zero) and update account balances. The amounts depend on order: a
+// capture takes at most what is still authorized, a refund at most what was
+// captured and not yet refunded, a void releases whatever hold remains. So a
+// read model built in the wrong order, or with an event applied twice, differs
+// from the in-order fold ([Fold]) — which is what makes it a good test of the
+// gate.
+//
+// [Projection] implements both projection APIs: [Projection.ApplyBatch] is the
+// set-based one (one query to read the payments, unnest writes), and
+// [Simple] wraps it as a per-event projection for comparison.
+//
+// Tables (created by Setup in the configured schema, default: the connection's
+// search_path): ledger_payments, ledger_legs and ledger_balances.
+package ledger

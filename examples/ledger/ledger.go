@@ -1,0 +1,472 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/projection"
+)
+
+// Event types of the ledger.
+const (
+	Authorized = "payment.authorized"
+	Approved   = "payment.approved"
+	Captured   = "payment.captured"
+	Refunded   = "payment.refunded"
+	Voided     = "payment.voided"
+	Failed     = "payment.failed"
+)
+
+// Types lists every event type the ledger understands.
+var Types = []string{Authorized, Approved, Captured, Refunded, Voided, Failed}
+
+// Data is the JSON payload of ledger events. Authorized sets Payer, Payee and
+// Amount; Captured and Refunded set Amount; the others carry nothing
+// (Failed may carry a Reason).
+type Data struct {
+	Payer  string `json:"payer,omitempty"`
+	Payee  string `json:"payee,omitempty"`
+	Amount int64  `json:"amount,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Payment is a payment's read model.
+type Payment struct {
+	ID         string `json:"id"`
+	Payer      string `json:"payer"`
+	Payee      string `json:"payee"`
+	Status     string `json:"status"`
+	Authorized int64  `json:"authorized"`
+	Captured   int64  `json:"captured"`
+	Refunded   int64  `json:"refunded"`
+	Version    int64  `json:"version"`
+}
+
+// Leg is one ledger entry: a signed amount on an account, caused by one
+// version of one payment.
+type Leg struct {
+	Payment string `json:"payment"`
+	Version int64  `json:"version"`
+	Leg     int16  `json:"leg"`
+	Account string `json:"account"`
+	Amount  int64  `json:"amount"`
+}
+
+// Account names: a party's available funds and its funds on hold.
+func available(party string) string { return party + ":available" }
+func held(party string) string      { return party + ":held" }
+
+// Step applies one event to a payment's state (nil before its first event)
+// and returns the new state and the legs it produces. It is the single
+// definition of the ledger's rules, used by the projection and by Fold.
+func Step(p *Payment, e aggregate.Event) (*Payment, []Leg, error) {
+	var d Data
+	if err := json.Unmarshal(e.Data, &d); err != nil {
+		return nil, nil, fmt.Errorf("ledger: %s %s v%d: %w", e.Type, e.Aggregate, e.Version, err)
+	}
+	if p == nil {
+		if e.Type != Authorized {
+			return nil, nil, fmt.Errorf("ledger: payment %s starts with %s, not %s", e.Aggregate, e.Type, Authorized)
+		}
+		p = &Payment{ID: e.Aggregate}
+	} else {
+		cp := *p
+		p = &cp
+	}
+	if e.Version != p.Version+1 {
+		return nil, nil, fmt.Errorf("ledger: payment %s at version %d cannot take version %d", p.ID, p.Version, e.Version)
+	}
+	p.Version = e.Version
+	var legs []Leg
+	move := func(from, to string, amount int64) {
+		if amount <= 0 {
+			return
+		}
+		legs = append(legs,
+			Leg{Payment: p.ID, Version: e.Version, Leg: 1, Account: from, Amount: -amount},
+			Leg{Payment: p.ID, Version: e.Version, Leg: 2, Account: to, Amount: amount})
+	}
+	switch e.Type {
+	case Authorized:
+		if p.Status != "" {
+			return nil, nil, fmt.Errorf("ledger: payment %s authorized twice", p.ID)
+		}
+		if d.Payer == "" || d.Payee == "" || d.Amount <= 0 {
+			return nil, nil, fmt.Errorf("ledger: payment %s: authorization needs payer, payee and a positive amount", p.ID)
+		}
+		p.Payer, p.Payee, p.Authorized, p.Status = d.Payer, d.Payee, d.Amount, "authorized"
+		move(available(p.Payer), held(p.Payer), d.Amount)
+	case Approved:
+		if p.Status == "authorized" {
+			p.Status = "approved"
+		}
+	case Captured:
+		amt := min(d.Amount, p.Authorized-p.Captured)
+		if p.Status == "voided" || p.Status == "failed" {
+			amt = 0
+		}
+		p.Captured += max(amt, 0)
+		if amt > 0 {
+			p.Status = "captured"
+		}
+		move(held(p.Payer), available(p.Payee), amt)
+	case Refunded:
+		amt := min(d.Amount, p.Captured-p.Refunded)
+		p.Refunded += max(amt, 0)
+		if amt > 0 {
+			p.Status = "refunded"
+		}
+		move(available(p.Payee), available(p.Payer), amt)
+	case Voided:
+		if p.Status != "voided" && p.Status != "failed" {
+			move(held(p.Payer), available(p.Payer), p.Authorized-p.Captured)
+			p.Status = "voided"
+		}
+	case Failed:
+		if p.Status != "voided" && p.Status != "failed" {
+			move(held(p.Payer), available(p.Payer), p.Authorized-p.Captured)
+			p.Status = "failed"
+		}
+	default:
+		return nil, nil, fmt.Errorf("ledger: payment %s: %w: %q", p.ID, aggregate.ErrUnknownType, e.Type)
+	}
+	return p, legs, nil
+}
+
+// Model is the whole read model, comparable with testify's Equal.
+type Model struct {
+	Payments map[string]Payment
+	Legs     []Leg            // sorted by payment, version, leg
+	Balances map[string]int64 // accounts with a non-zero balance
+}
+
+// Fold applies events — the whole stream, in any order: it is sorted per
+// payment by version first — once each, and returns the read model the
+// projection must produce. Duplicate versions are an error.
+func Fold(events []aggregate.Event) (*Model, error) {
+	byAgg := map[string][]aggregate.Event{}
+	for _, e := range events {
+		byAgg[e.Aggregate] = append(byAgg[e.Aggregate], e)
+	}
+	m := &Model{Payments: map[string]Payment{}, Balances: map[string]int64{}}
+	for agg, es := range byAgg {
+		sort.Slice(es, func(i, j int) bool { return es[i].Version < es[j].Version })
+		var p *Payment
+		for _, e := range es {
+			next, legs, err := Step(p, e)
+			if err != nil {
+				return nil, err
+			}
+			p = next
+			for _, l := range legs {
+				m.Legs = append(m.Legs, l)
+				m.Balances[l.Account] += l.Amount
+			}
+		}
+		m.Payments[agg] = *p
+	}
+	m.normalize()
+	return m, nil
+}
+
+func (m *Model) normalize() {
+	sort.Slice(m.Legs, func(i, j int) bool {
+		a, b := m.Legs[i], m.Legs[j]
+		if a.Payment != b.Payment {
+			return a.Payment < b.Payment
+		}
+		if a.Version != b.Version {
+			return a.Version < b.Version
+		}
+		return a.Leg < b.Leg
+	})
+	for k, v := range m.Balances {
+		if v == 0 {
+			delete(m.Balances, k)
+		}
+	}
+	if m.Legs == nil {
+		m.Legs = []Leg{}
+	}
+}
+
+// Projection is the ledger projection. The zero value uses unqualified table
+// names (the connection's search_path).
+type Projection struct {
+	name   string
+	schema string
+	t      tables
+}
+
+type tables struct{ payments, legs, balances string }
+
+// Options configures New. The zero value is valid.
+type Options struct {
+	// Name is the projection's name; default "ledger".
+	Name string
+	// Schema holds the read-model tables; default: unqualified names,
+	// resolved through the connection's search_path.
+	Schema string
+}
+
+// New returns the ledger projection.
+func New(opts *Options) *Projection {
+	if opts == nil {
+		opts = &Options{}
+	}
+	p := &Projection{name: opts.Name, schema: opts.Schema}
+	if p.name == "" {
+		p.name = "ledger"
+	}
+	q := func(t string) string {
+		if p.schema == "" {
+			return pgx.Identifier{t}.Sanitize()
+		}
+		return pgx.Identifier{p.schema, t}.Sanitize()
+	}
+	p.t = tables{payments: q("ledger_payments"), legs: q("ledger_legs"), balances: q("ledger_balances")}
+	return p
+}
+
+// Name implements projection.Projection.
+func (p *Projection) Name() string { return p.name }
+
+// Setup creates the read-model tables if they do not exist.
+func (p *Projection) Setup(ctx context.Context, tx pgx.Tx) error {
+	stmts := []string{}
+	if p.schema != "" {
+		stmts = append(stmts, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{p.schema}.Sanitize())
+	}
+	stmts = append(stmts,
+		`CREATE TABLE IF NOT EXISTS `+p.t.payments+` (
+  payment_id text PRIMARY KEY, payer text NOT NULL, payee text NOT NULL, status text NOT NULL,
+  authorized bigint NOT NULL, captured bigint NOT NULL, refunded bigint NOT NULL,
+  version bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())`,
+		`CREATE TABLE IF NOT EXISTS `+p.t.legs+` (
+  payment_id text NOT NULL, version bigint NOT NULL, leg smallint NOT NULL,
+  account text NOT NULL, amount bigint NOT NULL, PRIMARY KEY (payment_id, version, leg))`,
+		`CREATE TABLE IF NOT EXISTS `+p.t.balances+` (account text PRIMARY KEY, balance bigint NOT NULL)`,
+	)
+	for _, s := range stmts {
+		if _, err := tx.Exec(ctx, s); err != nil {
+			return fmt.Errorf("ledger: setup: %w", err)
+		}
+	}
+	return nil
+}
+
+// Reset empties the read model, for a rebuild.
+func (p *Projection) Reset(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `TRUNCATE `+p.t.payments+`, `+p.t.legs+`, `+p.t.balances)
+	if err != nil {
+		return fmt.Errorf("ledger: reset: %w", err)
+	}
+	return nil
+}
+
+// ApplyBatch implements projection.BatchHandler: it reads the payments of the
+// batch in one query, folds the events in Go, and writes payments, legs and
+// balances with three set-based statements.
+func (p *Projection) ApplyBatch(ctx context.Context, tx *projection.Tx, events []aggregate.Event) error {
+	w, err := p.fold(ctx, tx, events)
+	if err != nil {
+		return err
+	}
+	w.queue(tx, p.t)
+	return nil
+}
+
+// writes are the set-based writes of a batch.
+type writes struct {
+	payments []*Payment
+	legs     []Leg
+	balances map[string]int64
+}
+
+func (p *Projection) fold(ctx context.Context, tx *projection.Tx, events []aggregate.Event) (*writes, error) {
+	ids := make([]string, 0, len(events))
+	for i, e := range events {
+		if i == 0 || e.Aggregate != events[i-1].Aggregate {
+			ids = append(ids, e.Aggregate)
+		}
+	}
+	state := make(map[string]*Payment, len(ids))
+	rows, err := tx.Query(ctx, `SELECT payment_id, payer, payee, status, authorized, captured, refunded, version
+FROM `+p.t.payments+` WHERE payment_id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: read payments: %w", err)
+	}
+	for rows.Next() {
+		var pm Payment
+		if err := rows.Scan(&pm.ID, &pm.Payer, &pm.Payee, &pm.Status, &pm.Authorized, &pm.Captured, &pm.Refunded, &pm.Version); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("ledger: read payments: %w", err)
+		}
+		state[pm.ID] = &pm
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: read payments: %w", err)
+	}
+	return foldInto(state, events)
+}
+
+func foldInto(state map[string]*Payment, events []aggregate.Event) (*writes, error) {
+	w := &writes{balances: map[string]int64{}}
+	for i, e := range events {
+		next, legs, err := Step(state[e.Aggregate], e)
+		if err != nil {
+			return nil, err
+		}
+		state[e.Aggregate] = next
+		if i == len(events)-1 || events[i+1].Aggregate != e.Aggregate {
+			w.payments = append(w.payments, next)
+		}
+		for _, l := range legs {
+			w.legs = append(w.legs, l)
+			w.balances[l.Account] += l.Amount
+		}
+	}
+	return w, nil
+}
+
+// queue queues the writes; balances are upserted in account order so
+// concurrent transactions lock them in the same order.
+func (w *writes) queue(tx *projection.Tx, t tables) {
+	n := len(w.payments)
+	ids, payers, payees, statuses := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	auth, capt, refd, vers := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, pm := range w.payments {
+		ids[i], payers[i], payees[i], statuses[i] = pm.ID, pm.Payer, pm.Payee, pm.Status
+		auth[i], capt[i], refd[i], vers[i] = pm.Authorized, pm.Captured, pm.Refunded, pm.Version
+	}
+	tx.Queue(`INSERT INTO `+t.payments+` (payment_id, payer, payee, status, authorized, captured, refunded, version)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[])
+ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status, authorized = EXCLUDED.authorized,
+  captured = EXCLUDED.captured, refunded = EXCLUDED.refunded, version = EXCLUDED.version, updated_at = now()`,
+		ids, payers, payees, statuses, auth, capt, refd, vers)
+	if len(w.legs) > 0 {
+		m := len(w.legs)
+		pays, accts := make([]string, m), make([]string, m)
+		lvers, amts := make([]int64, m), make([]int64, m)
+		legs := make([]int16, m)
+		for i, l := range w.legs {
+			pays[i], lvers[i], legs[i], accts[i], amts[i] = l.Payment, l.Version, l.Leg, l.Account, l.Amount
+		}
+		tx.Queue(`INSERT INTO `+t.legs+` (payment_id, version, leg, account, amount)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::smallint[], $4::text[], $5::bigint[])`, pays, lvers, legs, accts, amts)
+	}
+	if len(w.balances) > 0 {
+		accts := make([]string, 0, len(w.balances))
+		for a := range w.balances {
+			accts = append(accts, a)
+		}
+		sort.Strings(accts)
+		amts := make([]int64, len(accts))
+		for i, a := range accts {
+			amts[i] = w.balances[a]
+		}
+		tx.Queue(`INSERT INTO `+t.balances+` AS b (account, balance)
+SELECT * FROM unnest($1::text[], $2::bigint[]) AS u(account, balance) ORDER BY u.account COLLATE "C"
+ON CONFLICT (account) DO UPDATE SET balance = b.balance + EXCLUDED.balance`, accts, amts)
+	}
+}
+
+// Load reads the whole read model, for comparison with Fold.
+func (p *Projection) Load(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}) (*Model, error) {
+	m := &Model{Payments: map[string]Payment{}, Balances: map[string]int64{}}
+	rows, err := q.Query(ctx, `SELECT payment_id, payer, payee, status, authorized, captured, refunded, version FROM `+p.t.payments)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: load payments: %w", err)
+	}
+	ps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Payment, error) {
+		var pm Payment
+		err := r.Scan(&pm.ID, &pm.Payer, &pm.Payee, &pm.Status, &pm.Authorized, &pm.Captured, &pm.Refunded, &pm.Version)
+		return pm, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: load payments: %w", err)
+	}
+	for _, pm := range ps {
+		m.Payments[pm.ID] = pm
+	}
+	rows, err = q.Query(ctx, `SELECT payment_id, version, leg, account, amount FROM `+p.t.legs)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: load legs: %w", err)
+	}
+	m.Legs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (Leg, error) {
+		var l Leg
+		err := r.Scan(&l.Payment, &l.Version, &l.Leg, &l.Account, &l.Amount)
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: load legs: %w", err)
+	}
+	rows, err = q.Query(ctx, `SELECT account, balance FROM `+p.t.balances)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: load balances: %w", err)
+	}
+	for rows.Next() {
+		var a string
+		var b int64
+		if err := rows.Scan(&a, &b); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		m.Balances[a] = b
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("ledger: load balances: %w", err)
+	}
+	m.normalize()
+	return m, nil
+}
+
+// Simple wraps the ledger as a per-event projection (projection.EventHandler):
+// each event reads its payment and queues its writes. It produces the same
+// read model as Projection, more slowly; it exists to show and test the
+// per-event API.
+type Simple struct{ p *Projection }
+
+// NewSimple returns the per-event variant of the ledger projection.
+func NewSimple(opts *Options) Simple { return Simple{New(opts)} }
+
+// Name implements projection.Projection.
+func (s Simple) Name() string { return s.p.Name() }
+
+// Setup creates the read-model tables if they do not exist.
+func (s Simple) Setup(ctx context.Context, tx pgx.Tx) error { return s.p.Setup(ctx, tx) }
+
+// Reset empties the read model, for a rebuild.
+func (s Simple) Reset(ctx context.Context, tx pgx.Tx) error { return s.p.Reset(ctx, tx) }
+
+// Load reads the whole read model (see Projection.Load).
+func (s Simple) Load(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}) (*Model, error) {
+	return s.p.Load(ctx, q)
+}
+
+// Apply implements projection.EventHandler.
+func (s Simple) Apply(ctx context.Context, tx *projection.Tx, e aggregate.Event) error {
+	w, err := s.p.fold(ctx, tx, []aggregate.Event{e})
+	if err != nil {
+		return err
+	}
+	w.queue(tx, s.p.t)
+	return nil
+}
+
+var (
+	_ projection.BatchHandler = (*Projection)(nil)
+	_ projection.EventHandler = Simple{}
+	_ projection.Setuper      = (*Projection)(nil)
+	_ projection.Resetter     = (*Projection)(nil)
+	_ projection.Setuper      = Simple{}
+)

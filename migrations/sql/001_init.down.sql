@@ -1,0 +1,1 @@
+DROP TABLE checkpoints, operator_log, rejected, conflicts, quarantine, parked, applied, versions;

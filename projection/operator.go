@@ -1,0 +1,179 @@
+package projection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/buffer"
+)
+
+// RetryQuarantined applies the quarantined event of an aggregate again —
+// once the fault behind it is fixed — and then drains the aggregate's parked
+// successors. If the event fails again it stays quarantined (its attempts
+// and error are updated) and the returned error is a *HandlerError.
+func (p *Processor) RetryQuarantined(ctx context.Context, projection, agg string) error {
+	return p.operate(ctx, projection, agg, "retry", "", func(st *aggState, q *candidate) (*candidate, int64, int64, error) {
+		if !st.blocked || q == nil {
+			return nil, 0, 0, ErrNotQuarantined
+		}
+		st.blocked = false
+		return q, st.version, q.ev.Version, nil
+	})
+}
+
+// SkipQuarantined advances an aggregate past its quarantined event without
+// applying it, records the decision and reason in the operator log, and
+// drains the parked successors.
+func (p *Processor) SkipQuarantined(ctx context.Context, projection, agg, reason string) error {
+	return p.operate(ctx, projection, agg, "skip", reason, func(st *aggState, q *candidate) (*candidate, int64, int64, error) {
+		if !st.blocked || q == nil {
+			return nil, 0, 0, ErrNotQuarantined
+		}
+		from := st.version
+		st.blocked = false
+		st.version = q.ev.Version
+		q.origin = fromQuarantine
+		return nil, from, q.ev.Version, nil
+	})
+}
+
+// DeclareGap records that versions current+1 … to of an aggregate do not
+// exist (deleted or truncated at the source), advances past them, and drains
+// the parked successors. to must not reach a parked version.
+func (p *Processor) DeclareGap(ctx context.Context, projection, agg string, to int64, reason string) error {
+	return p.operate(ctx, projection, agg, "declare-gap", reason, func(st *aggState, _ *candidate) (*candidate, int64, int64, error) {
+		if st.blocked {
+			return nil, 0, 0, ErrQuarantined
+		}
+		if to <= st.version {
+			return nil, 0, 0, fmt.Errorf("%w: version %d is already applied (at %d)", ErrBadGap, to, st.version)
+		}
+		from := st.version
+		st.version = to
+		return nil, from, to, nil
+	})
+}
+
+// operate runs an operator action on one aggregate under its version lock:
+// mutate decides the new state (and may return an event to apply first),
+// then the aggregate's parked successors are drained under savepoints.
+func (p *Processor) operate(ctx context.Context, projection, agg, action, reason string,
+	mutate func(st *aggState, q *candidate) (apply *candidate, from, to int64, err error)) error {
+	r, ok := p.byName[projection]
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
+	}
+	var retryErr error
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		retryErr = nil
+		var st aggState
+		if err := tx.QueryRow(ctx, p.sql.lockOne, projection, agg).Scan(&st.version, &st.parked, &st.blocked); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("%w: aggregate %q has no state in projection %s", ErrNotFound, agg, projection)
+			}
+			return fmt.Errorf("lock version: %w", err)
+		}
+		var q *candidate
+		if st.blocked {
+			c := candidate{idx: -1, origin: fromQuarantine}
+			err := tx.QueryRow(ctx, p.sql.loadQuarantine, projection, agg).Scan(&c.ev.Version, &c.id, &c.hash, &c.ev.Type, &c.ev.Data, &c.ev.Metadata)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("load quarantine: %w", err)
+			}
+			if err == nil {
+				c.ev.Aggregate, c.ev.ID = agg, c.id
+				q = &c
+			}
+		}
+		before := st
+		first, from, to, err := mutate(&st, q)
+		if err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		var parked []buffer.Parked
+		p.buf.QueueLoad(b, projection, []string{agg}, func(ps []buffer.Parked) { parked = ps })
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		if action == "declare-gap" && len(parked) > 0 && parked[0].Version <= to {
+			return fmt.Errorf("%w: version %d is parked; declare the gap up to %d at most", ErrBadGap, parked[0].Version, parked[0].Version-1)
+		}
+		pl := &aggPlan{agg: agg, before: st, attempts: 1}
+		var cands []candidate
+		if first != nil {
+			cands = append(cands, *first)
+		}
+		for _, e := range parked {
+			cands = append(cands, candidate{ev: e.Event, id: e.StableID(), hash: e.Hash, idx: -1, origin: fromParked})
+		}
+		for len(pl.run) < len(cands) && cands[len(pl.run)].ev.Version == st.version+int64(len(pl.run))+1 {
+			pl.run = append(pl.run, cands[len(pl.run)])
+		}
+		pl.cut = len(pl.run)
+		if len(pl.run) > 0 {
+			if err := p.applyCarefully(ctx, tx, r, pl); err != nil {
+				return err
+			}
+		}
+		if first != nil && pl.cut == 0 {
+			retryErr = &HandlerError{Projection: projection, Aggregate: agg, Version: first.ev.Version, Err: pl.err}
+		}
+		var tally counts
+		wb := &pgx.Batch{}
+		p.queueWrites(wb, r, []*aggPlan{pl}, nil, &tally)
+		if action == "skip" {
+			wb.Queue(p.sql.deleteQuarantine, projection, agg)
+		}
+		after := pl.after()
+		wb.Queue(p.sql.updateVersions, projection, []string{agg}, []int64{after.version}, []int32{after.parked}, []bool{after.blocked})
+		wb.Queue(p.sql.operatorLog, action, projection, agg, from, to, reason)
+		if err := tx.SendBatch(ctx, wb).Close(); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+		p.log.InfoContext(ctx, "inorder: operator action", "action", action, "projection", projection, "aggregate", agg,
+			"from", from, "to", to, "before", before.version, "after", after.version, "drained", tally.drained)
+		r.stats.drained.Add(tally.drained)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("projection %s: %s %s: %w", projection, action, agg, err)
+	}
+	return retryErr
+}
+
+// ReplayRejected feeds the rejected event with the given id through the
+// processor again — after the fault that made it invalid was fixed (a raised
+// payload limit, a newly accepted type) — and marks it replayed. If it is
+// still invalid, it stays rejected and its *aggregate.ValidationError is
+// returned.
+func (p *Processor) ReplayRejected(ctx context.Context, id int64) (Result, error) {
+	var e aggregate.Event
+	var source string
+	err := p.pool.QueryRow(ctx, `SELECT source, event_id, aggregate, version, type, coalesce(data, ''), metadata FROM `+
+		pgx.Identifier{p.cfg.Schema, "rejected"}.Sanitize()+` WHERE id = $1`, id).
+		Scan(&source, &e.ID, &e.Aggregate, &e.Version, &e.Type, &e.Data, &e.Metadata)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Result{}, fmt.Errorf("%w: rejected event %d", ErrNotFound, id)
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("projection: load rejected event %d: %w", id, err)
+	}
+	res, err := p.Process(ctx, Batch{Events: []aggregate.Event{e}, Source: source, BeforeCommit: func(ctx context.Context, tx pgx.Tx) error {
+		if err := e.Validate(&p.cfg.Limits); err != nil {
+			return nil
+		}
+		b := &pgx.Batch{}
+		b.Queue(`UPDATE `+pgx.Identifier{p.cfg.Schema, "rejected"}.Sanitize()+` SET replayed_at = now() WHERE id = $1`, id)
+		b.Queue(p.sql.operatorLog, "replay-rejected", "", e.Aggregate, e.Version, e.Version, fmt.Sprintf("rejected event %d", id))
+		return tx.SendBatch(ctx, b).Close()
+	}})
+	if err != nil {
+		return Result{}, err
+	}
+	return res[0], res[0].Err
+}

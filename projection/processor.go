@@ -1,0 +1,760 @@
+package projection
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/buffer"
+)
+
+// DefaultSchema is the schema of inorder's tables when Config.Schema is empty.
+const DefaultSchema = "inorder"
+
+// Config configures a Processor. A nil *Config is valid: every field has a
+// default.
+type Config struct {
+	// Schema holds inorder's tables (see package migrations). Default
+	// "inorder".
+	Schema string
+
+	// Logger receives the processor's logs. Default: discarded.
+	Logger *slog.Logger
+
+	// Limits validates every delivery. Default: aggregate.Limits{} (1 MiB
+	// payloads, any type).
+	Limits aggregate.Limits
+
+	// MaxAttempts is how many times a batch is tried while a handler keeps
+	// failing before the failing event is isolated and quarantined. Default 3.
+	MaxAttempts int
+
+	// MaxRetries caps the retries of transient failures (serialization
+	// failures, deadlocks, lost connections) for one batch. Default 10.
+	MaxRetries int
+
+	// RetryBackoff is the first delay between attempts; it doubles up to
+	// 2 s, with jitter. Default 20 ms.
+	RetryBackoff time.Duration
+}
+
+// Processor applies batches of deliveries to its projections through the
+// version gate. It is safe for concurrent use by many goroutines, and any
+// number of processes may run processors on the same schema at once.
+type Processor struct {
+	pool      *pgxpool.Pool
+	cfg       Config
+	log       *slog.Logger
+	buf       *buffer.Buffer
+	sql       statements
+	projs     []*registered
+	byName    map[string]*registered
+	pauseLock bool // take the projection's shared rebuild lock in each batch
+}
+
+type registered struct {
+	name    string
+	index   int
+	p       Projection
+	event   EventHandler
+	batch   BatchHandler
+	lockKey int64
+	stats   counters
+}
+
+// New returns a processor for projections, on the tables of cfg.Schema in
+// pool's database (see package migrations for creating them).
+func New(pool *pgxpool.Pool, cfg *Config, projections ...Projection) (*Processor, error) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	c := *cfg
+	c.Schema = cmp.Or(c.Schema, DefaultSchema)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 3)
+	c.MaxRetries = cmp.Or(c.MaxRetries, 10)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, 20*time.Millisecond)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(projections) == 0 {
+		return nil, errors.New("projection: New needs at least one projection")
+	}
+	p := &Processor{
+		pool:      pool,
+		cfg:       c,
+		log:       c.Logger,
+		buf:       buffer.New(c.Schema),
+		sql:       newStatements(c.Schema),
+		byName:    make(map[string]*registered),
+		pauseLock: true,
+	}
+	for _, pr := range projections {
+		r := &registered{name: pr.Name(), p: pr}
+		if r.name == "" {
+			return nil, errors.New("projection: a projection has an empty name")
+		}
+		if _, dup := p.byName[r.name]; dup {
+			return nil, fmt.Errorf("projection: two projections are named %q", r.name)
+		}
+		if bh, ok := pr.(BatchHandler); ok {
+			r.batch = bh
+		} else if eh, ok := pr.(EventHandler); ok {
+			r.event = eh
+		} else {
+			return nil, fmt.Errorf("projection %s: implements neither EventHandler nor BatchHandler", r.name)
+		}
+		r.lockKey = advisoryKey(c.Schema, r.name)
+		p.byName[r.name] = r
+		p.projs = append(p.projs, r)
+	}
+	// A fixed order of projections keeps lock order the same in every process.
+	sort.Slice(p.projs, func(a, b int) bool { return p.projs[a].name < p.projs[b].name })
+	for i, r := range p.projs {
+		r.index = i
+	}
+	return p, nil
+}
+
+// advisoryKey is the key of a projection's rebuild lock.
+func advisoryKey(schema, name string) int64 {
+	h := sha256.Sum256([]byte("inorder.rebuild\x00" + schema + "\x00" + name))
+	return int64(binary.BigEndian.Uint64(h[:8]))
+}
+
+// Projections returns the names of the processor's projections, in the order
+// of Result.Projections.
+func (p *Processor) Projections() []string {
+	names := make([]string, len(p.projs))
+	for i, r := range p.projs {
+		names[i] = r.name
+	}
+	return names
+}
+
+// Schema returns the schema of inorder's tables.
+func (p *Processor) Schema() string { return p.cfg.Schema }
+
+// Pool returns the processor's pool.
+func (p *Processor) Pool() *pgxpool.Pool { return p.pool }
+
+// Buffer returns the parked-table accessor of the processor's schema.
+func (p *Processor) Buffer() *buffer.Buffer { return p.buf }
+
+// Setup runs Setup of every projection that implements Setuper, in one
+// transaction.
+func (p *Processor) Setup(ctx context.Context) error {
+	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		for _, r := range p.projs {
+			if s, ok := r.p.(Setuper); ok {
+				if err := s.Setup(ctx, tx); err != nil {
+					return fmt.Errorf("projection %s: setup: %w", r.name, err)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// Batch is one transaction's worth of deliveries.
+type Batch struct {
+	// Events are the deliveries, in any order, duplicates allowed.
+	Events []aggregate.Event
+
+	// Source names where the events came from; it is recorded with rejected
+	// events.
+	Source string
+
+	// BeforeCommit, if set, runs in the batch's transaction after the
+	// projections' writes and before the commit — a source writes its
+	// checkpoint here, so the checkpoint and the work it covers commit or
+	// roll back together. It may run more than once if the transaction is
+	// retried.
+	BeforeCommit func(ctx context.Context, tx pgx.Tx) error
+}
+
+// Process runs one batch through the gate of every projection in a single
+// transaction and returns the outcome of each delivery, index-aligned with
+// b.Events. When it returns a nil error, every outcome is committed and the
+// deliveries may be acknowledged; when it returns an error, nothing was
+// committed and the deliveries must be redelivered (or retried).
+//
+// Transient database errors are retried with backoff (Config.MaxRetries). A
+// handler error is retried (Config.MaxAttempts) and, if it persists, the
+// failing event is quarantined and the rest of the batch commits.
+func (p *Processor) Process(ctx context.Context, b Batch) ([]Result, error) {
+	n := len(b.Events)
+	results := make([]Result, n)
+	backing := make([]Outcome, n*len(p.projs))
+	var valid []delivery
+	var rejected []rejection
+	for i, e := range b.Events {
+		results[i].Projections = backing[i*len(p.projs) : (i+1)*len(p.projs)]
+		if err := e.Validate(&p.cfg.Limits); err != nil {
+			results[i].Err = err
+			for k := range results[i].Projections {
+				results[i].Projections[k] = Rejected
+			}
+			rejected = append(rejected, newRejection(b.Source, e, err))
+			continue
+		}
+		valid = append(valid, delivery{idx: i, ev: e, id: e.StableID(), hash: e.Hash()})
+	}
+	// Sort by aggregate (byte order, as Postgres' COLLATE "C"), version and
+	// batch position: a deterministic lock order, and contiguous runs.
+	slices.SortFunc(valid, func(a, b delivery) int {
+		return cmp.Or(strings.Compare(a.ev.Aggregate, b.ev.Aggregate), cmp.Compare(a.ev.Version, b.ev.Version), cmp.Compare(a.idx, b.idx))
+	})
+	rejected = dedupeRejections(rejected)
+
+	var handlerFailures, transientFailures int
+	for {
+		careful := handlerFailures >= p.cfg.MaxAttempts-1
+		var tally []counts
+		err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+			var err error
+			tally, err = p.processTx(ctx, tx, b, valid, rejected, results, careful)
+			return err
+		})
+		if err == nil {
+			for i, r := range p.projs {
+				r.stats.add(tally[i])
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("projection: process batch: %w", errors.Join(ctx.Err(), err))
+		}
+		var hf *handlerFailure
+		switch {
+		case IsTransient(err):
+			transientFailures++
+			if transientFailures > p.cfg.MaxRetries {
+				return nil, fmt.Errorf("projection: process batch: giving up after %d retries: %w", transientFailures-1, err)
+			}
+			p.log.WarnContext(ctx, "inorder: transient failure, retrying batch", "error", err, "retry", transientFailures)
+		case errors.As(err, &hf) && !careful:
+			handlerFailures++
+			p.log.WarnContext(ctx, "inorder: handler failed, retrying batch", "projection", hf.projection, "error", hf.err, "attempt", handlerFailures)
+		default:
+			return nil, fmt.Errorf("projection: process batch: %w", err)
+		}
+		if err := sleep(ctx, p.backoff(handlerFailures+transientFailures)); err != nil {
+			return nil, fmt.Errorf("projection: process batch: %w", err)
+		}
+	}
+	for i := range results {
+		o := Outcome(0)
+		for _, po := range results[i].Projections {
+			if po.severity() > o.severity() {
+				o = po
+			}
+		}
+		results[i].Outcome = o
+	}
+	return results, nil
+}
+
+func (p *Processor) backoff(attempt int) time.Duration {
+	d := p.cfg.RetryBackoff << min(attempt-1, 10)
+	d = min(d, 2*time.Second)
+	return d/2 + rand.N(d/2+1)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// handlerFailure marks an error of a projection's handler (or of the
+// pipeline that carried its statements), as opposed to the gate's own.
+type handlerFailure struct {
+	projection string
+	err        error
+}
+
+func (h *handlerFailure) Error() string {
+	return fmt.Sprintf("projection %s: handler: %v", h.projection, h.err)
+}
+func (h *handlerFailure) Unwrap() error { return h.err }
+
+// processTx is one attempt at a batch.
+func (p *Processor) processTx(ctx context.Context, tx pgx.Tx, b Batch, valid []delivery, rejected []rejection, results []Result, careful bool) ([]counts, error) {
+	tally := make([]counts, len(p.projs))
+	batch := &pgx.Batch{}
+	if len(rejected) > 0 {
+		p.queueRejected(batch, rejected)
+		for i := range p.projs {
+			tally[i].n[Rejected] += int64(len(rejected))
+		}
+	}
+
+	// Lock the version row of every (projection, aggregate), creating the
+	// missing ones, in one deterministic order.
+	aggs := distinctAggregates(valid)
+	states := make([]map[string]aggState, len(p.projs))
+	if len(aggs) > 0 {
+		if p.pauseLock {
+			for _, r := range p.projs {
+				batch.Queue(p.sql.pauseShared, r.lockKey)
+			}
+		}
+		projCol := make([]string, 0, len(aggs)*len(p.projs))
+		aggCol := make([]string, 0, len(aggs)*len(p.projs))
+		for i, r := range p.projs {
+			states[i] = make(map[string]aggState, len(aggs))
+			for _, a := range aggs {
+				projCol = append(projCol, r.name)
+				aggCol = append(aggCol, a)
+			}
+		}
+		batch.Queue(p.sql.insertVersions, projCol, aggCol)
+		batch.Queue(p.sql.lockVersions, projCol, aggCol).Query(func(rows pgx.Rows) error {
+			var proj, agg string
+			var st aggState
+			for rows.Next() {
+				if err := rows.Scan(&proj, &agg, &st.version, &st.parked, &st.blocked); err != nil {
+					return err
+				}
+				states[p.byName[proj].index][agg] = st
+			}
+			return rows.Err()
+		})
+	}
+	if batch.Len() > 0 {
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+			return nil, fmt.Errorf("lock versions: %w", err)
+		}
+	}
+	if len(aggs) == 0 {
+		return tally, p.beforeCommit(ctx, tx, b)
+	}
+	for i, r := range p.projs {
+		outcome := func(idx int, o Outcome) {
+			results[idx].Projections[i] = o
+			tally[i].n[o]++
+		}
+		plans, conflicts, err := p.planProjection(ctx, tx, r, valid, states[i], outcome)
+		if err != nil {
+			return nil, err
+		}
+		if err := p.apply(ctx, tx, r, plans, conflicts, careful, &tally[i]); err != nil {
+			return nil, err
+		}
+		for _, pl := range plans {
+			pl.settle(outcome)
+		}
+	}
+	return tally, p.beforeCommit(ctx, tx, b)
+}
+
+func (p *Processor) beforeCommit(ctx context.Context, tx pgx.Tx, b Batch) error {
+	if b.BeforeCommit == nil {
+		return nil
+	}
+	if err := b.BeforeCommit(ctx, tx); err != nil {
+		return fmt.Errorf("before commit: %w", err)
+	}
+	return nil
+}
+
+func distinctAggregates(valid []delivery) []string {
+	var aggs []string
+	for i, d := range valid {
+		if i == 0 || d.ev.Aggregate != valid[i-1].ev.Aggregate {
+			aggs = append(aggs, d.ev.Aggregate)
+		}
+	}
+	return aggs
+}
+
+// planProjection loads what the locked states call for (parked events,
+// quarantined events, the applied log of stale versions) and classifies the
+// batch for projection r.
+func (p *Processor) planProjection(ctx context.Context, tx pgx.Tx, r *registered, valid []delivery, states map[string]aggState, outcome func(int, Outcome)) ([]*aggPlan, []conflict, error) {
+	var parkedAggs, blockedAggs, staleAggs []string
+	var staleVers []int64
+	for i, d := range valid {
+		st := states[d.ev.Aggregate]
+		first := i == 0 || valid[i-1].ev.Aggregate != d.ev.Aggregate
+		if first && st.parked > 0 {
+			parkedAggs = append(parkedAggs, d.ev.Aggregate)
+		}
+		if first && st.blocked {
+			blockedAggs = append(blockedAggs, d.ev.Aggregate)
+		}
+		if d.ev.Version <= st.version && (i == 0 || valid[i-1].ev.Aggregate != d.ev.Aggregate || valid[i-1].ev.Version != d.ev.Version) {
+			staleAggs = append(staleAggs, d.ev.Aggregate)
+			staleVers = append(staleVers, d.ev.Version)
+		}
+	}
+	parked := map[string][]buffer.Parked{}
+	quarantined := map[string]quarantineRef{}
+	applied := map[string]map[int64]record{}
+	batch := &pgx.Batch{}
+	if len(parkedAggs) > 0 {
+		p.buf.QueueLoad(batch, r.name, parkedAggs, func(ps []buffer.Parked) {
+			for _, e := range ps {
+				parked[e.Aggregate] = append(parked[e.Aggregate], e)
+			}
+		})
+	}
+	if len(blockedAggs) > 0 {
+		batch.Queue(p.sql.loadQuarantineRefs, r.name, blockedAggs).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var agg string
+				var q quarantineRef
+				if err := rows.Scan(&agg, &q.version, &q.rec.id, &q.rec.hash); err != nil {
+					return err
+				}
+				q.rec.state = "quarantined"
+				quarantined[agg] = q
+			}
+			return rows.Err()
+		})
+	}
+	if len(staleAggs) > 0 {
+		batch.Queue(p.sql.loadApplied, r.name, staleAggs, staleVers).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var agg string
+				var v int64
+				rec := record{state: "applied"}
+				if err := rows.Scan(&agg, &v, &rec.id, &rec.hash); err != nil {
+					return err
+				}
+				if applied[agg] == nil {
+					applied[agg] = map[int64]record{}
+				}
+				applied[agg][v] = rec
+			}
+			return rows.Err()
+		})
+	}
+	if batch.Len() > 0 {
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+			return nil, nil, fmt.Errorf("projection %s: load gate state: %w", r.name, err)
+		}
+	}
+	pl := &planner{outcomes: outcome}
+	var plans []*aggPlan
+	for i := 0; i < len(valid); {
+		agg := valid[i].ev.Aggregate
+		j := i
+		for j < len(valid) && valid[j].ev.Aggregate == agg {
+			j++
+		}
+		var qrec *record
+		q, blocked := quarantined[agg]
+		if blocked {
+			qrec = &q.rec
+		}
+		plans = append(plans, pl.plan(agg, states[agg], valid[i:j], parked[agg], qrec, q.version, applied[agg]))
+		i = j
+	}
+	return plans, pl.conflicts, nil
+}
+
+type quarantineRef struct {
+	version int64
+	rec     record
+}
+
+// apply runs the projection's handler over the plans' runs and queues the
+// gate's writes. In careful mode each aggregate is applied under a savepoint
+// and a failing event is cut off and quarantined.
+func (p *Processor) apply(ctx context.Context, tx pgx.Tx, r *registered, plans []*aggPlan, conflicts []conflict, careful bool, tally *counts) error {
+	ht := newTx(tx)
+	if !careful {
+		p.queueWrites(ht.batch, r, plans, conflicts, tally)
+		var events []aggregate.Event
+		for _, pl := range plans {
+			for _, c := range pl.run {
+				events = append(events, c.ev)
+			}
+		}
+		if err := p.callHandler(ctx, ht, r, events); err != nil {
+			return &handlerFailure{projection: r.name, err: err}
+		}
+		if err := ht.Flush(ctx); err != nil {
+			return &handlerFailure{projection: r.name, err: err}
+		}
+		return nil
+	}
+	for _, pl := range plans {
+		if len(pl.run) == 0 {
+			continue
+		}
+		if err := p.applyCarefully(ctx, tx, r, pl); err != nil {
+			return err
+		}
+	}
+	p.queueWrites(ht.batch, r, plans, conflicts, tally)
+	return ht.Flush(ctx)
+}
+
+// applyCarefully applies one aggregate's run under savepoints, cutting the
+// run at the first event the handler fails on.
+func (p *Processor) applyCarefully(ctx context.Context, tx pgx.Tx, r *registered, pl *aggPlan) error {
+	events := make([]aggregate.Event, len(pl.run))
+	for k, c := range pl.run {
+		events[k] = c.ev
+	}
+	herr, err := p.trySavepoint(ctx, tx, r, events)
+	if err != nil || herr == nil {
+		return err
+	}
+	for k := range events {
+		herr, err := p.trySavepoint(ctx, tx, r, events[k:k+1])
+		if err != nil {
+			return err
+		}
+		if herr != nil {
+			pl.cut, pl.err = k, herr
+			p.log.ErrorContext(ctx, "inorder: quarantining event", "projection", r.name, "aggregate", pl.agg, "version", events[k].Version, "error", herr)
+			return nil
+		}
+	}
+	return nil
+}
+
+// trySavepoint applies events under a savepoint. It returns the handler's
+// error (rolled back to the savepoint), or a fatal error for the whole
+// transaction (transient failures, cancellation).
+func (p *Processor) trySavepoint(ctx context.Context, tx pgx.Tx, r *registered, events []aggregate.Event) (handlerErr, err error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("savepoint: %w", err)
+	}
+	ht := newTx(sp)
+	herr := p.callHandler(ctx, ht, r, events)
+	if herr == nil {
+		herr = ht.Flush(ctx)
+	}
+	if herr == nil {
+		if err := sp.Commit(ctx); err != nil {
+			return nil, fmt.Errorf("release savepoint: %w", err)
+		}
+		return nil, nil
+	}
+	if ctx.Err() != nil || IsTransient(herr) {
+		return nil, herr
+	}
+	if err := sp.Rollback(ctx); err != nil {
+		return nil, fmt.Errorf("rollback to savepoint: %w", err)
+	}
+	return herr, nil
+}
+
+func (p *Processor) callHandler(ctx context.Context, tx *Tx, r *registered, events []aggregate.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	if r.batch != nil {
+		return r.batch.ApplyBatch(ctx, tx, events)
+	}
+	for _, e := range events {
+		if err := r.event.Apply(ctx, tx, e); err != nil {
+			return &HandlerError{Projection: r.name, Aggregate: e.Aggregate, Version: e.Version, Err: err}
+		}
+	}
+	return nil
+}
+
+// queueWrites queues the gate's writes for the plans: parked inserts and
+// deletes, the applied log, quarantines, conflicts and version rows.
+func (p *Processor) queueWrites(b *pgx.Batch, r *registered, plans []*aggPlan, conflicts []conflict, tally *counts) {
+	var park []aggregate.Event
+	var parkHashes [][]byte
+	var delAggs, logAggs, logIDs, verAggs []string
+	var delVers, logVers, verVers []int64
+	var logHashes [][]byte
+	var verParked []int32
+	var verBlocked []bool
+	for _, pl := range plans {
+		for _, c := range pl.park {
+			park = append(park, c.ev)
+			parkHashes = append(parkHashes, c.hash)
+		}
+		for k, c := range pl.run {
+			switch {
+			case k < pl.cut:
+				logAggs, logVers, logIDs, logHashes = append(logAggs, pl.agg), append(logVers, c.ev.Version), append(logIDs, c.id), append(logHashes, c.hash)
+				tally.drained += b2i(c.origin == fromParked)
+				switch c.origin {
+				case fromParked:
+					delAggs, delVers = append(delAggs, pl.agg), append(delVers, c.ev.Version)
+				case fromQuarantine:
+					b.Queue(p.sql.deleteQuarantine, r.name, pl.agg)
+				}
+			case k == pl.cut:
+				if c.origin == fromParked {
+					delAggs, delVers = append(delAggs, pl.agg), append(delVers, c.ev.Version)
+				}
+				b.Queue(p.sql.upsertQuarantine, r.name, pl.agg, c.ev.Version, c.id, c.hash, c.ev.Type, c.ev.Data, c.ev.Metadata, pl.err.Error(), cmp.Or(pl.attempts, p.cfg.MaxAttempts))
+				if c.origin != fromBatch {
+					tally.n[Quarantined]++
+				}
+			default:
+				if c.origin == fromBatch {
+					park = append(park, c.ev)
+					parkHashes = append(parkHashes, c.hash)
+				}
+			}
+		}
+		after := pl.after()
+		if after != pl.before {
+			verAggs, verVers, verParked, verBlocked = append(verAggs, pl.agg), append(verVers, after.version), append(verParked, after.parked), append(verBlocked, after.blocked)
+		}
+	}
+	if len(park) > 0 {
+		p.buf.QueuePark(b, r.name, park, parkHashes)
+	}
+	if len(delAggs) > 0 {
+		p.buf.QueueDelete(b, r.name, delAggs, delVers)
+	}
+	if len(logAggs) > 0 {
+		b.Queue(p.sql.insertApplied, r.name, logAggs, logVers, logIDs, logHashes)
+	}
+	if len(verAggs) > 0 {
+		b.Queue(p.sql.updateVersions, r.name, verAggs, verVers, verParked, verBlocked)
+	}
+	if len(conflicts) > 0 {
+		p.queueConflicts(b, r.name, conflicts)
+	}
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (p *Processor) queueConflicts(b *pgx.Batch, projection string, cs []conflict) {
+	n := len(cs)
+	aggs, states, eids, iids, types := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	vers, counts := make([]int64, n), make([]int64, n)
+	ehash, ihash, data, meta := make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n)
+	for i, c := range cs {
+		aggs[i], vers[i], states[i], eids[i], ehash[i] = c.agg, c.version, c.existing.state, c.existing.id, c.existing.hash
+		if ehash[i] == nil {
+			ehash[i] = []byte{}
+		}
+		iids[i], ihash[i], types[i], data[i], meta[i], counts[i] = c.incoming.id, c.incoming.hash, c.incoming.ev.Type, c.incoming.ev.Data, c.incoming.ev.Metadata, c.count
+	}
+	b.Queue(p.sql.upsertConflicts, projection, aggs, vers, states, eids, ehash, iids, ihash, types, data, meta, counts)
+}
+
+// rejection is an invalid delivery to record.
+type rejection struct {
+	fingerprint []byte
+	source      string
+	ev          aggregate.Event
+	reason      string
+	err         string
+	count       int64
+}
+
+func newRejection(source string, e aggregate.Event, err error) rejection {
+	h := sha256.New()
+	for _, s := range []string{source, e.ID, e.Aggregate, fmt.Sprint(e.Version), e.Type, string(e.Data), string(e.Metadata), err.Error()} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return rejection{fingerprint: h.Sum(nil), source: source, ev: e, reason: aggregate.Reason(err), err: err.Error(), count: 1}
+}
+
+func dedupeRejections(rs []rejection) []rejection {
+	seen := map[string]int{}
+	out := rs[:0]
+	for _, r := range rs {
+		if i, ok := seen[string(r.fingerprint)]; ok {
+			out[i].count++
+			continue
+		}
+		seen[string(r.fingerprint)] = len(out)
+		out = append(out, r)
+	}
+	return out
+}
+
+func (p *Processor) queueRejected(b *pgx.Batch, rs []rejection) {
+	n := len(rs)
+	fps, data, meta := make([][]byte, n), make([][]byte, n), make([][]byte, n)
+	srcs, ids, aggs, types, reasons, errs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	vers, counts := make([]int64, n), make([]int64, n)
+	for i, r := range rs {
+		fps[i], srcs[i], ids[i], aggs[i], vers[i], types[i] = r.fingerprint, r.source, r.ev.ID, r.ev.Aggregate, r.ev.Version, r.ev.Type
+		data[i], meta[i], reasons[i], errs[i], counts[i] = r.ev.Data, r.ev.Metadata, r.reason, r.err, r.count
+	}
+	b.Queue(p.sql.upsertRejected, fps, srcs, ids, aggs, vers, types, data, meta, reasons, errs, counts)
+}
+
+// counts tallies one transaction's outcomes for one projection.
+type counts struct {
+	n       [len(outcomeNames)]int64
+	drained int64
+}
+
+// counters are a projection's cumulative outcome counts.
+type counters struct {
+	n       [len(outcomeNames)]atomic.Int64
+	drained atomic.Int64
+	batches atomic.Int64
+}
+
+func (c *counters) add(t counts) {
+	for i, v := range t.n {
+		if v != 0 {
+			c.n[i].Add(v)
+		}
+	}
+	c.drained.Add(t.drained)
+	c.batches.Add(1)
+}
+
+// Counts are a projection's cumulative counts since the processor started.
+type Counts struct {
+	// Deliveries counts deliveries by outcome.
+	Deliveries map[Outcome]int64
+	// Drained counts parked events applied once their predecessors arrived.
+	Drained int64
+	// Batches counts committed transactions.
+	Batches int64
+}
+
+// Applied returns every event applied: deliveries applied directly plus
+// parked events drained.
+func (c Counts) Applied() int64 { return c.Deliveries[Applied] + c.Drained }
+
+// Counts returns the cumulative counts of every projection, by name.
+func (p *Processor) Counts() map[string]Counts {
+	out := make(map[string]Counts, len(p.projs))
+	for _, r := range p.projs {
+		c := Counts{Deliveries: map[Outcome]int64{}, Drained: r.stats.drained.Load(), Batches: r.stats.batches.Load()}
+		for _, o := range Outcomes {
+			c.Deliveries[o] = r.stats.n[o].Load()
+		}
+		out[r.name] = c
+	}
+	return out
+}

@@ -1,0 +1,229 @@
+package projection_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/projection"
+)
+
+type bundle struct {
+	db     *pgtest.DB
+	proc   *projection.Processor
+	ledger *ledger.Projection
+}
+
+func setup(t *testing.T, cfg *projection.Config) *bundle {
+	t.Helper()
+	db := pgtest.NewMigrated(t)
+	if cfg == nil {
+		cfg = &projection.Config{}
+	}
+	cfg.Schema = db.Schema
+	l := ledger.New(nil)
+	proc, err := projection.New(db.Pool, cfg, l)
+	require.NoError(t, err)
+	require.NoError(t, proc.Setup(context.Background()))
+	return &bundle{db: db, proc: proc, ledger: l}
+}
+
+func (b *bundle) requireFold(t *testing.T, events []aggregate.Event) {
+	t.Helper()
+	want, err := ledger.Fold(events)
+	require.NoError(t, err)
+	got, err := b.ledger.Load(context.Background(), b.db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}
+
+func outcomes(rs []projection.Result) []projection.Outcome {
+	out := make([]projection.Outcome, len(rs))
+	for i, r := range rs {
+		out[i] = r.Outcome
+	}
+	return out
+}
+
+func TestProcessor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const (
+		A = projection.Applied
+		P = projection.Parked
+		D = projection.Duplicate
+		C = projection.Conflict
+	)
+
+	t.Run("InOrder", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		events := ledger.Generate(rand.New(rand.NewPCG(1, 2)), 20, 5)
+		res, err := b.proc.Process(ctx, projection.Batch{Events: events})
+		require.NoError(t, err)
+		for _, r := range res {
+			require.Equal(t, A, r.Outcome)
+		}
+		b.requireFold(t, events)
+	})
+
+	t.Run("ReversedParksThenDrains", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		events := ledger.Generate(rand.New(rand.NewPCG(3, 4)), 1, 5)
+		for i := 4; i >= 1; i-- {
+			res, err := b.proc.Process(ctx, projection.Batch{Events: events[i : i+1]})
+			require.NoError(t, err)
+			require.Equal(t, []projection.Outcome{P}, outcomes(res))
+		}
+		res, err := b.proc.Process(ctx, projection.Batch{Events: events[:1]})
+		require.NoError(t, err)
+		require.Equal(t, []projection.Outcome{A}, outcomes(res))
+		b.requireFold(t, events)
+		require.EqualValues(t, 4, b.proc.Counts()["ledger"].Drained)
+		var parked int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM parked`).Scan(&parked))
+		require.Zero(t, parked)
+	})
+
+	t.Run("OneBatchAnyOrderWithDuplicates", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		events := ledger.Generate(rand.New(rand.NewPCG(5, 6)), 1, 4)
+		batch := []aggregate.Event{events[3], events[1], events[0], events[1], events[2]}
+		res, err := b.proc.Process(ctx, projection.Batch{Events: batch})
+		require.NoError(t, err)
+		require.Equal(t, []projection.Outcome{A, A, A, D, A}, outcomes(res))
+		b.requireFold(t, events)
+	})
+
+	t.Run("DuplicatesAndConflicts", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		events := ledger.Generate(rand.New(rand.NewPCG(7, 8)), 1, 4)
+		_, err := b.proc.Process(ctx, projection.Batch{Events: events[:2]})
+		require.NoError(t, err)
+		_, err = b.proc.Process(ctx, projection.Batch{Events: events[3:4]}) // parked
+		require.NoError(t, err)
+
+		stale := events[0]
+		otherID := events[1]
+		otherID.ID = "something-else"
+		otherPayload := events[3]
+		otherPayload.Data = []byte(`{"amount": 1}`)
+		res, err := b.proc.Process(ctx, projection.Batch{Events: []aggregate.Event{stale, otherID, events[3], otherPayload, otherPayload}})
+		require.NoError(t, err)
+		require.Equal(t, []projection.Outcome{D, C, D, C, C}, outcomes(res))
+
+		var n, count int64
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*), sum(count) FROM conflicts`).Scan(&n, &count))
+		require.EqualValues(t, 2, n)
+		require.EqualValues(t, 3, count)
+		var state, existing, incoming string
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT existing_state, existing_event_id, incoming_event_id FROM conflicts WHERE version = 2`).
+			Scan(&state, &existing, &incoming))
+		require.Equal(t, "applied", state)
+		require.Equal(t, events[1].StableID(), existing)
+		require.Equal(t, "something-else", incoming)
+
+		_, err = b.proc.Process(ctx, projection.Batch{Events: events[2:3]})
+		require.NoError(t, err)
+		b.requireFold(t, events)
+	})
+
+	t.Run("RejectsAndKeepsBadInput", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, &projection.Config{Limits: aggregate.Limits{MaxPayload: 64, Types: ledger.Types}})
+		good := ledger.Generate(rand.New(rand.NewPCG(9, 10)), 1, 1)[0]
+		bad := []struct {
+			e   aggregate.Event
+			err error
+		}{
+			{aggregate.Event{Version: 1, Type: ledger.Approved, Data: []byte(`{}`)}, aggregate.ErrEmptyAggregate},
+			{aggregate.Event{Aggregate: "p", Version: 0, Type: ledger.Approved, Data: []byte(`{}`)}, aggregate.ErrBadVersion},
+			{aggregate.Event{Aggregate: "p", Version: 1, Type: ledger.Approved, Data: []byte(`{`)}, aggregate.ErrInvalidJSON},
+			{aggregate.Event{Aggregate: "p", Version: 1, Type: "payment.teleported", Data: []byte(`{}`)}, aggregate.ErrUnknownType},
+			{aggregate.Event{Aggregate: "p", Version: 1, Type: ledger.Approved, Data: []byte(`"` + string(make([]byte, 100)) + `"`)}, aggregate.ErrPayloadTooLarge},
+		}
+		batch := []aggregate.Event{good}
+		for _, c := range bad {
+			batch = append(batch, c.e)
+		}
+		res, err := b.proc.Process(ctx, projection.Batch{Events: batch, Source: "test"})
+		require.NoError(t, err)
+		require.Equal(t, A, res[0].Outcome)
+		for i, c := range bad {
+			require.Equal(t, projection.Rejected, res[i+1].Outcome)
+			require.ErrorIs(t, res[i+1].Err, c.err)
+			var ve *aggregate.ValidationError
+			require.ErrorAs(t, res[i+1].Err, &ve)
+		}
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM rejected WHERE source = 'test'`).Scan(&n))
+		require.Equal(t, len(bad), n)
+		// Redelivering them counts, it does not duplicate.
+		_, err = b.proc.Process(ctx, projection.Batch{Events: batch, Source: "test"})
+		require.NoError(t, err)
+		var rows, count int64
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*), sum(count) FROM rejected`).Scan(&rows, &count))
+		require.EqualValues(t, len(bad), rows)
+		require.EqualValues(t, 2*len(bad), count)
+	})
+}
+
+// TestSameEventConcurrently is the seed's test: one event handled at once by
+// many goroutines has exactly one effect.
+func TestSameEventConcurrently(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{2, 8, 64} {
+		t.Run(fmtInt(n), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, &projection.Config{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+			e := ledger.Generate(rand.New(rand.NewPCG(uint64(n), 1)), 1, 1)[0]
+			var wg sync.WaitGroup
+			res := make([]projection.Outcome, n)
+			errs := make([]error, n)
+			start := make(chan struct{})
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					r, err := b.proc.Process(context.Background(), projection.Batch{Events: []aggregate.Event{e}})
+					errs[i] = err
+					if err == nil {
+						res[i] = r[0].Outcome
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			applied := 0
+			for i := range n {
+				require.NoError(t, errs[i])
+				if res[i] == projection.Applied {
+					applied++
+				} else {
+					require.Equal(t, projection.Duplicate, res[i])
+				}
+			}
+			require.Equal(t, 1, applied)
+			var legs int
+			require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM ledger_legs`).Scan(&legs))
+			require.Equal(t, 2, legs, "exactly the two legs of one transaction")
+			b.requireFold(t, []aggregate.Event{e})
+		})
+	}
+}
+
+func fmtInt(n int) string {
+	return "goroutines=" + string(rune('0'+n/10%10)) + string(rune('0'+n%10))
+}

@@ -1,0 +1,133 @@
+package projection
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inorder/inorder/aggregate"
+)
+
+// Projection is a read model fed by events. Every projection implements
+// Name and one of EventHandler or BatchHandler; it may also implement
+// Setuper and Resetter.
+type Projection interface {
+	// Name identifies the projection; its version state is kept under it.
+	// It must be stable across releases and unique within a Processor.
+	Name() string
+}
+
+// EventHandler is the per-event projection API. Apply is called once per
+// event to apply, in version order per aggregate, inside the transaction that
+// also advances the aggregate's version. Statements queued with Tx.Queue are
+// pipelined: the processor sends the statements of every event of the
+// transaction in one round trip.
+//
+// Apply must not commit or roll back. An error makes the processor retry the
+// transaction; if it persists, the failing event is quarantined.
+type EventHandler interface {
+	Projection
+	Apply(ctx context.Context, tx *Tx, e aggregate.Event) error
+}
+
+// BatchHandler is the set-based projection API for hot projections.
+// ApplyBatch receives, per transaction, every event to apply: already
+// validated, gated and deduplicated, ordered by aggregate and, within an
+// aggregate, by version, with no gaps. It writes them with set-based SQL
+// (unnest, COPY) through tx.
+//
+// If ApplyBatch fails persistently the processor isolates the failing
+// aggregate and version by calling it again with smaller slices under
+// savepoints, and quarantines only that event.
+type BatchHandler interface {
+	Projection
+	ApplyBatch(ctx context.Context, tx *Tx, events []aggregate.Event) error
+}
+
+// Setuper is implemented by projections that create their read-model tables.
+// Setup must be idempotent (CREATE TABLE IF NOT EXISTS …); Processor.Setup
+// calls it.
+type Setuper interface {
+	Setup(ctx context.Context, tx pgx.Tx) error
+}
+
+// Resetter is implemented by projections that can be rebuilt: Reset empties
+// the read model (TRUNCATE or DELETE) so the stream can be replayed into it.
+type Resetter interface {
+	Reset(ctx context.Context, tx pgx.Tx) error
+}
+
+// Tx is the transaction handed to handlers. Queue adds a statement to the
+// pipeline; Exec, Query and QueryRow first send what is queued, then run
+// directly. Use Queue for writes whose result you do not need: that is what
+// makes the per-event API fast.
+type Tx struct {
+	tx    pgx.Tx
+	batch *pgx.Batch
+}
+
+func newTx(tx pgx.Tx) *Tx { return &Tx{tx: tx, batch: &pgx.Batch{}} }
+
+// Queue adds a statement to the pipeline. Its error, if any, surfaces when
+// the pipeline is sent, and fails the transaction.
+func (t *Tx) Queue(sql string, args ...any) { t.batch.Queue(sql, args...) }
+
+// Flush sends the queued statements now.
+func (t *Tx) Flush(ctx context.Context) error {
+	if t.batch.Len() == 0 {
+		return nil
+	}
+	b := t.batch
+	t.batch = &pgx.Batch{}
+	if err := t.tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("projection: pipelined statements: %w", err)
+	}
+	return nil
+}
+
+// Exec sends the queued statements, then executes sql.
+func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := t.Flush(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return t.tx.Exec(ctx, sql, args...)
+}
+
+// Query sends the queued statements, then runs the query.
+func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := t.Flush(ctx); err != nil {
+		return nil, err
+	}
+	return t.tx.Query(ctx, sql, args...)
+}
+
+// QueryRow sends the queued statements, then runs the query.
+func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := t.Flush(ctx); err != nil {
+		return errRow{err}
+	}
+	return t.tx.QueryRow(ctx, sql, args...)
+}
+
+// CopyFrom sends the queued statements, then runs COPY FROM.
+func (t *Tx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if err := t.Flush(ctx); err != nil {
+		return 0, err
+	}
+	return t.tx.CopyFrom(ctx, table, columns, src)
+}
+
+// Tx sends the queued statements and returns the underlying transaction, for
+// code that needs the full pgx.Tx API. Do not commit or roll it back.
+func (t *Tx) Tx(ctx context.Context) (pgx.Tx, error) {
+	if err := t.Flush(ctx); err != nil {
+		return nil, err
+	}
+	return t.tx, nil
+}
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }

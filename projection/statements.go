@@ -1,0 +1,74 @@
+package projection
+
+import "github.com/jackc/pgx/v5"
+
+// statements are the processor's SQL, with the schema's tables qualified.
+type statements struct {
+	pauseShared, pauseExclusive, pauseRelease string
+
+	insertVersions, lockVersions, lockOne, updateVersions string
+	loadApplied, insertApplied                            string
+	loadQuarantineRefs, loadQuarantine                    string
+	upsertQuarantine, deleteQuarantine                    string
+	upsertConflicts, upsertRejected                       string
+	operatorLog                                           string
+}
+
+func newStatements(schema string) statements {
+	t := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	versions, applied, quarantine := t("versions"), t("applied"), t("quarantine")
+	return statements{
+		pauseShared:    `SELECT pg_advisory_xact_lock_shared($1)`,
+		pauseExclusive: `SELECT pg_advisory_lock($1)`,
+		pauseRelease:   `SELECT pg_advisory_unlock($1)`,
+
+		insertVersions: `INSERT INTO ` + versions + ` (projection, aggregate)
+SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING`,
+		lockVersions: `SELECT v.projection, v.aggregate, v.version, v.parked, v.blocked
+FROM ` + versions + ` v JOIN unnest($1::text[], $2::text[]) AS k(projection, aggregate)
+  ON v.projection = k.projection AND v.aggregate = k.aggregate
+ORDER BY v.projection COLLATE "C", v.aggregate COLLATE "C"
+FOR UPDATE OF v`,
+		lockOne: `SELECT version, parked, blocked FROM ` + versions + `
+WHERE projection = $1 AND aggregate = $2 FOR UPDATE`,
+		updateVersions: `UPDATE ` + versions + ` v
+SET version = d.version, parked = d.parked, blocked = d.blocked, updated_at = now()
+FROM unnest($2::text[], $3::bigint[], $4::int[], $5::bool[]) AS d(aggregate, version, parked, blocked)
+WHERE v.projection = $1 AND v.aggregate = d.aggregate`,
+
+		loadApplied: `SELECT a.aggregate, a.version, a.event_id, a.hash
+FROM ` + applied + ` a JOIN unnest($2::text[], $3::bigint[]) AS k(aggregate, version)
+  ON a.aggregate = k.aggregate AND a.version = k.version
+WHERE a.projection = $1`,
+		insertApplied: `INSERT INTO ` + applied + ` (projection, aggregate, version, event_id, hash)
+SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::bytea[])`,
+
+		loadQuarantineRefs: `SELECT aggregate, version, event_id, hash FROM ` + quarantine + `
+WHERE projection = $1 AND aggregate = ANY($2::text[])`,
+		loadQuarantine: `SELECT version, event_id, hash, type, data, metadata FROM ` + quarantine + `
+WHERE projection = $1 AND aggregate = $2`,
+		upsertQuarantine: `INSERT INTO ` + quarantine + ` AS q
+  (projection, aggregate, version, event_id, hash, type, data, metadata, error, attempts)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+ON CONFLICT (projection, aggregate) DO UPDATE
+SET version = EXCLUDED.version, event_id = EXCLUDED.event_id, hash = EXCLUDED.hash, type = EXCLUDED.type,
+    data = EXCLUDED.data, metadata = EXCLUDED.metadata, error = EXCLUDED.error,
+    attempts = q.attempts + EXCLUDED.attempts, last_attempt_at = now()`,
+		deleteQuarantine: `DELETE FROM ` + quarantine + ` WHERE projection = $1 AND aggregate = $2`,
+
+		upsertConflicts: `INSERT INTO ` + t("conflicts") + ` AS c
+  (projection, aggregate, version, existing_state, existing_event_id, existing_hash,
+   incoming_event_id, incoming_hash, type, data, metadata, count)
+SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::text[], $6::bytea[],
+  $7::text[], $8::bytea[], $9::text[], $10::bytea[], $11::bytea[], $12::bigint[])
+ON CONFLICT (projection, aggregate, version, incoming_event_id, incoming_hash) DO UPDATE
+SET count = c.count + EXCLUDED.count, last_seen = now()`,
+		upsertRejected: `INSERT INTO ` + t("rejected") + ` AS r
+  (fingerprint, source, event_id, aggregate, version, type, data, metadata, reason, error, count)
+SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[],
+  $7::bytea[], $8::bytea[], $9::text[], $10::text[], $11::bigint[])
+ON CONFLICT (fingerprint) DO UPDATE SET count = r.count + EXCLUDED.count, last_seen = now()`,
+		operatorLog: `INSERT INTO ` + t("operator_log") + ` (action, projection, aggregate, from_version, to_version, reason)
+VALUES ($1, $2, $3, $4, $5, $6)`,
+	}
+}
