@@ -178,12 +178,24 @@ type Batch struct {
 	// events.
 	Source string
 
+	// Rejects are deliveries the source already found invalid (content that
+	// is not JSON, say), each with its error. They are recorded in the
+	// rejected table in the batch's transaction, like invalid Events.
+	Rejects []Reject
+
 	// BeforeCommit, if set, runs in the batch's transaction after the
 	// projections' writes and before the commit — a source writes its
 	// checkpoint here, so the checkpoint and the work it covers commit or
 	// roll back together. It may run more than once if the transaction is
 	// retried.
 	BeforeCommit func(ctx context.Context, tx pgx.Tx) error
+}
+
+// Reject is a delivery a source could not turn into a valid event. Err
+// should be an *aggregate.ValidationError, so its reason code is kept.
+type Reject struct {
+	Event aggregate.Event
+	Err   error
 }
 
 // Process runs one batch through the gate of every projection in a single
@@ -212,6 +224,9 @@ func (p *Processor) Process(ctx context.Context, b Batch) ([]Result, error) {
 			continue
 		}
 		valid = append(valid, delivery{idx: i, ev: e, id: e.StableID(), hash: e.Hash()})
+	}
+	for _, r := range b.Rejects {
+		rejected = append(rejected, newRejection(b.Source, r.Event, r.Err))
 	}
 	// Sort by aggregate (byte order, as Postgres' COLLATE "C"), version and
 	// batch position: a deterministic lock order, and contiguous runs.
@@ -484,16 +499,18 @@ type quarantineRef struct {
 func (p *Processor) apply(ctx context.Context, tx pgx.Tx, r *registered, plans []*aggPlan, conflicts []conflict, careful bool, tally *counts) error {
 	ht := newTx(tx)
 	if !careful {
-		p.queueWrites(ht.batch, r, plans, conflicts, tally)
 		var events []aggregate.Event
 		for _, pl := range plans {
 			for _, c := range pl.run {
 				events = append(events, c.ev)
 			}
 		}
+		// The handler goes first, so a read it starts with is not held back
+		// by the gate's writes; those join the handler's queued statements.
 		if err := p.callHandler(ctx, ht, r, events); err != nil {
 			return &handlerFailure{projection: r.name, err: err}
 		}
+		p.queueWrites(ht.batch, r, plans, conflicts, tally)
 		if err := ht.Flush(ctx); err != nil {
 			return &handlerFailure{projection: r.name, err: err}
 		}

@@ -2,8 +2,7 @@ package projection_test
 
 import (
 	"context"
-	"log/slog"
-	"os"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -186,7 +185,7 @@ func TestSameEventConcurrently(t *testing.T) {
 	for _, n := range []int{2, 8, 64} {
 		t.Run(fmtInt(n), func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, &projection.Config{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+			b := setup(t, nil)
 			e := ledger.Generate(rand.New(rand.NewPCG(uint64(n), 1)), 1, 1)[0]
 			var wg sync.WaitGroup
 			res := make([]projection.Outcome, n)
@@ -224,6 +223,4 @@ func TestSameEventConcurrently(t *testing.T) {
 	}
 }
 
-func fmtInt(n int) string {
-	return "goroutines=" + string(rune('0'+n/10%10)) + string(rune('0'+n%10))
-}
+func fmtInt(n int) string { return fmt.Sprintf("goroutines=%d", n) }

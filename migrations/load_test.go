@@ -1,0 +1,100 @@
+package migrations
+
+import (
+	"io/fs"
+	"testing"
+	"testing/fstest"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestEmbeddedMigrationsAreValid(t *testing.T) {
+	sub, err := fs.Sub(embedded, "sql")
+	require.NoError(t, err)
+	migs, err := load(sub)
+	require.NoError(t, err)
+	require.NotEmpty(t, migs)
+	for i, mig := range migs {
+		require.Equal(t, i+1, mig.version)
+		require.NotEmpty(t, mig.down, "version %d", mig.version)
+	}
+	require.Equal(t, "init", migs[0].name)
+}
+
+func TestNewRequiresPool(t *testing.T) {
+	_, err := New(nil, nil)
+	require.ErrorContains(t, err, "pool is required")
+}
+
+func TestNewOptions(t *testing.T) {
+	fsys := files("001_a.up.sql", "001_a.down.sql")
+	m, err := newWithFS(nil, nil, fsys)
+	require.NoError(t, err)
+	require.Equal(t, DefaultSchema, m.Schema())
+
+	m, err = newWithFS(nil, &Options{Schema: `Odd "name"`}, fsys)
+	require.NoError(t, err)
+	require.Equal(t, `Odd "name"`, m.Schema())
+	require.Equal(t, `"Odd ""name"""."schema_migrations"`, m.table)
+	require.NotEqual(t, lockKey("a"), lockKey("b"))
+
+	_, err = newWithFS(nil, &Options{Schema: string(make([]byte, 64))}, fsys)
+	require.ErrorContains(t, err, "invalid schema name")
+}
+
+func TestLoad(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fsys     fstest.MapFS
+		wantErr  string
+		versions int
+	}{
+		{name: "valid", fsys: files("001_a.up.sql", "001_a.down.sql", "002_b.up.sql", "002_b.down.sql", "003_c.up.sql", "003_c.down.sql"), versions: 3},
+		{name: "unpadded numbers", fsys: files("1_a.up.sql", "1_a.down.sql", "2_b.up.sql", "2_b.down.sql"), versions: 2},
+		{name: "empty down is allowed", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte("SELECT 1;")}, "001_a.down.sql": {}}, versions: 1},
+		{name: "no files", fsys: fstest.MapFS{}, wantErr: "no migration files"},
+		{name: "gap", fsys: files("001_a.up.sql", "001_a.down.sql", "003_c.up.sql", "003_c.down.sql"), wantErr: "gap: version 3 follows 1"},
+		{name: "does not start at 1", fsys: files("002_b.up.sql", "002_b.down.sql"), wantErr: "versions start at 2, not 1"},
+		{name: "version 0", fsys: files("000_a.up.sql", "000_a.down.sql"), wantErr: "version must be a positive number"},
+		{name: "duplicate version", fsys: files("001_a.up.sql", "001_a.down.sql", "001_b.up.sql", "001_b.down.sql"), wantErr: `version 1 is already named "a"`},
+		{name: "duplicate spelling", fsys: files("001_a.up.sql", "001_a.down.sql", "1_a.up.sql"), wantErr: "duplicate up migration for version 1"},
+		{name: "missing down", fsys: files("001_a.up.sql", "001_a.down.sql", "002_b.up.sql"), wantErr: "002_b.up.sql: no down migration for version 2"},
+		{name: "missing up", fsys: files("001_a.up.sql", "001_a.down.sql", "002_b.down.sql"), wantErr: "002_b.down.sql: no up migration for version 2"},
+		{name: "bad name", fsys: files("001_a.up.sql", "001_a.down.sql", "002-b.up.sql"), wantErr: "002-b.up.sql: name is not NNN_name"},
+		{name: "no direction", fsys: files("001_a.sql"), wantErr: "001_a.sql: name is not NNN_name"},
+		{name: "empty up", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte(" \n")}, "001_a.down.sql": {Data: []byte("x")}}, wantErr: "001_a.up.sql: empty up migration"},
+		{name: "directory", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte("x")}, "001_a.down.sql": {Data: []byte("x")}, "sub/x.sql": {Data: []byte("x")}}, wantErr: "unexpected directory sub"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			migs, err := load(tc.fsys)
+			if tc.wantErr != "" {
+				require.ErrorIs(t, err, ErrInvalid)
+				require.ErrorContains(t, err, tc.wantErr)
+				_, err = newWithFS(nil, nil, tc.fsys)
+				require.ErrorIs(t, err, ErrInvalid)
+				return
+			}
+			require.NoError(t, err)
+			require.Len(t, migs, tc.versions)
+			for i, mig := range migs {
+				require.Equal(t, i+1, mig.version)
+			}
+		})
+	}
+}
+
+func TestLoadReportsEveryProblem(t *testing.T) {
+	_, err := load(files("002_b.up.sql", "003_c.down.sql"))
+	require.ErrorContains(t, err, "versions start at 2")
+	require.ErrorContains(t, err, "no down migration for version 2")
+	require.ErrorContains(t, err, "no up migration for version 3")
+}
+
+// files returns a MapFS holding the named files, each with a trivial body.
+func files(names ...string) fstest.MapFS {
+	fsys := fstest.MapFS{}
+	for _, name := range names {
+		fsys[name] = &fstest.MapFile{Data: []byte("SELECT 1;")}
+	}
+	return fsys
+}

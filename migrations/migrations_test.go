@@ -1,0 +1,310 @@
+package migrations_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/migrations"
+)
+
+var coreTables = []string{
+	"applied", "checkpoints", "conflicts", "operator_log", "parked",
+	"quarantine", "rejected", "schema_migrations", "versions",
+}
+
+func TestMigrateAndRerun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	m := newMigrator(t, db.Pool, db.Schema, false)
+
+	res, err := m.Migrate(ctx)
+	require.NoError(t, err)
+	require.Equal(t, migrations.Up, res.Direction)
+	require.False(t, res.DryRun)
+	require.Equal(t, []int{1}, res.Versions())
+	require.Equal(t, "init", res.Steps[0].Name)
+	require.Positive(t, res.Steps[0].Duration)
+	require.Equal(t, coreTables, tables(t, db.Pool, db.Schema))
+
+	res, err = m.Migrate(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res.Steps, "a second run has nothing to do")
+}
+
+func TestMigrateCreatesAndQuotesSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	schema := db.Schema + `_Odd "Name"`
+	dropSchema(t, db.Pool, schema)
+
+	m := newMigrator(t, db.Pool, schema, false)
+	require.Equal(t, schema, m.Schema())
+	_, err := m.Migrate(ctx)
+	require.NoError(t, err)
+	require.Equal(t, coreTables, tables(t, db.Pool, schema))
+	require.Empty(t, tables(t, db.Pool, db.Schema), "nothing lands in the pool's search_path schema")
+}
+
+func TestDryRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	schema := db.Schema + "_dry"
+	dropSchema(t, db.Pool, schema)
+
+	res, err := newMigrator(t, db.Pool, schema, true).Migrate(ctx)
+	require.NoError(t, err)
+	require.True(t, res.DryRun)
+	require.Equal(t, []int{1}, res.Versions())
+	require.Zero(t, res.Steps[0].Duration)
+	var exists bool
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists))
+	require.False(t, exists, "a dry run does not even create the schema")
+
+	_, err = newMigrator(t, db.Pool, schema, false).Migrate(ctx)
+	require.NoError(t, err)
+	res, err = newMigrator(t, db.Pool, schema, true).Migrate(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res.Steps)
+
+	res, err = newMigrator(t, db.Pool, schema, true).Rollback(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, []int{1}, res.Versions())
+	require.Equal(t, coreTables, tables(t, db.Pool, schema), "a dry rollback drops nothing")
+}
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	m := newMigrator(t, db.Pool, db.Schema, false)
+
+	st, err := m.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []migrations.Status{{Version: 1, Name: "init"}}, st)
+
+	before := time.Now()
+	_, err = m.Migrate(ctx)
+	require.NoError(t, err)
+	st, err = m.Status(ctx)
+	require.NoError(t, err)
+	require.Len(t, st, 1)
+	require.True(t, st[0].Applied)
+	require.False(t, st[0].Unknown)
+	require.WithinDuration(t, before, st[0].AppliedAt, time.Minute)
+}
+
+func TestRollback(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	m := newMigrator(t, db.Pool, db.Schema, false)
+	_, err := m.Migrate(ctx)
+	require.NoError(t, err)
+
+	_, err = m.Rollback(ctx, -1)
+	require.Error(t, err)
+	res, err := m.Rollback(ctx, 0)
+	require.NoError(t, err)
+	require.Empty(t, res.Steps)
+
+	res, err = m.Rollback(ctx, 5)
+	require.NoError(t, err)
+	require.Equal(t, migrations.Down, res.Direction)
+	require.Equal(t, []int{1}, res.Versions())
+	require.Equal(t, []string{"schema_migrations"}, tables(t, db.Pool, db.Schema))
+	st, err := m.Status(ctx)
+	require.NoError(t, err)
+	require.False(t, st[0].Applied)
+
+	res, err = m.Rollback(ctx, 1)
+	require.NoError(t, err)
+	require.Empty(t, res.Steps, "nothing left to roll back")
+
+	res, err = m.Migrate(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{1}, res.Versions(), "rolled back migrations apply again")
+}
+
+func TestDatabaseAhead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	m := newMigrator(t, db.Pool, db.Schema, false)
+	_, err := m.Migrate(ctx)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES (999, 'from_the_future')")
+	require.NoError(t, err)
+
+	_, err = m.Migrate(ctx)
+	require.ErrorIs(t, err, migrations.ErrUnknownVersion)
+	require.ErrorContains(t, err, "999 (from_the_future)")
+	_, err = m.Rollback(ctx, 1)
+	require.ErrorIs(t, err, migrations.ErrUnknownVersion)
+
+	st, err := m.Status(ctx)
+	require.NoError(t, err)
+	require.Len(t, st, 2)
+	require.Equal(t, 999, st[1].Version)
+	require.True(t, st[1].Unknown)
+	require.True(t, st[1].Applied)
+}
+
+func TestConcurrentMigrate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	// A schema that does not exist yet, so creating it races too.
+	schema := db.Schema + "_concurrent"
+	dropSchema(t, db.Pool, schema)
+
+	const pools, perPool = 3, 2
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		results = make(chan *migrations.Result, pools*perPool)
+		errs    = make(chan error, pools*perPool)
+	)
+	for range pools {
+		pool, err := pgxpool.New(ctx, db.URL)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		for range perPool {
+			m := newMigrator(t, pool, schema, false)
+			wg.Go(func() {
+				<-start
+				res, err := m.Migrate(ctx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				results <- res
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	close(results)
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	var applied []int
+	for res := range results {
+		applied = append(applied, res.Versions()...)
+	}
+	require.Equal(t, []int{1}, applied, "exactly one migrator applies each version")
+
+	var n int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&n))
+	require.Equal(t, 1, n)
+}
+
+func TestMigrateTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	schema := db.Schema + "_tx"
+	dropSchema(t, db.Pool, schema)
+	m := newMigrator(t, db.Pool, schema, false)
+
+	// Rolled back: nothing stays.
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	res, err := m.MigrateTx(ctx, tx)
+	require.NoError(t, err)
+	require.Equal(t, []int{1}, res.Versions())
+	var path string
+	require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('search_path')").Scan(&path))
+	require.Equal(t, db.Schema, path, "MigrateTx restores the search_path")
+	require.NoError(t, tx.Rollback(ctx))
+	require.Empty(t, tables(t, db.Pool, schema))
+
+	// Committed: applied, and a second run has nothing to do.
+	tx, err = db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = m.MigrateTx(ctx, tx)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	require.Equal(t, coreTables, tables(t, db.Pool, schema))
+
+	tx, err = db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck
+	res, err = m.MigrateTx(ctx, tx)
+	require.NoError(t, err)
+	require.Empty(t, res.Steps)
+}
+
+func TestFailedStepRollsBackAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	fsys := fstest.MapFS{
+		"001_one.up.sql":   {Data: []byte("CREATE TABLE one (id int);")},
+		"001_one.down.sql": {Data: []byte("DROP TABLE one;")},
+		"002_two.up.sql":   {Data: []byte("CREATE TABLE two (id int);\nSELECT 1/0;")},
+		"002_two.down.sql": {Data: []byte("DROP TABLE two;")},
+	}
+	m, err := migrations.NewWithFS(db.Pool, &migrations.Options{Schema: db.Schema}, fsys)
+	require.NoError(t, err)
+
+	res, err := m.Migrate(ctx)
+	require.ErrorContains(t, err, "apply 002_two")
+	require.ErrorContains(t, err, "division by zero")
+	require.Equal(t, []int{1}, res.Versions(), "the step before the failure stays applied")
+	require.Equal(t, []string{"one", "schema_migrations"}, tables(t, db.Pool, db.Schema), "the failed step left nothing behind")
+
+	st, err := m.Status(ctx)
+	require.NoError(t, err)
+	require.True(t, st[0].Applied)
+	require.False(t, st[1].Applied)
+}
+
+func newMigrator(t *testing.T, pool *pgxpool.Pool, schema string, dryRun bool) *migrations.Migrator {
+	t.Helper()
+	m, err := migrations.New(pool, &migrations.Options{Schema: schema, DryRun: dryRun, Logger: testLogger(t)})
+	require.NoError(t, err)
+	return m
+}
+
+// tables lists the tables in schema, sorted.
+func tables(t *testing.T, pool *pgxpool.Pool, schema string) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(),
+		"SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1", schema)
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	if names == nil {
+		names = []string{}
+	}
+	return names
+}
+
+// dropSchema drops schema, which the test creates besides its pgtest one,
+// when the test ends.
+func dropSchema(t *testing.T, pool *pgxpool.Pool, schema string) {
+	t.Helper()
+	t.Cleanup(func() {
+		_, err := pool.Exec(context.Background(), fmt.Sprintf("DROP SCHEMA IF EXISTS %s CASCADE", pgx.Identifier{schema}.Sanitize()))
+		require.NoError(t, err)
+	})
+}
+
+// testLogger sends the migrator's log lines to the test's output.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}

@@ -1,0 +1,54 @@
+// Package projection is inorder's processor: it turns batches of deliveries —
+// in any order, duplicated, from any number of goroutines and processes —
+// into exactly-once, in-order effects on PostgreSQL read models.
+//
+// # Projections
+//
+// A projection implements [Projection] plus one of two handler APIs:
+//
+//   - [EventHandler]: Apply(ctx, tx, event), called once per event to apply.
+//     Statements queued with [Tx.Queue] are pipelined: the processor sends
+//     those of every event of a transaction in one round trip.
+//   - [BatchHandler]: ApplyBatch(ctx, tx, events), called once per
+//     transaction with every event to apply — already gated, deduplicated
+//     and ordered per aggregate by version — for set-based writes (unnest,
+//     COPY).
+//
+// Optional [Setuper] and [Resetter] create and empty the read model.
+//
+// # The gate
+//
+// For each (projection, aggregate) the processor keeps the last applied
+// version in the versions table. [Processor.Process] runs a batch in one
+// transaction:
+//
+//  1. validate every envelope; record invalid ones in the rejected table;
+//  2. lock the version rows of every (projection, aggregate) of the batch, in
+//     one deterministic order (so concurrent workers never deadlock);
+//  3. classify each event: version current+1 and the contiguous run after it
+//     (from the batch and from the parked table) is applied; a later version
+//     is parked; an earlier one is a duplicate, or a conflict when its id or
+//     payload differ from the applied event's (recorded in the conflicts
+//     table);
+//  4. call the handler with the run, write the applied log, park, delete
+//     drained parked events and bump the version rows;
+//  5. run the batch's BeforeCommit hook (a source's checkpoint) and commit.
+//
+// Only then does Process return each delivery's [Outcome], so a source
+// acknowledges after the commit and never before. Any delivery order, any
+// duplication and any number of concurrent workers give the read model of the
+// stream applied in order, once.
+//
+// # Failures
+//
+// Transient database errors (serialization failures, deadlocks, lost
+// connections; see [IsTransient]) retry the transaction with backoff. A
+// handler error is retried; if it persists ([Config].MaxAttempts), the batch
+// is applied aggregate by aggregate under savepoints, and the failing event is
+// quarantined: the rest of the batch commits, the aggregate's later versions
+// park behind it, and every other aggregate keeps flowing. Operators then call
+// [Processor.RetryQuarantined], [Processor.SkipQuarantined] or
+// [Processor.DeclareGap] (for versions that will never arrive), and
+// [Processor.ReplayRejected] for rejected envelopes. Every decision is written
+// to the operator log.
+package projection
