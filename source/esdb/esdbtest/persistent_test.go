@@ -1,0 +1,212 @@
+package esdbtest_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/EventStore/EventStore-Client-Go/v4/esdb"
+	"github.com/google/uuid"
+	"github.com/inorder/inorder/source/esdb/esdbtest"
+	"github.com/stretchr/testify/require"
+)
+
+func orderFilter() *esdb.SubscriptionFilter {
+	return &esdb.SubscriptionFilter{Type: esdb.StreamFilterType, Prefixes: []string{"order-"}}
+}
+
+func settings(mod func(*esdb.PersistentSubscriptionSettings)) *esdb.PersistentSubscriptionSettings {
+	st := esdb.SubscriptionSettingsDefault()
+	if mod != nil {
+		mod(&st)
+	}
+	return &st
+}
+
+func subscribeAll(t *testing.T, c *esdb.Client, group string, buffer uint32) (*esdb.PersistentSubscription, <-chan *esdb.PersistentSubscriptionEvent) {
+	t.Helper()
+	sub, err := c.SubscribeToPersistentSubscriptionToAll(ctxT(t), group, esdb.SubscribeToPersistentSubscriptionOptions{BufferSize: buffer})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	return sub, psEvents(sub)
+}
+
+func TestPersistentManagement(t *testing.T) {
+	t.Parallel()
+	s := esdbtest.New(t)
+	c := newClient(t, s)
+	ctx := ctxT(t)
+
+	require.NoError(t, c.CreatePersistentSubscriptionToAll(ctx, "g", esdb.PersistentAllSubscriptionOptions{Filter: orderFilter()}))
+	err := c.CreatePersistentSubscriptionToAll(ctx, "g", esdb.PersistentAllSubscriptionOptions{})
+	require.Equal(t, esdb.ErrorCodeResourceAlreadyExists, esdbCode(t, err))
+
+	_, err = c.SubscribeToPersistentSubscriptionToAll(ctx, "missing", esdb.SubscribeToPersistentSubscriptionOptions{})
+	require.Equal(t, esdb.ErrorCodeResourceNotFound, esdbCode(t, err))
+
+	// Update and delete drop connected consumers.
+	_, ch := subscribeAll(t, c, "g", 10)
+	require.NoError(t, c.UpdatePersistentSubscriptionToAll(ctx, "g", esdb.PersistentAllSubscriptionOptions{Settings: settings(nil)}))
+	require.NotNil(t, next(t, ch).SubscriptionDropped)
+	_, ch = subscribeAll(t, c, "g", 10)
+	require.NoError(t, c.DeletePersistentSubscriptionToAll(ctx, "g", esdb.DeletePersistentSubscriptionOptions{}))
+	require.NotNil(t, next(t, ch).SubscriptionDropped)
+	err = c.DeletePersistentSubscriptionToAll(ctx, "g", esdb.DeletePersistentSubscriptionOptions{})
+	require.Equal(t, esdb.ErrorCodeResourceNotFound, esdbCode(t, err))
+}
+
+func TestPersistentRoundRobinAckNack(t *testing.T) {
+	t.Parallel()
+	s := esdbtest.New(t)
+	c := newClient(t, s)
+	ctx := ctxT(t)
+	seed(t, s, "noise", 2)
+
+	require.NoError(t, c.CreatePersistentSubscriptionToAll(ctx, "rr", esdb.PersistentAllSubscriptionOptions{
+		StartFrom: esdb.Start{},
+		Filter:    orderFilter(),
+		Settings:  settings(func(st *esdb.PersistentSubscriptionSettings) { st.MaxRetryCount = 2 }),
+	}))
+	subs := make([]*esdb.PersistentSubscription, 3)
+	chs := make([]<-chan *esdb.PersistentSubscriptionEvent, 3)
+	for i := range subs {
+		subs[i], chs[i] = subscribeAll(t, c, "rr", 10)
+	}
+
+	// 9 events appended at once are dealt round robin: 0,3,6 / 1,4,7 / 2,5,8.
+	ids := make([]uuid.UUID, 9)
+	events := make([]esdbtest.Event, 9)
+	for i := range events {
+		ids[i] = uuid.New()
+		events[i] = esdbtest.Event{ID: ids[i], Type: "Placed", Data: []byte(`{}`)}
+	}
+	_, err := s.Append("order-1", events...)
+	require.NoError(t, err)
+	for i := range 9 {
+		ev := nextPS(t, chs[i%3])
+		require.Equal(t, ids[i], ev.Event.OriginalEvent().EventID, "event %d", i)
+		require.Equal(t, 0, ev.RetryCount)
+		require.NotNil(t, ev.Event.Commit)
+		if i >= 3 {
+			require.NoError(t, subs[i%3].Ack(ev.Event))
+		} else {
+			switch i {
+			case 0: // nack retry: redelivered with retry count 1
+				require.NoError(t, subs[0].Nack("retry", esdb.NackActionRetry, ev.Event))
+			case 1: // nack park: parked at once
+				require.NoError(t, subs[1].Nack("bad", esdb.NackActionPark, ev.Event))
+			case 2: // nack skip: gone
+				require.NoError(t, subs[2].Nack("skip", esdb.NackActionSkip, ev.Event))
+			}
+		}
+	}
+
+	// Event 0 comes back (to whichever consumer is next) with retry count 1,
+	// and keeps coming back until MaxRetryCount (2) is exhausted: parked.
+	for retry := 1; retry <= 2; retry++ {
+		var got *esdb.EventAppeared
+		var from int
+		select {
+		case ev := <-chs[0]:
+			got, from = ev.EventAppeared, 0
+		case ev := <-chs[1]:
+			got, from = ev.EventAppeared, 1
+		case ev := <-chs[2]:
+			got, from = ev.EventAppeared, 2
+		case <-time.After(waitTimeout):
+			t.Fatal("no redelivery")
+		}
+		require.NotNil(t, got)
+		require.Equal(t, ids[0], got.Event.OriginalEvent().EventID)
+		require.Equal(t, retry, got.RetryCount)
+		require.NoError(t, subs[from].Nack("again", esdb.NackActionRetry, got.Event))
+	}
+
+	// Parked: event 1 (explicit park) then event 0 (max retries), as links.
+	parked := "$persistentsubscription-$all::rr-parked"
+	eventually(t, func() bool {
+		evs, err := readStream(t, c, parked, esdb.ReadStreamOptions{}, 10)
+		return err == nil && len(evs) == 2
+	}, "two parked messages")
+	evs, err := readStream(t, c, parked, esdb.ReadStreamOptions{ResolveLinkTos: true}, 10)
+	require.NoError(t, err)
+	require.Equal(t, ids[1], evs[0].Event.EventID)
+	require.Equal(t, ids[0], evs[1].Event.EventID)
+	require.Equal(t, "$>", evs[0].Link.EventType)
+	require.Equal(t, parked, evs[0].Link.StreamID)
+	require.Equal(t, 0, s.Outstanding("$all::rr"))
+
+	for _, ch := range chs {
+		nothingWithin(t, ch, 50*time.Millisecond)
+	}
+}
+
+func TestPersistentRedelivery(t *testing.T) {
+	t.Parallel()
+	s := esdbtest.New(t)
+	c := newClient(t, s)
+	ctx := ctxT(t)
+
+	require.NoError(t, c.CreatePersistentSubscriptionToAll(ctx, "g", esdb.PersistentAllSubscriptionOptions{
+		StartFrom: esdb.Start{},
+		Filter:    orderFilter(),
+		Settings: settings(func(st *esdb.PersistentSubscriptionSettings) {
+			st.MessageTimeout = 300 // ms
+		}),
+	}))
+
+	// Consumer disconnect: A's unacked event goes to B with retry count 1.
+	subA, chA := subscribeAll(t, c, "g", 10)
+	seed(t, s, "order-1", 1)
+	first := nextPS(t, chA)
+	require.Equal(t, 0, first.RetryCount)
+	subB, chB := subscribeAll(t, c, "g", 10)
+	require.NoError(t, subA.Close())
+	again := nextPS(t, chB)
+	require.Equal(t, first.Event.Event.EventID, again.Event.Event.EventID)
+	require.Equal(t, 1, again.RetryCount)
+	require.NoError(t, subB.Ack(again.Event))
+
+	// Message timeout: not acked within 300ms, delivered again.
+	seed(t, s, "order-2", 1)
+	ev := nextPS(t, chB)
+	start := time.Now()
+	require.Equal(t, 0, ev.RetryCount)
+	ev2 := nextPS(t, chB)
+	require.Equal(t, ev.Event.Event.EventID, ev2.Event.Event.EventID)
+	require.Equal(t, 1, ev2.RetryCount)
+	require.GreaterOrEqual(t, time.Since(start), 250*time.Millisecond)
+	require.NoError(t, subB.Ack(ev2.Event))
+	eventually(t, func() bool { return s.Outstanding("$all::g") == 0 }, "acked")
+	nothingWithin(t, chB, 400*time.Millisecond) // acked: no more timeouts
+}
+
+func TestPersistentBufferSize(t *testing.T) {
+	t.Parallel()
+	s := esdbtest.New(t)
+	c := newClient(t, s)
+	ctx := ctxT(t)
+	require.NoError(t, c.CreatePersistentSubscription(ctx, "order-1", "g", esdb.PersistentStreamSubscriptionOptions{StartFrom: esdb.Start{}}))
+	seed(t, s, "order-1", 5)
+
+	sub, err := c.SubscribeToPersistentSubscription(ctx, "order-1", "g", esdb.SubscribeToPersistentSubscriptionOptions{BufferSize: 2})
+	require.NoError(t, err)
+	defer sub.Close()
+	ch := psEvents(sub)
+	e0, e1 := nextPS(t, ch), nextPS(t, ch)
+	require.EqualValues(t, 0, e0.Event.Event.EventNumber)
+	require.EqualValues(t, 1, e1.Event.Event.EventNumber)
+	nothingWithin(t, ch, 50*time.Millisecond) // 2 in flight: buffer full
+	require.NoError(t, sub.Ack(e0.Event))
+	require.EqualValues(t, 2, nextPS(t, ch).Event.Event.EventNumber)
+
+	// Start from a revision (inclusive) on a second group; live events follow.
+	require.NoError(t, c.CreatePersistentSubscription(ctx, "order-1", "from3", esdb.PersistentStreamSubscriptionOptions{StartFrom: esdb.Revision(3)}))
+	sub2, err := c.SubscribeToPersistentSubscription(ctx, "order-1", "from3", esdb.SubscribeToPersistentSubscriptionOptions{})
+	require.NoError(t, err)
+	defer sub2.Close()
+	ch2 := psEvents(sub2)
+	require.EqualValues(t, 3, nextPS(t, ch2).Event.Event.EventNumber)
+	require.EqualValues(t, 4, nextPS(t, ch2).Event.Event.EventNumber)
+	seed(t, s, "order-1", 1)
+	require.EqualValues(t, 5, nextPS(t, ch2).Event.Event.EventNumber)
+}
