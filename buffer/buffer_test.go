@@ -1,0 +1,152 @@
+package buffer_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/buffer"
+	"github.com/inorder/inorder/internal/pgtest"
+)
+
+func ev(agg string, v int64) aggregate.Event {
+	return aggregate.Event{Aggregate: agg, Version: v, Type: "t", Data: []byte(fmt.Sprintf(`{"v":%d}`, v))}
+}
+
+func parked(vs ...int64) []buffer.Parked {
+	out := make([]buffer.Parked, len(vs))
+	for i, v := range vs {
+		out[i] = buffer.Parked{Event: ev("a", v)}
+	}
+	return out
+}
+
+func versions(ps []buffer.Parked) []int64 {
+	out := []int64{}
+	for _, p := range ps {
+		out = append(out, p.Version)
+	}
+	return out
+}
+
+func TestContiguous(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []int64{4, 5}, versions(buffer.Contiguous(3, parked(4, 5, 7))))
+	require.Equal(t, []int64{}, versions(buffer.Contiguous(2, parked(4, 5))))
+	require.Equal(t, []int64{1}, versions(buffer.Contiguous(0, parked(1))))
+	require.Equal(t, []int64{}, versions(buffer.Contiguous(0, nil)))
+}
+
+type bundle struct {
+	db  *pgtest.DB
+	buf *buffer.Buffer
+}
+
+func setup(t *testing.T) *bundle {
+	db := pgtest.NewMigrated(t)
+	return &bundle{db: db, buf: buffer.New(db.Schema)}
+}
+
+func (b *bundle) park(t *testing.T, projection string, events ...aggregate.Event) {
+	t.Helper()
+	hashes := make([][]byte, len(events))
+	for i, e := range events {
+		hashes[i] = e.Hash()
+	}
+	batch := &pgx.Batch{}
+	b.buf.QueuePark(batch, projection, events, hashes)
+	require.NoError(t, b.db.Pool.SendBatch(context.Background(), batch).Close())
+}
+
+func (b *bundle) load(t *testing.T, projection string, aggs ...string) []buffer.Parked {
+	t.Helper()
+	var out []buffer.Parked
+	batch := &pgx.Batch{}
+	b.buf.QueueLoad(batch, projection, aggs, func(ps []buffer.Parked) { out = ps })
+	require.NoError(t, b.db.Pool.SendBatch(context.Background(), batch).Close())
+	return out
+}
+
+func TestParkLoadDelete(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	require.Equal(t, b.db.Schema, b.buf.Schema())
+
+	b.park(t, "p1", ev("a", 5), ev("a", 3), ev("b", 2))
+	b.park(t, "p1", ev("a", 3)) // idempotent
+	changed := ev("a", 5)
+	changed.Data = []byte(`{"other":true}`)
+	b.park(t, "p1", changed) // the first parked copy stays
+	b.park(t, "p2", ev("a", 4))
+
+	got := b.load(t, "p1", "a", "b", "c")
+	require.Equal(t, []int64{3, 5, 2}, versions(got))
+	require.Equal(t, "a", got[0].Aggregate)
+	require.Equal(t, ev("a", 5).Data, got[1].Data)
+	require.Equal(t, ev("a", 5).Hash(), got[1].Hash)
+	require.Equal(t, "a:5", got[1].StableID())
+	require.WithinDuration(t, time.Now(), got[0].ParkedAt, time.Minute)
+
+	batch := &pgx.Batch{}
+	b.buf.QueueDelete(batch, "p1", []string{"a", "b"}, []int64{3, 2})
+	require.NoError(t, b.db.Pool.SendBatch(ctx, batch).Close())
+	require.Equal(t, []int64{5}, versions(b.load(t, "p1", "a", "b")))
+	require.Equal(t, []int64{4}, versions(b.load(t, "p2", "a")))
+}
+
+func TestOperatorViews(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	_, err := b.db.Pool.Exec(ctx, `INSERT INTO versions (projection, aggregate, version, parked) VALUES ('p1', 'a', 2, 2), ('p1', 'b', 0, 1)`)
+	require.NoError(t, err)
+	b.park(t, "p1", ev("a", 5), ev("a", 6))
+	b.park(t, "p1", ev("b", 3))
+	b.park(t, "p2", ev("z", 9))
+	_, err = b.db.Pool.Exec(ctx, `UPDATE parked SET parked_at = now() - interval '1 hour' WHERE aggregate = 'a'`)
+	require.NoError(t, err)
+
+	entries, err := b.buf.List(ctx, b.db.Pool, buffer.ListOptions{Projection: "p1"})
+	require.NoError(t, err)
+	require.Len(t, entries, 3)
+	require.Equal(t, "a", entries[0].Aggregate, "oldest first")
+	require.EqualValues(t, 2, entries[0].Current)
+
+	w, err := b.buf.Waiting(ctx, b.db.Pool, buffer.ListOptions{Projection: "p1"})
+	require.NoError(t, err)
+	require.Len(t, w, 2)
+	require.Equal(t, "a", w[0].Aggregate)
+	require.EqualValues(t, 2, w[0].Count)
+	require.EqualValues(t, 5, w[0].MinVersion)
+	require.EqualValues(t, 6, w[0].MaxVersion)
+	from, to := w[0].Missing()
+	require.Equal(t, [2]int64{3, 4}, [2]int64{from, to})
+
+	old, err := b.buf.Waiting(ctx, b.db.Pool, buffer.ListOptions{OlderThan: 30 * time.Minute})
+	require.NoError(t, err)
+	require.Len(t, old, 1)
+	require.Equal(t, "a", old[0].Aggregate)
+
+	one, err := b.buf.Waiting(ctx, b.db.Pool, buffer.ListOptions{Aggregate: "b"})
+	require.NoError(t, err)
+	require.Len(t, one, 1)
+	require.EqualValues(t, 0, one[0].Current)
+
+	stats, err := b.buf.Stats(ctx, b.db.Pool, "")
+	require.NoError(t, err)
+	require.Len(t, stats, 2)
+	require.Equal(t, "p1", stats[0].Projection)
+	require.EqualValues(t, 3, stats[0].Events)
+	require.EqualValues(t, 2, stats[0].Aggregates)
+	require.WithinDuration(t, time.Now().Add(-time.Hour), stats[0].Oldest, time.Minute)
+
+	limited, err := b.buf.List(ctx, b.db.Pool, buffer.ListOptions{Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, limited, 1)
+}
