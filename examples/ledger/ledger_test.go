@@ -22,7 +22,7 @@ func TestStepRules(t *testing.T) {
 	stream := []aggregate.Event{
 		event(t, 1, ledger.Authorized, ledger.Data{Payer: "c", Payee: "m", Amount: 1000}),
 		event(t, 2, ledger.Captured, ledger.Data{Amount: 700}),
-		event(t, 3, ledger.Captured, ledger.Data{Amount: 700}), // only 300 left
+		event(t, 3, ledger.Captured, ledger.Data{Amount: 700}),  // only 300 left
 		event(t, 4, ledger.Refunded, ledger.Data{Amount: 2000}), // at most the 1000 captured
 		event(t, 5, ledger.Voided, ledger.Data{}),               // nothing left on hold
 	}
