@@ -68,8 +68,15 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 		return fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
 	}
 	var retryErr error
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		retryErr = nil
+	var drained int64
+	txFunc := func(tx pgx.Tx) error {
+		retryErr, drained = nil, 0
+		if p.pauseLock {
+			// Wait for a rebuild of the projection, as Process does.
+			if _, err := tx.Exec(ctx, p.sql.pauseShared, r.lockKey); err != nil {
+				return fmt.Errorf("pause lock: %w", err)
+			}
+		}
 		var st aggState
 		if err := tx.QueryRow(ctx, p.sql.lockOne, projection, agg).Scan(&st.version, &st.parked, &st.blocked); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
@@ -125,10 +132,12 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 		}
 		var tally counts
 		wb := &pgx.Batch{}
-		p.queueWrites(wb, r, []*aggPlan{pl}, nil, &tally)
 		if action == "skip" {
+			// Before queueWrites: a parked successor that fails while it
+			// drains is quarantined by an upsert that must survive.
 			wb.Queue(p.sql.deleteQuarantine, projection, agg)
 		}
+		p.queueWrites(wb, r, []*aggPlan{pl}, nil, &tally)
 		after := pl.after()
 		wb.Queue(p.sql.updateVersions, projection, []string{agg}, []int64{after.version}, []int32{after.parked}, []bool{after.blocked})
 		wb.Queue(p.sql.operatorLog, action, projection, agg, from, to, reason)
@@ -137,13 +146,23 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 		}
 		p.log.InfoContext(ctx, "inorder: operator action", "action", action, "projection", projection, "aggregate", agg,
 			"from", from, "to", to, "before", before.version, "after", after.version, "drained", tally.drained)
-		r.stats.drained.Add(tally.drained)
+		drained = tally.drained
 		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("projection %s: %s %s: %w", projection, action, agg, err)
 	}
-	return retryErr
+	for retries := 0; ; retries++ {
+		err := pgx.BeginFunc(ctx, p.pool, txFunc)
+		if err == nil {
+			r.stats.drained.Add(drained)
+			return retryErr
+		}
+		if !IsTransient(err) || retries >= p.cfg.MaxRetries || ctx.Err() != nil {
+			return fmt.Errorf("projection %s: %s %s: %w", projection, action, agg, err)
+		}
+		p.log.WarnContext(ctx, "inorder: transient failure, retrying operator action", "action", action, "error", err, "retry", retries+1)
+		if err := sleep(ctx, p.backoff(retries+1)); err != nil {
+			return fmt.Errorf("projection %s: %s %s: %w", projection, action, agg, err)
+		}
+	}
 }
 
 // ReplayRejected feeds the rejected event with the given id through the
