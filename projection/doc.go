@@ -50,5 +50,15 @@
 // [Processor.RetryQuarantined], [Processor.SkipQuarantined] or
 // [Processor.DeclareGap] (for versions that will never arrive), and
 // [Processor.ReplayRejected] for rejected envelopes. Every decision is written
-// to the operator log.
+// to the operator log. [Processor.Status], [Processor.Quarantined],
+// [Processor.Conflicts], [Processor.Rejected] and the parked-table views of
+// package buffer show what needs attention.
+//
+// # Rebuild
+//
+// [Processor.Rebuild] empties a projection's read model and version state
+// and replays the stream from the start through the same gate. Live workers
+// of that projection pause meanwhile: every transaction takes the
+// projection's shared advisory lock, and the rebuild holds the exclusive one.
+// A rebuild that dies half-way is simply run again.
 package projection
