@@ -50,6 +50,29 @@ type Config struct {
 	// RetryBackoff is the first delay between attempts; it doubles up to
 	// 2 s, with jitter. Default 20 ms.
 	RetryBackoff time.Duration
+
+	// OnBatch, if set, is called at the end of every Process call (rebuild
+	// batches included), committed or not, from the goroutine that called
+	// Process. It must be fast and must not block: it is how metrics observe
+	// batch latency (see metrics.Metrics.ObserveBatch). Default: nil.
+	OnBatch func(BatchInfo)
+}
+
+// BatchInfo describes one Process call, for Config.OnBatch.
+type BatchInfo struct {
+	// Source is the batch's Batch.Source ("rebuild:<projection>" for the
+	// batches of a rebuild).
+	Source string
+	// Projections names the projections the batch went through.
+	Projections []string
+	// Events is len(Batch.Events).
+	Events int
+	// Duration is the wall time of the call, retries and backoff included.
+	Duration time.Duration
+	// Attempts counts the transactions tried (1 when the first committed).
+	Attempts int
+	// Err is the error Process returned; nil when the batch committed.
+	Err error
 }
 
 // Processor applies batches of deliveries to its projections through the
@@ -207,8 +230,16 @@ type Reject struct {
 // Transient database errors are retried with backoff (Config.MaxRetries). A
 // handler error is retried (Config.MaxAttempts) and, if it persists, the
 // failing event is quarantined and the rest of the batch commits.
-func (p *Processor) Process(ctx context.Context, b Batch) ([]Result, error) {
+func (p *Processor) Process(ctx context.Context, b Batch) (_ []Result, err error) {
 	n := len(b.Events)
+	attempts := 0
+	if p.cfg.OnBatch != nil {
+		start := time.Now()
+		defer func() {
+			p.cfg.OnBatch(BatchInfo{Source: b.Source, Projections: p.Projections(), Events: n,
+				Duration: time.Since(start), Attempts: attempts, Err: err})
+		}()
+	}
 	results := make([]Result, n)
 	backing := make([]Outcome, n*len(p.projs))
 	var valid []delivery
@@ -237,6 +268,7 @@ func (p *Processor) Process(ctx context.Context, b Batch) ([]Result, error) {
 
 	var handlerFailures, transientFailures int
 	for {
+		attempts++
 		careful := handlerFailures >= p.cfg.MaxAttempts-1
 		var tally []counts
 		err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {

@@ -1,0 +1,359 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/inorder/inorder/projection"
+)
+
+// validText reports whether s may be passed to the database as an id,
+// cursor or filter value: bounded, valid UTF-8, no NUL (which Postgres text
+// cannot hold).
+func validText(s string) bool {
+	return len(s) <= MaxParamBytes && utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}
+
+const textRule = "must be at most 512 bytes of valid UTF-8 without NUL"
+
+// params parses the query string strictly. It returns a message for the
+// client when the query is malformed, names a parameter allowed rejects, or
+// gives one twice.
+func params(r *http.Request, allowed func(string) bool) (map[string]string, string) {
+	vs, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, "the query string is malformed"
+	}
+	out := make(map[string]string, len(vs))
+	for k, v := range vs {
+		if !allowed(k) {
+			return nil, "unknown query parameter"
+		}
+		if len(v) != 1 {
+			return nil, "a query parameter is given more than once"
+		}
+		out[k] = v[0]
+	}
+	return out, ""
+}
+
+// reader returns the named projection's Reader, or answers the request.
+func (h *handler) reader(w http.ResponseWriter, name string) (projection.Reader, bool) {
+	rd, err := h.proc.Reader(name)
+	switch {
+	case err == nil:
+		return rd, true
+	case errors.Is(err, projection.ErrUnknownProjection):
+		writeError(w, http.StatusNotFound, CodeUnknownProjection, "unknown projection; see GET /v1/projections")
+	case errors.Is(err, projection.ErrNoReader):
+		writeError(w, http.StatusNotFound, CodeNoReader, "this projection does not serve its read model")
+	default:
+		writeError(w, http.StatusInternalServerError, CodeInternal, "internal error")
+	}
+	return nil, false
+}
+
+// respond writes a successful answer, logging a value that cannot be
+// encoded.
+func (h *handler) respond(w http.ResponseWriter, r *http.Request, v any) {
+	if err := writeJSON(w, http.StatusOK, v); err != nil {
+		h.log.ErrorContext(r.Context(), "inorder: httpapi: encode response", "path", r.URL.Path, "error", err)
+	}
+}
+
+func (h *handler) emptyID(w http.ResponseWriter, r *http.Request) {
+	if _, ok := h.reader(w, r.PathValue("name")); !ok {
+		return
+	}
+	writeError(w, http.StatusBadRequest, CodeBadRequest, "the aggregate id is empty")
+}
+
+// aggregate serves one aggregate's read model, waiting for ?min_version=.
+func (h *handler) aggregate(w http.ResponseWriter, r *http.Request) {
+	name, id := r.PathValue("name"), r.PathValue("id")
+	if _, ok := h.reader(w, name); !ok {
+		return
+	}
+	if id == "" || !validText(id) {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "the aggregate id "+textRule)
+		return
+	}
+	q, msg := params(r, func(k string) bool { return k == "min_version" || k == "timeout" })
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, msg+"; accepted: min_version, timeout")
+		return
+	}
+	var minVersion int64
+	if s, ok := q["min_version"]; ok {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || v < 0 {
+			writeError(w, http.StatusBadRequest, CodeBadMinVersion, "min_version must be an integer from 0 to 9223372036854775807")
+			return
+		}
+		minVersion = v
+	}
+	wait := h.opts.MaxWait
+	if s, ok := q["timeout"]; ok {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			writeError(w, http.StatusBadRequest, CodeBadRequest, "timeout must be a positive duration such as 500ms or 2s")
+			return
+		}
+		wait = min(d, wait)
+	}
+
+	deadline := time.Now().Add(wait)
+	backoff := minBackoff
+	waiting := false
+	for {
+		if minVersion > 0 {
+			v, err := h.version(r.Context(), name, id)
+			if err != nil {
+				h.fail(w, r, "version", err)
+				return
+			}
+			if v < minVersion {
+				left := time.Until(deadline)
+				if left <= 0 {
+					w.Header().Set(VersionHeader, strconv.FormatInt(v, 10))
+					_ = writeJSON(w, http.StatusGatewayTimeout, ErrorBody{Error{
+						Code:           CodeTimeout,
+						Message:        "the projection did not reach min_version in time; retry later",
+						CurrentVersion: &v,
+						MinVersion:     &minVersion,
+					}})
+					return
+				}
+				if !waiting && h.onWait != nil {
+					h.onWait()
+				}
+				waiting = true
+				if err := sleep(r.Context(), min(backoff, left)); err != nil {
+					h.fail(w, r, "wait for min_version", err)
+					return
+				}
+				backoff = min(2*backoff, maxBackoff)
+				continue
+			}
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), h.opts.RequestTimeout)
+		view, err := h.proc.ReadAggregate(ctx, name, id)
+		cancel()
+		if err != nil {
+			h.fail(w, r, "read aggregate", err)
+			return
+		}
+		if view.Version < minVersion {
+			continue // a rebuild reset the version since it was polled
+		}
+		w.Header().Set(VersionHeader, strconv.FormatInt(view.Version, 10))
+		if !view.Found {
+			writeError(w, http.StatusNotFound, CodeNotFound, "the projection holds no read model for this aggregate")
+			return
+		}
+		h.respond(w, r, AggregateResponse{Projection: name, Aggregate: id, Version: view.Version, Data: view.Value})
+		return
+	}
+}
+
+func (h *handler) version(ctx context.Context, name, id string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.opts.RequestTimeout)
+	defer cancel()
+	return h.proc.Version(ctx, name, id)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// list serves a page of read models.
+func (h *handler) list(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	rd, ok := h.reader(w, name)
+	if !ok {
+		return
+	}
+	filters := slices.Sorted(slices.Values(rd.Filters()))
+	q, msg := params(r, func(k string) bool { return k == "limit" || k == "after" || slices.Contains(filters, k) })
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, msg+"; accepted: limit, after, "+strings.Join(filters, ", "))
+		return
+	}
+	lq := projection.ListQuery{Limit: DefaultLimit, Filters: map[string]string{}}
+	for k, v := range q {
+		switch k {
+		case "limit":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				writeError(w, http.StatusBadRequest, CodeBadRequest, "limit must be a positive integer (at most 500)")
+				return
+			}
+			lq.Limit = min(n, MaxLimit)
+		case "after":
+			if !validText(v) {
+				writeError(w, http.StatusBadRequest, CodeBadRequest, "after "+textRule)
+				return
+			}
+			lq.After = v
+		default:
+			if !validText(v) {
+				writeError(w, http.StatusBadRequest, CodeBadRequest, "a filter value "+textRule)
+				return
+			}
+			lq.Filters[k] = v
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.opts.RequestTimeout)
+	defer cancel()
+	items, next, err := rd.List(ctx, h.proc.Pool(), lq)
+	if errors.Is(err, projection.ErrUnknownFilter) {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "unknown filter; accepted: "+strings.Join(filters, ", "))
+		return
+	}
+	if err != nil {
+		h.fail(w, r, "list", err)
+		return
+	}
+	if items == nil {
+		items = []any{}
+	}
+	h.respond(w, r, ListResponse{Projection: name, Items: items, Next: next})
+}
+
+// infos returns the description of every projection.
+func (h *handler) infos(ctx context.Context) ([]ProjectionInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.opts.RequestTimeout)
+	defer cancel()
+	st, err := h.proc.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ProjectionInfo, len(st))
+	for i, s := range st {
+		out[i] = ProjectionInfo{ProjectionStatus: s, Filters: []string{}}
+		if rd, err := h.proc.Reader(s.Name); err == nil {
+			out[i].Readable = true
+			out[i].Filters = slices.Sorted(slices.Values(rd.Filters()))
+		}
+	}
+	return out, nil
+}
+
+func (h *handler) projections(w http.ResponseWriter, r *http.Request) {
+	if _, msg := params(r, func(string) bool { return false }); msg != "" {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, msg)
+		return
+	}
+	infos, err := h.infos(r.Context())
+	if err != nil {
+		h.fail(w, r, "status", err)
+		return
+	}
+	h.respond(w, r, ProjectionsResponse{Projections: infos})
+}
+
+func (h *handler) projectionInfo(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if !slices.Contains(h.proc.Projections(), name) {
+		writeError(w, http.StatusNotFound, CodeUnknownProjection, "unknown projection; see GET /v1/projections")
+		return
+	}
+	if _, msg := params(r, func(string) bool { return false }); msg != "" {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, msg)
+		return
+	}
+	infos, err := h.infos(r.Context())
+	if err != nil {
+		h.fail(w, r, "status", err)
+		return
+	}
+	for _, in := range infos {
+		if in.Name == name {
+			h.respond(w, r, in)
+			return
+		}
+	}
+	h.fail(w, r, "status", errors.New("projection missing from the status"))
+}
+
+// status serves the operator summary.
+func (h *handler) status(w http.ResponseWriter, r *http.Request) {
+	if _, msg := params(r, func(string) bool { return false }); msg != "" {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, msg)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.opts.RequestTimeout)
+	defer cancel()
+	out, what, err := h.collectStatus(ctx)
+	if err != nil {
+		h.fail(w, r, what, err)
+		return
+	}
+	h.respond(w, r, out)
+}
+
+func (h *handler) collectStatus(ctx context.Context) (*StatusResponse, string, error) {
+	now := time.Now()
+	out := &StatusResponse{Time: now.UTC()}
+	st, err := h.proc.Status(ctx)
+	if err != nil {
+		return nil, "status", err
+	}
+	out.Projections = make([]ProjectionLag, len(st))
+	for i, s := range st {
+		out.Projections[i] = ProjectionLag{ProjectionStatus: s}
+		if !s.OldestParked.IsZero() {
+			out.Projections[i].OldestParkedAgeSeconds = max(now.Sub(s.OldestParked).Seconds(), 0)
+		}
+		out.Quarantined.Count += s.Quarantined
+		out.Conflicts.Count += s.Conflicts
+	}
+	cps, err := h.proc.Checkpoints(ctx)
+	if err != nil {
+		return nil, "checkpoints", err
+	}
+	out.Checkpoints = make([]CheckpointStatus, len(cps))
+	for i, c := range cps {
+		out.Checkpoints[i] = CheckpointStatus{Checkpoint: c, AgeSeconds: c.Age.Seconds()}
+	}
+	rc, err := h.proc.CountRejected(ctx)
+	if err != nil {
+		return nil, "count rejected", err
+	}
+	out.Rejected.Count, out.Rejected.Pending = rc.Total, rc.Pending
+	lo := projection.ListOptions{Limit: h.opts.StatusEntries}
+	if out.Quarantined.Entries, err = h.proc.Quarantined(ctx, lo); err != nil {
+		return nil, "quarantined", err
+	}
+	if out.Conflicts.Entries, err = h.proc.Conflicts(ctx, lo); err != nil {
+		return nil, "conflicts", err
+	}
+	if out.Rejected.Entries, err = h.proc.Rejected(ctx, lo); err != nil {
+		return nil, "rejected", err
+	}
+	out.Quarantined.Entries = nonNil(out.Quarantined.Entries)
+	out.Conflicts.Entries = nonNil(out.Conflicts.Entries)
+	out.Rejected.Entries = nonNil(out.Rejected.Entries)
+	return out, "", nil
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
