@@ -178,9 +178,14 @@ func (p *Processor) Pool() *pgxpool.Pool { return p.pool }
 func (p *Processor) Buffer() *buffer.Buffer { return p.buf }
 
 // Setup runs Setup of every projection that implements Setuper, in one
-// transaction.
+// transaction. Concurrent calls, from any number of processes, are
+// serialised by an advisory lock: CREATE TABLE IF NOT EXISTS run at the same
+// time by two transactions fails in one of them.
 func (p *Processor) Setup(ctx context.Context) error {
 	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('inorder.setup', 0))`); err != nil {
+			return fmt.Errorf("projection: setup lock: %w", err)
+		}
 		for _, r := range p.projs {
 			if s, ok := r.p.(Setuper); ok {
 				if err := s.Setup(ctx, tx); err != nil {
@@ -224,8 +229,11 @@ type Reject struct {
 // Process runs one batch through the gate of every projection in a single
 // transaction and returns the outcome of each delivery, index-aligned with
 // b.Events. When it returns a nil error, every outcome is committed and the
-// deliveries may be acknowledged; when it returns an error, nothing was
-// committed and the deliveries must be redelivered (or retried).
+// deliveries may be acknowledged; when it returns an error, the deliveries
+// must not be acknowledged: let the source redeliver them, or retry. (If the
+// connection was lost during the commit, the batch may in fact have
+// committed; its redelivery then comes back as duplicates, which is why an
+// error is always safe to retry.)
 //
 // Transient database errors are retried with backoff (Config.MaxRetries). A
 // handler error is retried (Config.MaxAttempts) and, if it persists, the

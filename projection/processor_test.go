@@ -179,46 +179,52 @@ func TestProcessor(t *testing.T) {
 }
 
 // TestSameEventConcurrently is the seed's test: one event handled at once by
-// many goroutines has exactly one effect.
+// many goroutines has exactly one effect. It runs for a first version (the
+// version row does not exist yet) and for later versions (the row exists, so
+// only its lock serialises the deliveries).
 func TestSameEventConcurrently(t *testing.T) {
 	t.Parallel()
 	for _, n := range []int{2, 8, 64} {
 		t.Run(fmtInt(n), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, nil)
-			e := ledger.Generate(rand.New(rand.NewPCG(uint64(n), 1)), 1, 1)[0]
-			var wg sync.WaitGroup
-			res := make([]projection.Outcome, n)
-			errs := make([]error, n)
-			start := make(chan struct{})
-			for i := range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					r, err := b.proc.Process(context.Background(), projection.Batch{Events: []aggregate.Event{e}})
-					errs[i] = err
-					if err == nil {
-						res[i] = r[0].Outcome
-					}
-				}()
-			}
-			close(start)
-			wg.Wait()
-			applied := 0
-			for i := range n {
-				require.NoError(t, errs[i])
-				if res[i] == projection.Applied {
-					applied++
-				} else {
-					require.Equal(t, projection.Duplicate, res[i])
+			events := ledger.Generate(rand.New(rand.NewPCG(uint64(n), 1)), 1, 3)
+			for v, e := range events {
+				var wg sync.WaitGroup
+				res := make([]projection.Outcome, n)
+				errs := make([]error, n)
+				start := make(chan struct{})
+				for i := range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						r, err := b.proc.Process(context.Background(), projection.Batch{Events: []aggregate.Event{e}})
+						errs[i] = err
+						if err == nil {
+							res[i] = r[0].Outcome
+						}
+					}()
 				}
+				close(start)
+				wg.Wait()
+				applied := 0
+				for i := range n {
+					require.NoError(t, errs[i])
+					if res[i] == projection.Applied {
+						applied++
+					} else {
+						require.Equal(t, projection.Duplicate, res[i])
+					}
+				}
+				require.Equal(t, 1, applied, "version %d", v+1)
+				if v == 0 {
+					var legs int
+					require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM ledger_legs`).Scan(&legs))
+					require.Equal(t, 2, legs, "exactly the two legs of one transaction")
+				}
+				b.requireFold(t, events[:v+1])
 			}
-			require.Equal(t, 1, applied)
-			var legs int
-			require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM ledger_legs`).Scan(&legs))
-			require.Equal(t, 2, legs, "exactly the two legs of one transaction")
-			b.requireFold(t, []aggregate.Event{e})
 		})
 	}
 }
