@@ -1,0 +1,408 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/internal/pglocal"
+	"github.com/inorder/inorder/metrics"
+	"github.com/inorder/inorder/migrations"
+	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source/esdb/esdbtest"
+)
+
+// Demo is the workload of the demo command. LedgerDemo is the shipped one.
+type Demo struct {
+	// Projection names the projection the demo verifies and whose read
+	// model the printed curl examples read. Default: the first of
+	// Config.Projections.
+	Projection string
+
+	// Noun names the aggregates in flags and output ("payments": the
+	// --payments flag). Default "aggregates"; --aggregates always works.
+	Noun string
+
+	// Generate returns the workload: aggregates aggregates of versions
+	// events each, in the order the event store will hold them (each
+	// aggregate's versions in order, aggregates interleaved). Each event is
+	// appended to the stream named by its aggregate id. Required.
+	Generate func(rng *rand.Rand, aggregates, versions int) []aggregate.Event
+
+	// Verify compares the read model, read through q (whose search_path is
+	// the demo schema), with the in-order fold of events; it returns nil
+	// when they are equal, else an error describing the difference.
+	// Required.
+	Verify func(ctx context.Context, q projection.Querier, events []aggregate.Event) error
+
+	// Filter, if set, returns a list filter (name and value) the projection
+	// declares, for the printed curl examples.
+	Filter func(events []aggregate.Event) (name, value string)
+}
+
+// Environment variables of the demo command.
+const (
+	EnvDemoDir    = "INORDER_DEMO_DIR"
+	EnvDemoSchema = "INORDER_DEMO_SCHEMA"
+)
+
+// DefaultDemoSchema is the schema the demo drops and recreates.
+const DefaultDemoSchema = "inorder_demo"
+
+// demoSchemaComment marks the schemas the demo created, which it may drop.
+const demoSchemaComment = "inorder demo schema: dropped and recreated by every run of the demo command"
+
+// demoOptions configures demo.
+type demoOptions struct {
+	log          logOptions
+	demo         *Demo
+	DatabaseURL  string
+	DataDir      string
+	KeepPostgres bool
+	Schema       string
+	Aggregates   int
+	Versions     int
+	Seed         uint64
+	Consumers    int
+	BatchSize    int
+	MaxWait      time.Duration
+	Buffer       int
+	HTTPAddr     string
+	HTTPToken    string
+	Exit         bool
+	Timeout      time.Duration
+}
+
+func (o *demoOptions) validate(args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	if err := o.log.validate(); err != nil {
+		return err
+	}
+	if o.DatabaseURL != "" {
+		if _, err := pgxpool.ParseConfig(o.DatabaseURL); err != nil {
+			return usageErrorf("invalid --database-url: %s", redact(err))
+		}
+	}
+	switch {
+	case o.Schema == "" || len(o.Schema) > 63:
+		return usageErrorf("invalid --schema %q", o.Schema)
+	case o.Aggregates < 1:
+		return usageErrorf("--%s must be at least 1", o.noun())
+	case o.Versions < 1:
+		return usageErrorf("--versions must be at least 1")
+	case o.Consumers < 1:
+		return usageErrorf("--consumers must be at least 1")
+	case o.BatchSize < 1:
+		return usageErrorf("--batch-size must be at least 1")
+	case o.MaxWait <= 0:
+		return usageErrorf("--max-wait must be positive")
+	case o.Buffer < 1:
+		return usageErrorf("--buffer must be at least 1")
+	case o.Timeout <= 0:
+		return usageErrorf("--timeout must be positive")
+	}
+	return nil
+}
+
+func (o *demoOptions) noun() string {
+	if o.demo.Noun != "" {
+		return o.demo.Noun
+	}
+	return "aggregates"
+}
+
+// defaultDemoDir is where the demo keeps its private PostgreSQL cluster.
+// As root the cluster runs as user postgres, which cannot reach /root, so
+// the directory goes under /var/tmp.
+func defaultDemoDir(getenv func(string) string) string {
+	if os.Geteuid() == 0 {
+		return "/var/tmp/inorder-demo"
+	}
+	if d := getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "inorder", "demo-pg")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "share", "inorder", "demo-pg")
+	}
+	return filepath.Join(os.TempDir(), "inorder-demo")
+}
+
+// demoCmd runs the demo.
+type demoCmd struct{ a *app }
+
+func (c *demoCmd) command() *command {
+	d := c.a.cfg.Demo
+	noun := d.Noun
+	if noun == "" {
+		noun = "aggregates"
+	}
+	return leaf("demo", "", "run the whole pipeline on a generated workload and verify the result",
+		`Runs inorder end to end on a machine with nothing configured:
+
+ 1. PostgreSQL: --database-url / $DATABASE_URL if set; otherwise a private
+    cluster started from the installed PostgreSQL binaries in --data-dir
+    (created on first use, stopped on exit unless --keep-postgres);
+ 2. drops and recreates the demo schema (--schema, default inorder_demo) —
+    inorder's tables and the read model both live there — and migrates it;
+ 3. starts an in-process EventStoreDB (gRPC protocol) on 127.0.0.1 and
+    appends a generated workload (--`+noun+` × --versions events);
+ 4. consumes it with --consumers competing consumers on one persistent
+    subscription — deliveries arrive out of order and duplicated — and
+    shows progress on stderr;
+ 5. checks that the read model equals the in-order fold of the workload and
+    prints a summary; exits with status 1 if it does not;
+ 6. serves the read-model HTTP API and /metrics on --http-addr, printing
+    example curl commands, until Ctrl-C (or exits at once with --exit).
+
+Changes: DROPS the demo schema with everything in it (it refuses to drop an
+existing schema that holds tables and was not created by the demo), creates
+the PostgreSQL cluster in --data-dir when it has to. Nothing else.`,
+		func(fs *flagSet) *demoOptions {
+			o := &demoOptions{demo: d}
+			bindLog(fs, &o.log, "error")
+			fs.stringVar(&o.DatabaseURL, "database-url", EnvDatabaseURL, "", "PostgreSQL `URL` to use instead of a private cluster")
+			fs.stringVar(&o.DataDir, "data-dir", EnvDemoDir, defaultDemoDir(c.a.getenv), "`directory` of the private PostgreSQL cluster")
+			fs.BoolVar(&o.KeepPostgres, "keep-postgres", false, "leave the private PostgreSQL cluster running on exit")
+			fs.stringVar(&o.Schema, "schema", EnvDemoSchema, DefaultDemoSchema, "`schema` the demo drops, recreates and works in")
+			fs.IntVar(&o.Aggregates, noun, 3000, "number of "+noun+" in the workload")
+			if noun != "aggregates" {
+				fs.IntVar(&o.Aggregates, "aggregates", 3000, "same as --"+noun)
+			}
+			fs.IntVar(&o.Versions, "versions", 8, "events per aggregate")
+			fs.Uint64Var(&o.Seed, "seed", 1, "random `seed` of the workload (same seed, same workload)")
+			fs.IntVar(&o.Consumers, "consumers", 4, "competing consumers on the persistent subscription")
+			fs.IntVar(&o.BatchSize, "batch-size", 200, "deliveries per transaction, at most")
+			fs.DurationVar(&o.MaxWait, "max-wait", 20*time.Millisecond, "longest wait for a batch to fill")
+			fs.IntVar(&o.Buffer, "buffer", 64, "unacknowledged deliveries per consumer (small values make more redeliveries)")
+			fs.stringVar(&o.HTTPAddr, "http-addr", EnvHTTPAddr, DefaultHTTPAddr, "`address` of the HTTP API and /metrics (port 0 picks a free one)")
+			fs.stringVar(&o.HTTPToken, "http-token", EnvHTTPToken, "", "bearer `token` the HTTP API requires (default: none)")
+			fs.BoolVar(&o.Exit, "exit", false, "exit after the summary instead of serving the HTTP API")
+			fs.BoolVar(&o.Exit, "no-serve", false, "same as --exit")
+			fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up if the workload is not consumed within this `duration`")
+			return o
+		}, c.Run)
+}
+
+// demoRun is the state of one demo run.
+type demoRun struct {
+	a       *app
+	o       *demoOptions
+	logger  *slog.Logger
+	dbURL   string // the database, for printing
+	pool    *pgxpool.Pool
+	proc    *projection.Processor
+	metrics *metrics.Metrics
+	proj    string
+	esdb    *esdbtest.Server
+	events  []aggregate.Event
+	cleanup []func()
+}
+
+// Run runs the demo.
+func (c *demoCmd) Run(ctx context.Context, o *demoOptions) (err error) {
+	d := &demoRun{a: c.a, o: o, logger: c.a.logger(&o.log)}
+	defer func() {
+		for i := len(d.cleanup) - 1; i >= 0; i-- {
+			d.cleanup[i]()
+		}
+	}()
+	d.proj = o.demo.Projection
+	if d.proj == "" {
+		d.proj = c.a.cfg.Projections[0].Name()
+	}
+	if _, err := c.a.pickProjection(d.proj); err != nil {
+		return fmt.Errorf("demo: Config.Demo.Projection: %w", err)
+	}
+	if err := d.database(ctx); err != nil {
+		return err
+	}
+	if err := d.eventStore(); err != nil {
+		return err
+	}
+	stats, err := d.consume(ctx)
+	if err != nil {
+		return err
+	}
+	verr := o.demo.Verify(ctx, d.pool, d.events)
+	d.summary(stats, verr)
+	if verr != nil {
+		if !errors.Is(verr, ErrVerify) {
+			verr = fmt.Errorf("%w: %w", ErrVerify, verr)
+		}
+		return verr
+	}
+	if o.Exit {
+		return nil
+	}
+	return d.serve(ctx)
+}
+
+// database connects to (or starts) PostgreSQL and prepares the demo schema.
+func (d *demoRun) database(ctx context.Context) error {
+	out := d.a.stderr
+	base := d.o.DatabaseURL
+	if base == "" {
+		fmt.Fprintf(out, "starting a private PostgreSQL cluster in %s ...\n", d.o.DataDir)
+		cl, err := pglocal.Start(ctx, pglocal.Options{Dir: d.o.DataDir, Logger: d.logger})
+		if err != nil {
+			return fmt.Errorf("demo: PostgreSQL: %w (set --database-url or $%s to use a running server)", err, EnvDatabaseURL)
+		}
+		if !d.o.KeepPostgres {
+			d.cleanup = append(d.cleanup, func() {
+				sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				if err := cl.Stop(sctx); err != nil {
+					d.logger.Warn("demo: stop PostgreSQL", "error", err)
+				}
+			})
+		}
+		base = cl.URL()
+	}
+	cfg, err := pgxpool.ParseConfig(base)
+	if err != nil {
+		return fmt.Errorf("demo: database URL: %s", redact(err))
+	}
+	// Everything of the demo — inorder's tables and the read model — lives
+	// in the demo schema: set it as search_path on every connection, after
+	// whatever the URL set.
+	setPath := "SET search_path = " + pgx.Identifier{d.o.Schema}.Sanitize()
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, setPath)
+		return err
+	}
+	cfg.MaxConns = int32(max(8, 2*d.o.Consumers+4))
+	cfg.ConnConfig.RuntimeParams["application_name"] = "inorder-demo"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("demo: database: %w", err)
+	}
+	d.pool = pool
+	d.cleanup = append(d.cleanup, pool.Close)
+	if err := d.resetSchema(ctx); err != nil {
+		return err
+	}
+	m, err := migrations.New(pool, &migrations.Options{Schema: d.o.Schema, Logger: d.logger})
+	if err != nil {
+		return err
+	}
+	if _, err := m.Migrate(ctx); err != nil {
+		return fmt.Errorf("demo: migrate: %w", err)
+	}
+	var closeMetrics func()
+	if d.proc, d.metrics, closeMetrics, err = d.a.instrumentedProcessor(ctx, pool, &dbOptions{URL: base, Schema: d.o.Schema}, d.logger); err != nil {
+		return err
+	}
+	d.cleanup = append(d.cleanup, closeMetrics)
+	if err := d.proc.Setup(ctx); err != nil {
+		return fmt.Errorf("demo: create the read model: %w", err)
+	}
+	d.dbURL = base
+	fmt.Fprintf(out, "schema %s recreated and migrated\n", d.o.Schema)
+	return nil
+}
+
+// resetSchema drops and recreates the demo schema, refusing to drop a
+// schema with tables that the demo did not create.
+func (d *demoRun) resetSchema(ctx context.Context) error {
+	var comment *string
+	var tables int64
+	err := d.pool.QueryRow(ctx, `SELECT obj_description(n.oid, 'pg_namespace'),
+  (SELECT count(*) FROM pg_class c WHERE c.relnamespace = n.oid)
+FROM pg_namespace n WHERE n.nspname = $1`, d.o.Schema).Scan(&comment, &tables)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("demo: inspect schema %s: %w", d.o.Schema, err)
+	case tables > 0 && (comment == nil || *comment != demoSchemaComment):
+		return fmt.Errorf("demo: schema %s holds %d tables and was not created by the demo; refusing to drop it (choose another --schema)", d.o.Schema, tables)
+	}
+	ident := pgx.Identifier{d.o.Schema}.Sanitize()
+	b := &pgx.Batch{}
+	b.Queue(`DROP SCHEMA IF EXISTS ` + ident + ` CASCADE`)
+	b.Queue(`CREATE SCHEMA ` + ident)
+	b.Queue(`COMMENT ON SCHEMA ` + ident + ` IS '` + demoSchemaComment + `'`)
+	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
+	if err != nil {
+		return fmt.Errorf("demo: recreate schema %s: %w", d.o.Schema, err)
+	}
+	return nil
+}
+
+// eventStore starts the in-process EventStoreDB and appends the workload.
+func (d *demoRun) eventStore() error {
+	srv, err := esdbtest.Start(&esdbtest.Options{Addr: "127.0.0.1:0", Logger: d.logger})
+	if err != nil {
+		return fmt.Errorf("demo: EventStoreDB: %w", err)
+	}
+	d.esdb = srv
+	d.cleanup = append(d.cleanup, srv.Close)
+	rng := rand.New(rand.NewPCG(d.o.Seed, d.o.Seed^0x9e3779b97f4a7c15))
+	d.events = d.o.demo.Generate(rng, d.o.Aggregates, d.o.Versions)
+	bar := newProgressBar(d.a.stderr, "appending", "events", int64(len(d.events)))
+	for i, e := range d.events {
+		ev := esdbtest.Event{ID: demoEventID(e), Type: e.Type, Data: e.Data, Metadata: e.Metadata}
+		if _, err := srv.Append(e.Aggregate, ev); err != nil {
+			return fmt.Errorf("demo: append: %w", err)
+		}
+		bar.update(int64(i + 1))
+	}
+	bar.finish(int64(len(d.events)))
+	fmt.Fprintf(d.a.stderr, "appended %d events of %d %s to the in-process EventStoreDB at %s\n",
+		len(d.events), d.o.Aggregates, d.o.noun(), srv.URL())
+	return nil
+}
+
+// demoEventID derives an event's UUID from the fact (aggregate and
+// version), so the same workload always has the same ids.
+func demoEventID(e aggregate.Event) uuid.UUID {
+	return uuid.NewSHA1(uuid.NameSpaceURL, []byte("inorder-demo:"+e.Aggregate+":"+strconv.FormatInt(e.Version, 10)))
+}
+
+// demoStats is what consume measured.
+type demoStats struct {
+	elapsed  time.Duration
+	counts   projection.Counts
+	received int64 // deliveries received by the consumers
+}
+
+// summary prints the demo's results on stdout.
+func (d *demoRun) summary(st demoStats, verr error) {
+	w := d.a.stdout
+	c := st.counts
+	deliveries := st.received
+	rate := 0.0
+	if s := st.elapsed.Seconds(); s > 0 {
+		rate = float64(len(d.events)) / s
+	}
+	t := newTable(w)
+	t.row("events:", fmt.Sprintf("%d (%d %s x %d versions)", len(d.events), d.o.Aggregates, d.o.noun(), d.o.Versions))
+	t.row("consumers:", fmt.Sprintf("%d competing, one persistent subscription", d.o.Consumers))
+	t.row("deliveries:", fmt.Sprintf("%d (%d more than events: redelivered)", deliveries, max(deliveries-int64(len(d.events)), 0)))
+	t.row("applied:", fmt.Sprintf("%d (%d in order on arrival, %d drained from parked)", c.Applied(), c.Deliveries[projection.Applied], c.Drained))
+	t.row("parked:", fmt.Sprintf("%d (arrived before their predecessors)", c.Deliveries[projection.Parked]))
+	t.row("duplicates:", c.Deliveries[projection.Duplicate])
+	t.row("conflicts:", c.Deliveries[projection.Conflict])
+	t.row("quarantined:", c.Deliveries[projection.Quarantined])
+	t.row("rejected:", c.Deliveries[projection.Rejected])
+	t.row("transactions:", c.Batches)
+	t.row("throughput:", fmt.Sprintf("%.0f events/s (%d events in %s)", rate, len(d.events), age(st.elapsed)))
+	_ = t.flush()
+	if verr != nil {
+		fmt.Fprintf(w, "NOT verified: %v\n", verr)
+		return
+	}
+	fmt.Fprintln(w, "verified: read model equals the in-order fold")
+}

@@ -1,0 +1,162 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/cli"
+	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/projection"
+)
+
+// syncBuffer is a bytes.Buffer that signals every write.
+type syncBuffer struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	written chan struct{}
+}
+
+func newSyncBuffer() *syncBuffer { return &syncBuffer{written: make(chan struct{}, 1)} }
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case b.written <- struct{}{}:
+	default:
+	}
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// waitFor waits until the buffer matches re, or done is closed.
+func (b *syncBuffer) waitFor(t *testing.T, re *regexp.Regexp, done <-chan struct{}) []string {
+	t.Helper()
+	timeout := time.After(time.Minute)
+	for {
+		if m := re.FindStringSubmatch(b.String()); m != nil {
+			return m
+		}
+		select {
+		case <-b.written:
+		case <-done:
+			t.Fatalf("the command ended before printing %s; output:\n%s", re, b.String())
+		case <-timeout:
+			t.Fatalf("no %s within a minute; output:\n%s", re, b.String())
+		}
+	}
+}
+
+func TestDemo(t *testing.T) {
+	t.Parallel()
+
+	t.Run("VerifiesAndServes", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		p := ledger.New(nil)
+		stdout, stderr := newSyncBuffer(), newSyncBuffer()
+		cfg := cli.Config{Projections: []projection.Projection{p}, Demo: cli.LedgerDemo(p), Stdout: stdout, Stderr: stderr,
+			Getenv: func(string) string { return "" }}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		done := make(chan struct{})
+		var err error
+		go func() {
+			defer close(done)
+			err = cli.Run(ctx, cfg, []string{"demo", "--payments", "200", "--versions", "5", "--database-url", db.URL,
+				"--schema", db.Schema, "--http-addr", "127.0.0.1:0", "--buffer", "8"})
+		}()
+		stdout.waitFor(t, regexp.MustCompile(`status --schema \S+`), done) // the last line
+		out := stdout.String()
+		m := regexp.MustCompile(`curl -si '(http://127\.0\.0\.1:\d+/v1/projections/ledger/aggregates/(pay-\d+))\?min_version=(\d+)'`).FindStringSubmatch(out)
+		require.NotNil(t, m, out)
+		require.Contains(t, out, "verified: read model equals the in-order fold")
+		require.Regexp(t, `(?m)^events:\s+1000 \(200 payments x 5 versions\)`, out)
+		require.Regexp(t, `(?m)^applied:\s+1000 `, out)
+		require.Regexp(t, `curl -s 'http://127\.0\.0\.1:\d+/v1/projections/ledger/aggregates\?limit=3&payer=customer-\d+'`, out)
+		require.Contains(t, stderr.String(), "simulated network failure")
+
+		resp, gerr := http.Get(m[1] + "?min_version=" + m[3])
+		require.NoError(t, gerr)
+		var body struct {
+			Aggregate string `json:"aggregate"`
+			Version   int64  `json:"version"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		require.Equal(t, m[2], body.Aggregate)
+		require.Equal(t, m[3], fmt.Sprint(body.Version))
+
+		cancel()
+		<-done
+		require.NoError(t, err)
+	})
+
+	t.Run("MismatchFails", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		p := ledger.New(nil)
+		demo := cli.LedgerDemo(p)
+		verify := demo.Verify
+		demo.Verify = func(ctx context.Context, q projection.Querier, events []aggregate.Event) error {
+			// Check against a workload with one event too many: the read
+			// model cannot equal its fold.
+			last := events[len(events)-1]
+			next, err := aggregate.New(last.Aggregate, maxVersion(events, last.Aggregate)+1, ledger.Voided, ledger.Data{})
+			require.NoError(t, err)
+			return verify(ctx, q, append(events[:len(events):len(events)], next))
+		}
+		var stdout, stderr bytes.Buffer
+		cfg := cli.Config{Projections: []projection.Projection{p}, Demo: demo, Stdout: &stdout, Stderr: &stderr,
+			Getenv: func(string) string { return "" }}
+		err := cli.Run(t.Context(), cfg, []string{"demo", "--payments", "20", "--versions", "3", "--database-url", db.URL,
+			"--schema", db.Schema, "--exit"})
+		require.ErrorIs(t, err, cli.ErrVerify)
+		require.Contains(t, stdout.String(), "NOT verified")
+		require.NotContains(t, stdout.String(), "verified: read model equals")
+		require.Contains(t, err.Error(), "payments differ")
+	})
+
+	t.Run("Usage", func(t *testing.T) {
+		t.Parallel()
+		p := ledger.New(nil)
+		var stdout bytes.Buffer
+		cfg := cli.Config{Projections: []projection.Projection{p}, Demo: cli.LedgerDemo(p), Stdout: &stdout, Stderr: &stdout,
+			Getenv: func(string) string { return "" }}
+		err := cli.Run(t.Context(), cfg, []string{"demo", "--payments", "0"})
+		require.ErrorIs(t, err, cli.ErrUsage)
+		require.ErrorContains(t, err, "--payments must be at least 1")
+		err = cli.Run(t.Context(), cfg, []string{"demo", "--help"})
+		require.NoError(t, err)
+		require.Contains(t, stdout.String(), "DROPS the demo schema")
+		require.True(t, strings.Contains(stdout.String(), "--payments int"), stdout.String())
+	})
+}
+
+func maxVersion(events []aggregate.Event, agg string) int64 {
+	var v int64
+	for _, e := range events {
+		if e.Aggregate == agg {
+			v = max(v, e.Version)
+		}
+	}
+	return v
+}

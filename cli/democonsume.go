@@ -1,0 +1,168 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"syscall"
+	"time"
+
+	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
+
+	"github.com/inorder/inorder/source/esdb"
+)
+
+// demoGroup is the persistent subscription group the demo's consumers share.
+const demoGroup = "inorder-demo"
+
+// consume runs the competing consumers until the whole workload is applied.
+func (d *demoRun) consume(ctx context.Context) (demoStats, error) {
+	total := int64(len(d.events))
+	settings := esdbc.SubscriptionSettingsDefault()
+	settings.MessageTimeout = 5000 // ms: a delivery not acked in time goes to another consumer
+	settings.MaxRetryCount = 1000  // never park at the server: the gate absorbs redeliveries
+	srcs := make([]*esdb.Source, d.o.Consumers)
+	for i := range srcs {
+		var err error
+		srcs[i], err = esdb.New(&esdb.Config{
+			URL:       d.esdb.URL(),
+			Processor: d.proc,
+			Name:      fmt.Sprintf("demo-consumer-%d", i+1),
+			Persistent: &esdb.Persistent{Group: demoGroup, Settings: &settings,
+				BufferSize: uint32(d.o.Buffer)},
+			Workers:      2,
+			BatchSize:    d.o.BatchSize,
+			MaxWait:      d.o.MaxWait,
+			ReconnectMin: 20 * time.Millisecond,
+			RepairAfter:  2 * time.Second,
+			RepairEvery:  time.Second,
+			Logger:       d.logger,
+		})
+		if err != nil {
+			return demoStats{}, fmt.Errorf("demo: consumer: %w", err)
+		}
+	}
+	registerSourceMetrics(d.metrics, "demo", sumStats(srcs))
+
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make([]error, len(srcs))
+	for i, s := range srcs {
+		wg.Go(func() { errs[i] = s.Run(runCtx) })
+	}
+	stopAll := func() error {
+		stop()
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+
+	fmt.Fprintf(d.a.stderr, "consuming with %d competing consumers on persistent subscription %q to $all\n", len(srcs), demoGroup)
+	start := time.Now()
+	bar := newProgressBar(d.a.stderr, "applied", "events", total)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(d.o.Timeout)
+	defer deadline.Stop()
+	// Drop every subscription twice mid-run, as a network failure would:
+	// the deliveries not yet acknowledged go to other consumers again.
+	drops := []int64{total / 3, 2 * total / 3}
+	var applied, lastApplied int64
+	lastProgress := time.Now()
+	for applied < total {
+		select {
+		case <-ctx.Done():
+			_ = stopAll()
+			return demoStats{}, ctx.Err()
+		case <-d.a.drain.Done():
+			_ = stopAll()
+			return demoStats{}, fmt.Errorf("demo: interrupted after %d of %d events", applied, total)
+		case <-deadline.C:
+			_ = stopAll()
+			return demoStats{}, fmt.Errorf("demo: %d of %d events applied after %s (--timeout)", applied, total, d.o.Timeout)
+		case <-tick.C:
+		}
+		c := d.proc.Counts()[d.proj]
+		applied = c.Applied()
+		bar.update(applied)
+		if len(drops) > 0 && applied >= drops[0] && applied < total {
+			drops = drops[1:]
+			d.esdb.DropSubscriptions()
+			bar.note(fmt.Sprintf("simulated network failure at %d events: every subscription dropped; the consumers reconnect and unacknowledged deliveries come again", applied))
+		}
+		if applied != lastApplied {
+			lastApplied, lastProgress = applied, time.Now()
+		} else if time.Since(lastProgress) > time.Minute {
+			_ = stopAll()
+			return demoStats{}, fmt.Errorf("demo: stuck at %d of %d events applied for a minute; see '%s status' and '%s parked list'", applied, total, d.a.name, d.a.name)
+		}
+	}
+	elapsed := time.Since(start)
+	bar.finish(applied)
+	if err := stopAll(); err != nil {
+		return demoStats{}, fmt.Errorf("demo: stop the consumers: %w", err)
+	}
+	return demoStats{elapsed: elapsed, counts: d.proc.Counts()[d.proj], received: sumStats(srcs)().Received}, nil
+}
+
+// serve serves the HTTP API until the first signal and prints examples.
+func (d *demoRun) serve(ctx context.Context) error {
+	o := &httpOptions{Addr: d.o.HTTPAddr, Token: d.o.HTTPToken, MaxWait: 5 * time.Second}
+	srv, err := startHTTP(o, d.proc, nil, d.metrics.Handler(), d.logger)
+	if err != nil && d.o.HTTPAddr == DefaultHTTPAddr && errors.Is(err, syscall.EADDRINUSE) {
+		fmt.Fprintf(d.a.stderr, "%s is in use; listening on a free port instead\n", DefaultHTTPAddr)
+		o.Addr = "127.0.0.1:0"
+		srv, err = startHTTP(o, d.proc, nil, d.metrics.Handler(), d.logger)
+	}
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	d.examples(srv.url())
+	select {
+	case <-ctx.Done():
+	case <-d.a.drain.Done():
+	case err := <-srv.errc:
+		return fmt.Errorf("demo: http: %w", err)
+	}
+	fmt.Fprintln(d.a.stderr, "stopping")
+	return srv.shutdown(5 * time.Second)
+}
+
+// examples prints curl commands with ids from the workload.
+func (d *demoRun) examples(base string) {
+	w := d.a.stdout
+	last := d.events[len(d.events)-1]
+	var version int64
+	for _, e := range d.events {
+		if e.Aggregate == last.Aggregate {
+			version = max(version, e.Version)
+		}
+	}
+	auth := ""
+	if d.o.HTTPToken != "" {
+		auth = "-H 'Authorization: Bearer " + d.o.HTTPToken + "' "
+	}
+	proj := url.PathEscape(d.proj)
+	agg := base + "/v1/projections/" + proj + "/aggregates/" + url.PathEscape(last.Aggregate)
+	fmt.Fprintf(w, "\nThe read-model API is serving on %s (Ctrl-C to stop). Try:\n\n", base)
+	fmt.Fprintf(w, "  curl -s %s'%s'\n", auth, agg)
+	fmt.Fprintf(w, "  curl -si %s'%s?min_version=%d'   # read-your-writes: waits until version %d is applied\n", auth, agg, version, version)
+	fmt.Fprintf(w, "  curl -s %s'%s?min_version=%d&timeout=1s'   # not there yet: 504 with the current version\n", auth, agg, version+1)
+	list := base + "/v1/projections/" + proj + "/aggregates?limit=3"
+	if d.o.demo.Filter != nil {
+		if name, value := d.o.demo.Filter(d.events); name != "" {
+			list += "&" + url.QueryEscape(name) + "=" + url.QueryEscape(value)
+		}
+	}
+	fmt.Fprintf(w, "  curl -s %s'%s'\n", auth, list)
+	fmt.Fprintf(w, "  curl -s %s'%s/v1/status'\n", auth, base)
+	fmt.Fprintf(w, "  curl -s '%s/metrics' | grep '^inorder_'\n", base)
+	fmt.Fprintf(w, "\nOperator commands on the same data:\n\n")
+	if d.o.DatabaseURL != "" {
+		fmt.Fprintf(w, "  %s status --schema %s   # with the same $DATABASE_URL\n", d.a.name, d.o.Schema)
+	} else {
+		fmt.Fprintf(w, "  %s status --database-url '%s' --schema %s\n", d.a.name, d.dbURL, d.o.Schema)
+	}
+}

@@ -1,0 +1,216 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/inorder/inorder/migrations"
+)
+
+// migrateOptions configures migrate.
+type migrateOptions struct {
+	log    logOptions
+	db     dbOptions
+	out    outputOptions
+	DryRun bool
+}
+
+func (o *migrateOptions) validate(args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	if err := o.log.validate(); err != nil {
+		return err
+	}
+	return o.db.validate()
+}
+
+// migrateCmd applies inorder's migrations and creates the projections'
+// read-model tables.
+type migrateCmd struct{ a *app }
+
+func (c *migrateCmd) command() *command {
+	return leaf("migrate", "", "apply inorder's migrations and create the projections' tables",
+		`Applies the pending migrations embedded in this binary to --schema (creating
+the schema and its schema_migrations table if needed), then creates the
+read-model tables of every projection that has a Setup (CREATE TABLE IF NOT
+EXISTS, in the connection's search_path).
+
+Changes: creates the schema and tables; never drops or rewrites data. With
+--dry-run it only prints the steps it would take and changes nothing.
+Several processes may migrate at once: an advisory lock lets one apply the
+steps while the others wait and then find nothing to do.
+
+Subcommand: 'migrate status' lists the migrations and whether they are applied.`,
+		func(fs *flagSet) *migrateOptions {
+			o := &migrateOptions{}
+			bindLog(fs, &o.log, "warn")
+			bindDB(fs, &o.db)
+			bindOutput(fs, &o.out)
+			fs.BoolVar(&o.DryRun, "dry-run", false, "print the migrations that would be applied; change nothing")
+			return o
+		}, c.Run)
+}
+
+// Run applies the migrations.
+func (c *migrateCmd) Run(ctx context.Context, o *migrateOptions) error {
+	logger := c.a.logger(&o.log)
+	pool, err := connect(ctx, &o.db, 4, logger)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	m, err := migrations.New(pool, &migrations.Options{Schema: o.db.Schema, Logger: logger, DryRun: o.DryRun})
+	if err != nil {
+		return err
+	}
+	res, err := m.Migrate(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	setup := false
+	if !o.DryRun {
+		proc, err := c.a.processor(pool, o.db.Schema, logger)
+		if err != nil {
+			return err
+		}
+		if err := proc.Setup(ctx); err != nil {
+			return fmt.Errorf("migrate: create the projections' tables: %w", err)
+		}
+		setup = true
+	}
+	if o.out.JSON {
+		type step struct {
+			Version    int     `json:"version"`
+			Name       string  `json:"name"`
+			DurationMS float64 `json:"duration_ms"`
+		}
+		steps := make([]step, 0, len(res.Steps))
+		for _, s := range res.Steps {
+			steps = append(steps, step{s.Version, s.Name, float64(s.Duration.Microseconds()) / 1000})
+		}
+		return writeJSON(c.a.stdout, map[string]any{
+			"schema": o.db.Schema, "dry_run": res.DryRun, "steps": steps,
+			"projections_setup": setup, "projections": c.a.projectionNames(),
+		})
+	}
+	verb := "applied"
+	if res.DryRun {
+		verb = "would apply"
+	}
+	if len(res.Steps) == 0 {
+		fmt.Fprintf(c.a.stdout, "schema %s is up to date\n", o.db.Schema)
+	}
+	for _, s := range res.Steps {
+		fmt.Fprintf(c.a.stdout, "%s %03d_%s to schema %s", verb, s.Version, s.Name, o.db.Schema)
+		if !res.DryRun {
+			fmt.Fprintf(c.a.stdout, " in %s", age(s.Duration))
+		}
+		fmt.Fprintln(c.a.stdout)
+	}
+	if setup {
+		fmt.Fprintf(c.a.stdout, "read-model tables ready for %v\n", c.a.projectionNames())
+	}
+	return nil
+}
+
+// migrateStatusOptions configures migrate status.
+type migrateStatusOptions struct {
+	log logOptions
+	db  dbOptions
+	out outputOptions
+}
+
+func (o *migrateStatusOptions) validate(args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	if err := o.log.validate(); err != nil {
+		return err
+	}
+	return o.db.validate()
+}
+
+// migrateStatusCmd lists the migrations and whether they are applied.
+type migrateStatusCmd struct{ a *app }
+
+func (c *migrateStatusCmd) command() *command {
+	return leaf("status", "", "list the migrations and whether they are applied",
+		`Lists every migration embedded in this binary with whether and when it was
+applied to --schema, plus any applied version this binary does not know (the
+database was migrated by a newer release). Read-only.`,
+		func(fs *flagSet) *migrateStatusOptions {
+			o := &migrateStatusOptions{}
+			bindLog(fs, &o.log, "warn")
+			bindDB(fs, &o.db)
+			bindOutput(fs, &o.out)
+			return o
+		}, c.Run)
+}
+
+// Run prints the migration status.
+func (c *migrateStatusCmd) Run(ctx context.Context, o *migrateStatusOptions) error {
+	logger := c.a.logger(&o.log)
+	pool, err := connect(ctx, &o.db, 2, logger)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	m, err := migrations.New(pool, &migrations.Options{Schema: o.db.Schema, Logger: logger})
+	if err != nil {
+		return err
+	}
+	st, err := m.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate status: %w", err)
+	}
+	if o.out.JSON {
+		type row struct {
+			Version   int    `json:"version"`
+			Name      string `json:"name"`
+			Applied   bool   `json:"applied"`
+			AppliedAt string `json:"applied_at,omitempty"`
+			Unknown   bool   `json:"unknown,omitempty"`
+		}
+		rows := make([]row, 0, len(st))
+		for _, s := range st {
+			r := row{Version: s.Version, Name: s.Name, Applied: s.Applied, Unknown: s.Unknown}
+			if s.Applied {
+				r.AppliedAt = s.AppliedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+			}
+			rows = append(rows, r)
+		}
+		return writeJSON(c.a.stdout, map[string]any{"schema": o.db.Schema, "migrations": rows})
+	}
+	t := newTable(c.a.stdout, "VERSION", "NAME", "STATE", "APPLIED AT")
+	for _, s := range st {
+		state := "pending"
+		switch {
+		case s.Unknown:
+			state = "unknown to this binary"
+		case s.Applied:
+			state = "applied"
+		}
+		t.row(fmt.Sprintf("%03d", s.Version), s.Name, state, s.AppliedAt)
+	}
+	return t.flush()
+}
+
+// pendingMigrations returns the migrations not yet applied to schema, and
+// an error if the database knows a version this binary does not.
+func pendingMigrations(ctx context.Context, m *migrations.Migrator) ([]migrations.Status, error) {
+	st, err := m.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var pending []migrations.Status
+	for _, s := range st {
+		if s.Unknown {
+			return nil, fmt.Errorf("schema %s has migration %d, which this binary does not know: %w", m.Schema(), s.Version, migrations.ErrUnknownVersion)
+		}
+		if !s.Applied {
+			pending = append(pending, s)
+		}
+	}
+	return pending, nil
+}

@@ -1,0 +1,878 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/inorder/inorder/buffer"
+	"github.com/inorder/inorder/projection"
+)
+
+// opOptions are the flags every operator command shares.
+type opOptions struct {
+	log logOptions
+	db  dbOptions
+	out outputOptions
+}
+
+func bindOp(fs *flagSet, o *opOptions) {
+	bindLog(fs, &o.log, "warn")
+	bindDB(fs, &o.db)
+	bindOutput(fs, &o.out)
+}
+
+func (o *opOptions) validate() error {
+	if err := o.log.validate(); err != nil {
+		return err
+	}
+	return o.db.validate()
+}
+
+// open connects and returns a processor of the binary's projections; close
+// releases the pool.
+func (a *app) open(ctx context.Context, o *opOptions) (proc *projection.Processor, close func(), err error) {
+	logger := a.logger(&o.log)
+	pool, err := connect(ctx, &o.db, 4, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := a.prepareSchema(ctx, pool, o.db.Schema, false, logger); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	proc, err = a.processor(pool, o.db.Schema, logger)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return proc, pool.Close, nil
+}
+
+// jsonData renders an event payload in JSON output: as JSON when it is,
+// else as a string.
+func jsonData(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	if json.Valid(b) {
+		return json.RawMessage(b)
+	}
+	return string(b)
+}
+
+// --- status ---
+
+// statusOptions configures status.
+type statusOptions struct{ opOptions }
+
+func (o *statusOptions) validate(args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	return o.opOptions.validate()
+}
+
+// statusCmd prints the state of every projection.
+type statusCmd struct{ a *app }
+
+func (c *statusCmd) command() *command {
+	return leaf("status", "", "show every projection's gate state, rejected events and checkpoints",
+		`Shows, per projection: the aggregates seen, the events applied, the events
+parked and the age of the oldest, the quarantined events and the conflicts
+recorded; then the rejected deliveries and the sources' checkpoints.
+Read-only.`,
+		func(fs *flagSet) *statusOptions {
+			o := &statusOptions{}
+			bindOp(fs, &o.opOptions)
+			return o
+		}, c.Run)
+}
+
+// StatusReport is what status prints with --json.
+type StatusReport struct {
+	Schema      string                    `json:"schema"`
+	Projections []ProjectionReport        `json:"projections"`
+	Rejected    projection.RejectedCounts `json:"rejected"`
+	Checkpoints []CheckpointReport        `json:"checkpoints"`
+}
+
+// ProjectionReport is one projection's row of StatusReport.
+type ProjectionReport struct {
+	projection.ProjectionStatus
+	// OldestParkedAgeSeconds is the age of the oldest parked event, 0 if
+	// none.
+	OldestParkedAgeSeconds float64 `json:"oldest_parked_age_seconds"`
+}
+
+// CheckpointReport is a source's checkpoint in StatusReport.
+type CheckpointReport struct {
+	projection.Checkpoint
+	// AgeSeconds is the time since the checkpoint was last written.
+	AgeSeconds float64 `json:"age_seconds"`
+}
+
+// Run prints the status.
+func (c *statusCmd) Run(ctx context.Context, o *statusOptions) error {
+	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	rep, err := statusReport(ctx, proc)
+	if err != nil {
+		return err
+	}
+	if o.out.JSON {
+		return writeJSON(c.a.stdout, rep)
+	}
+	t := newTable(c.a.stdout, "PROJECTION", "AGGREGATES", "EVENTS", "PARKED", "PARKED AGGS", "OLDEST PARKED", "QUARANTINED", "CONFLICTS")
+	for _, p := range rep.Projections {
+		t.row(p.Name, p.Aggregates, p.Events, p.Parked, p.ParkedAggregates, ageOf(p.OldestParked), p.Quarantined, p.Conflicts)
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.a.stdout, "\nrejected deliveries: %d (%d not replayed)\n", rep.Rejected.Total, rep.Rejected.Pending)
+	if len(rep.Checkpoints) > 0 {
+		fmt.Fprintln(c.a.stdout)
+		t := newTable(c.a.stdout, "CHECKPOINT", "COMMIT POSITION", "UPDATED")
+		for _, cp := range rep.Checkpoints {
+			t.row(cp.Name, cp.CommitPosition, age(cp.Age)+" ago")
+		}
+		return t.flush()
+	}
+	return nil
+}
+
+func statusReport(ctx context.Context, proc *projection.Processor) (*StatusReport, error) {
+	st, err := proc.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep := &StatusReport{Schema: proc.Schema(), Projections: make([]ProjectionReport, 0, len(st)), Checkpoints: []CheckpointReport{}}
+	for _, s := range st {
+		rep.Projections = append(rep.Projections, ProjectionReport{ProjectionStatus: s, OldestParkedAgeSeconds: since(s.OldestParked).Seconds()})
+	}
+	if rep.Rejected, err = proc.CountRejected(ctx); err != nil {
+		return nil, err
+	}
+	cps, err := proc.Checkpoints(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, cp := range cps {
+		rep.Checkpoints = append(rep.Checkpoints, CheckpointReport{Checkpoint: cp, AgeSeconds: cp.Age.Seconds()})
+	}
+	return rep, nil
+}
+
+// --- parked ---
+
+// parkedListOptions configures parked list.
+type parkedListOptions struct {
+	opOptions
+	a          *app
+	Projection string
+	Aggregate  string
+	OlderThan  time.Duration
+	Limit      int
+}
+
+func (o *parkedListOptions) validate(args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	if o.Projection != "" {
+		if _, err := o.a.pickProjection(o.Projection); err != nil {
+			return err
+		}
+	}
+	if o.Limit < 1 {
+		return usageErrorf("--limit must be at least 1")
+	}
+	if o.OlderThan < 0 {
+		return usageErrorf("--older-than must not be negative")
+	}
+	return o.opOptions.validate()
+}
+
+// WaitingReport is one aggregate of parked list --json.
+type WaitingReport struct {
+	Projection string `json:"projection"`
+	Aggregate  string `json:"aggregate"`
+	// Applied is the aggregate's applied version; it waits for
+	// MissingFrom … MissingTo.
+	Applied     int64     `json:"applied"`
+	MissingFrom int64     `json:"missing_from"`
+	MissingTo   int64     `json:"missing_to"`
+	Parked      int64     `json:"parked"`
+	MinVersion  int64     `json:"min_version"`
+	MaxVersion  int64     `json:"max_version"`
+	OldestAt    time.Time `json:"oldest_parked_at"`
+	AgeSeconds  float64   `json:"age_seconds"`
+}
+
+func waitingReport(w buffer.Waiting) WaitingReport {
+	from, to := w.Missing()
+	return WaitingReport{Projection: w.Projection, Aggregate: w.Aggregate, Applied: w.Current, MissingFrom: from, MissingTo: to,
+		Parked: w.Count, MinVersion: w.MinVersion, MaxVersion: w.MaxVersion, OldestAt: w.Oldest, AgeSeconds: since(w.Oldest).Seconds()}
+}
+
+// parkedListCmd lists the aggregates that have parked events.
+type parkedListCmd struct{ a *app }
+
+func (c *parkedListCmd) command() *command {
+	return leaf("list", "", "list the aggregates waiting for missing versions, longest waiting first",
+		`Lists the aggregates that have parked events — future versions stored until
+the versions before them arrive — with the versions they wait for, how many
+events are parked and how long the oldest has waited. Read-only.
+
+An aggregate that waits long usually lacks an event the source has not
+delivered: try 'parked repair', then, if the versions really do not exist,
+'parked declare-gap'.`,
+		func(fs *flagSet) *parkedListOptions {
+			o := &parkedListOptions{a: c.a}
+			bindOp(fs, &o.opOptions)
+			fs.StringVar(&o.Projection, "projection", "", "only this `projection`")
+			fs.StringVar(&o.Aggregate, "aggregate", "", "only this `aggregate`")
+			fs.DurationVar(&o.OlderThan, "older-than", 0, "only aggregates whose oldest parked event waited at least this `duration`")
+			fs.IntVar(&o.Limit, "limit", 100, "at most this many `rows`")
+			return o
+		}, c.Run)
+}
+
+// Run lists waiting aggregates.
+func (c *parkedListCmd) Run(ctx context.Context, o *parkedListOptions) error {
+	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	ws, err := proc.Buffer().Waiting(ctx, proc.Pool(), buffer.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, OlderThan: o.OlderThan, Limit: o.Limit})
+	if err != nil {
+		return err
+	}
+	if o.out.JSON {
+		out := make([]WaitingReport, 0, len(ws))
+		for _, w := range ws {
+			out = append(out, waitingReport(w))
+		}
+		return writeJSON(c.a.stdout, out)
+	}
+	t := newTable(c.a.stdout, "PROJECTION", "AGGREGATE", "APPLIED", "WAITING FOR", "PARKED", "VERSIONS", "OLDEST")
+	for _, w := range ws {
+		from, to := w.Missing()
+		missing := strconv.FormatInt(from, 10)
+		if to > from {
+			missing += "-" + strconv.FormatInt(to, 10)
+		}
+		t.row(w.Projection, w.Aggregate, w.Current, missing, w.Count, fmt.Sprintf("%d-%d", w.MinVersion, w.MaxVersion), ageOf(w.Oldest))
+	}
+	return t.flush()
+}
+
+// parkedShowOptions configures parked show.
+type parkedShowOptions struct {
+	opOptions
+	a          *app
+	Projection string
+	Limit      int
+	Aggregate  string
+}
+
+func (o *parkedShowOptions) validate(args []string) error {
+	agg, err := oneArg(args, "aggregate")
+	if err != nil {
+		return err
+	}
+	o.Aggregate = agg
+	if o.Projection != "" {
+		if _, err := o.a.pickProjection(o.Projection); err != nil {
+			return err
+		}
+	}
+	if o.Limit < 1 {
+		return usageErrorf("--limit must be at least 1")
+	}
+	return o.opOptions.validate()
+}
+
+// ParkedReport is one parked event of parked show --json.
+type ParkedReport struct {
+	Projection string    `json:"projection"`
+	Aggregate  string    `json:"aggregate"`
+	Applied    int64     `json:"applied"`
+	Version    int64     `json:"version"`
+	EventID    string    `json:"event_id"`
+	Type       string    `json:"type"`
+	Data       any       `json:"data"`
+	Metadata   any       `json:"metadata,omitempty"`
+	ParkedAt   time.Time `json:"parked_at"`
+}
+
+// parkedShowCmd shows one aggregate's parked events.
+type parkedShowCmd struct{ a *app }
+
+func (c *parkedShowCmd) command() *command {
+	return leaf("show", "<aggregate>", "show the parked events of one aggregate",
+		`Shows the parked events of one aggregate, in every projection (or in
+--projection), with the applied version they wait behind. Read-only.`,
+		func(fs *flagSet) *parkedShowOptions {
+			o := &parkedShowOptions{a: c.a}
+			bindOp(fs, &o.opOptions)
+			fs.StringVar(&o.Projection, "projection", "", "only this `projection`")
+			fs.IntVar(&o.Limit, "limit", 1000, "at most this many `events`")
+			return o
+		}, c.Run)
+}
+
+// Run shows the parked events.
+func (c *parkedShowCmd) Run(ctx context.Context, o *parkedShowOptions) error {
+	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	es, err := proc.Buffer().List(ctx, proc.Pool(), buffer.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, Limit: o.Limit})
+	if err != nil {
+		return err
+	}
+	if o.out.JSON {
+		out := make([]ParkedReport, 0, len(es))
+		for _, e := range es {
+			out = append(out, ParkedReport{Projection: e.Projection, Aggregate: e.Aggregate, Applied: e.Current, Version: e.Version,
+				EventID: e.ID, Type: e.Type, Data: jsonData(e.Data), Metadata: jsonData(e.Metadata), ParkedAt: e.ParkedAt})
+		}
+		return writeJSON(c.a.stdout, out)
+	}
+	if len(es) == 0 {
+		fmt.Fprintf(c.a.stdout, "aggregate %s has no parked events\n", o.Aggregate)
+		return nil
+	}
+	t := newTable(c.a.stdout, "PROJECTION", "APPLIED", "VERSION", "EVENT ID", "TYPE", "PARKED", "DATA")
+	for _, e := range es {
+		t.row(e.Projection, e.Current, e.Version, e.ID, e.Type, ageOf(e.ParkedAt)+" ago", e.Data)
+	}
+	return t.flush()
+}
+
+// declareGapOptions configures parked declare-gap.
+type declareGapOptions struct {
+	opOptions
+	a          *app
+	Projection string
+	To         int64
+	Reason     string
+	Aggregate  string
+}
+
+func (o *declareGapOptions) validate(args []string) error {
+	agg, err := oneArg(args, "aggregate")
+	if err != nil {
+		return err
+	}
+	o.Aggregate = agg
+	if o.Projection, err = o.a.pickProjection(o.Projection); err != nil {
+		return err
+	}
+	if o.To < 1 {
+		return usageErrorf("--to is required: the last missing version")
+	}
+	if o.Reason == "" {
+		return usageErrorf("--reason is required: it is recorded in the operator log")
+	}
+	return o.opOptions.validate()
+}
+
+// declareGapCmd declares missing versions.
+type declareGapCmd struct{ a *app }
+
+func (c *declareGapCmd) command() *command {
+	return leaf("declare-gap", "<aggregate>", "declare versions that will never arrive, and drain what waits behind them",
+		`Records that versions applied+1 … --to of an aggregate do not exist (deleted
+or truncated at the source), advances the aggregate past them without
+applying anything, and applies the parked events that were waiting behind
+the gap.
+
+Changes: the aggregate's version in --projection, the read model (the
+drained events are applied) and the operator log (with --reason). It cannot
+be undone except by a rebuild. --to must be below the first parked version;
+an aggregate in quarantine is refused (use 'quarantine').`,
+		func(fs *flagSet) *declareGapOptions {
+			o := &declareGapOptions{a: c.a}
+			bindOp(fs, &o.opOptions)
+			fs.StringVar(&o.Projection, "projection", "", "the `projection` (default: the only one)")
+			fs.Int64Var(&o.To, "to", 0, "the last missing `version` (required)")
+			fs.StringVar(&o.Reason, "reason", "", "why the versions are missing, for the operator log (required)")
+			return o
+		}, c.Run)
+}
+
+// Run declares the gap.
+func (c *declareGapCmd) Run(ctx context.Context, o *declareGapOptions) error {
+	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	before, err := proc.Version(ctx, o.Projection, o.Aggregate)
+	if err != nil {
+		return err
+	}
+	if err := proc.DeclareGap(ctx, o.Projection, o.Aggregate, o.To, o.Reason); err != nil {
+		return err
+	}
+	after, err := proc.Version(ctx, o.Projection, o.Aggregate)
+	if err != nil {
+		return err
+	}
+	return c.a.actionResult(o.out.JSON, ActionReport{Action: "declare-gap", Projection: o.Projection, Aggregate: o.Aggregate,
+		Before: before, After: after, Message: fmt.Sprintf("versions %d-%d declared missing", before+1, o.To)})
+}
+
+// ActionReport is what an operator action (declare-gap, quarantine retry
+// and skip) prints with --json.
+type ActionReport struct {
+	Action     string `json:"action"`
+	Projection string `json:"projection"`
+	Aggregate  string `json:"aggregate"`
+	// Before and After are the aggregate's applied version before and
+	// after the action.
+	Before  int64  `json:"before"`
+	After   int64  `json:"after"`
+	Message string `json:"message"`
+}
+
+func (a *app) actionResult(asJSON bool, r ActionReport) error {
+	if asJSON {
+		return writeJSON(a.stdout, r)
+	}
+	fmt.Fprintf(a.stdout, "%s: %s %s: %s; version %d -> %d\n", r.Action, r.Projection, r.Aggregate, r.Message, r.Before, r.After)
+	return nil
+}
+
+// --- quarantine ---
+
+// quarantineListOptions configures quarantine list.
+type quarantineListOptions struct {
+	opOptions
+	a          *app
+	Projection string
+	Aggregate  string
+	Limit      int
+}
+
+func (o *quarantineListOptions) validate(args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	if o.Projection != "" {
+		if _, err := o.a.pickProjection(o.Projection); err != nil {
+			return err
+		}
+	}
+	if o.Limit < 1 {
+		return usageErrorf("--limit must be at least 1")
+	}
+	return o.opOptions.validate()
+}
+
+// QuarantineReport is one entry of quarantine list --json.
+type QuarantineReport struct {
+	Projection    string    `json:"projection"`
+	Aggregate     string    `json:"aggregate"`
+	Version       int64     `json:"version"`
+	EventID       string    `json:"event_id"`
+	Type          string    `json:"type"`
+	Data          any       `json:"data"`
+	Metadata      any       `json:"metadata,omitempty"`
+	Error         string    `json:"error"`
+	Attempts      int       `json:"attempts"`
+	QuarantinedAt time.Time `json:"quarantined_at"`
+	LastAttemptAt time.Time `json:"last_attempt_at"`
+}
+
+// quarantineListCmd lists quarantined events.
+type quarantineListCmd struct{ a *app }
+
+func (c *quarantineListCmd) command() *command {
+	return leaf("list", "", "list quarantined events, the longest quarantined first",
+		`Lists the events whose handler failed for good, one per aggregate at most,
+with the last error and the attempts. Each blocks its aggregate: later
+versions park behind it until an operator retries or skips it. Read-only.`,
+		func(fs *flagSet) *quarantineListOptions {
+			o := &quarantineListOptions{a: c.a}
+			bindOp(fs, &o.opOptions)
+			fs.StringVar(&o.Projection, "projection", "", "only this `projection`")
+			fs.StringVar(&o.Aggregate, "aggregate", "", "only this `aggregate`")
+			fs.IntVar(&o.Limit, "limit", 100, "at most this many `rows`")
+			return o
+		}, c.Run)
+}
+
+// Run lists the quarantine.
+func (c *quarantineListCmd) Run(ctx context.Context, o *quarantineListOptions) error {
+	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	qs, err := proc.Quarantined(ctx, projection.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, Limit: o.Limit})
+	if err != nil {
+		return err
+	}
+	if o.out.JSON {
+		out := make([]QuarantineReport, 0, len(qs))
+		for _, q := range qs {
+			out = append(out, QuarantineReport{Projection: q.Projection, Aggregate: q.Aggregate, Version: q.Version, EventID: q.EventID,
+				Type: q.Type, Data: jsonData(q.Data), Metadata: jsonData(q.Metadata), Error: q.Error, Attempts: q.Attempts,
+				QuarantinedAt: q.QuarantinedAt, LastAttemptAt: q.LastAttemptAt})
+		}
+		return writeJSON(c.a.stdout, out)
+	}
+	t := newTable(c.a.stdout, "PROJECTION", "AGGREGATE", "VERSION", "TYPE", "ATTEMPTS", "QUARANTINED", "ERROR")
+	for _, q := range qs {
+		t.row(q.Projection, q.Aggregate, q.Version, q.Type, q.Attempts, ageOf(q.QuarantinedAt)+" ago", q.Error)
+	}
+	return t.flush()
+}
+
+// quarantineActionOptions configures quarantine retry and skip.
+type quarantineActionOptions struct {
+	opOptions
+	a          *app
+	skip       bool
+	Projection string
+	Reason     string
+	Aggregate  string
+}
+
+func (o *quarantineActionOptions) validate(args []string) error {
+	agg, err := oneArg(args, "aggregate")
+	if err != nil {
+		return err
+	}
+	o.Aggregate = agg
+	if o.Projection, err = o.a.pickProjection(o.Projection); err != nil {
+		return err
+	}
+	if o.skip && o.Reason == "" {
+		return usageErrorf("--reason is required: it is recorded in the operator log")
+	}
+	return o.opOptions.validate()
+}
+
+// quarantineActionCmd retries or skips a quarantined event.
+type quarantineActionCmd struct {
+	a    *app
+	skip bool
+}
+
+func (c *quarantineActionCmd) command() *command {
+	bind := func(fs *flagSet) *quarantineActionOptions {
+		o := &quarantineActionOptions{a: c.a, skip: c.skip}
+		bindOp(fs, &o.opOptions)
+		fs.StringVar(&o.Projection, "projection", "", "the `projection` (default: the only one)")
+		if c.skip {
+			fs.StringVar(&o.Reason, "reason", "", "why the event is skipped, for the operator log (required)")
+		}
+		return o
+	}
+	if c.skip {
+		return leaf("skip", "<aggregate>", "advance past a quarantined event without applying it",
+			`Advances the aggregate past its quarantined event WITHOUT applying it,
+records the decision and --reason in the operator log, and applies the
+parked events waiting behind it.
+
+Changes: the aggregate's version, the read model (the drained events) and the
+operator log; the skipped event's effect is lost for good (a rebuild replays
+it again). Prefer 'quarantine retry' once the handler is fixed.`, bind, c.Run)
+	}
+	return leaf("retry", "<aggregate>", "apply a quarantined event again, once its fault is fixed",
+		`Applies the aggregate's quarantined event again — after the handler or the
+data behind it was fixed — then the parked events waiting behind it. If it
+fails again it stays quarantined (its attempts and error are updated) and
+the command exits with status 1.
+
+Changes: the read model, the aggregate's version and the operator log.`, bind, c.Run)
+}
+
+// Run retries or skips.
+func (c *quarantineActionCmd) Run(ctx context.Context, o *quarantineActionOptions) error {
+	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	before, err := proc.Version(ctx, o.Projection, o.Aggregate)
+	if err != nil {
+		return err
+	}
+	action, msg := "retry", "quarantined event applied"
+	if o.skip {
+		action, msg = "skip", "quarantined event skipped"
+		err = proc.SkipQuarantined(ctx, o.Projection, o.Aggregate, o.Reason)
+	} else {
+		err = proc.RetryQuarantined(ctx, o.Projection, o.Aggregate)
+	}
+	var herr *projection.HandlerError
+	if errors.As(err, &herr) {
+		return fmt.Errorf("quarantine %s: the event still fails and stays quarantined: %w", action, err)
+	}
+	if errors.Is(err, projection.ErrNotQuarantined) {
+		return fmt.Errorf("quarantine %s: %s %s: %w", action, o.Projection, o.Aggregate, err)
+	}
+	if err != nil {
+		return err
+	}
+	after, err := proc.Version(ctx, o.Projection, o.Aggregate)
+	if err != nil {
+		return err
+	}
+	return c.a.actionResult(o.out.JSON, ActionReport{Action: action, Projection: o.Projection, Aggregate: o.Aggregate,
+		Before: before, After: after, Message: msg})
+}
+
+// --- conflicts ---
+
+// conflictsListOptions configures conflicts list.
+type conflictsListOptions struct {
+	opOptions
+	a          *app
+	Projection string
+	Aggregate  string
+	AfterID    int64
+	Limit      int
+}
+
+func (o *conflictsListOptions) validate(args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	if o.Projection != "" {
+		if _, err := o.a.pickProjection(o.Projection); err != nil {
+			return err
+		}
+	}
+	if o.Limit < 1 {
+		return usageErrorf("--limit must be at least 1")
+	}
+	return o.opOptions.validate()
+}
+
+// ConflictReport is one entry of conflicts list --json.
+type ConflictReport struct {
+	ID              int64     `json:"id"`
+	Projection      string    `json:"projection"`
+	Aggregate       string    `json:"aggregate"`
+	Version         int64     `json:"version"`
+	ExistingState   string    `json:"existing_state"`
+	ExistingEventID string    `json:"existing_event_id"`
+	IncomingEventID string    `json:"incoming_event_id"`
+	Type            string    `json:"type"`
+	Data            any       `json:"data"`
+	Metadata        any       `json:"metadata,omitempty"`
+	Count           int64     `json:"count"`
+	FirstSeen       time.Time `json:"first_seen"`
+	LastSeen        time.Time `json:"last_seen"`
+}
+
+// conflictsListCmd lists conflicts.
+type conflictsListCmd struct{ a *app }
+
+func (c *conflictsListCmd) command() *command {
+	return leaf("list", "", "list deliveries that reuse a version with a different id or payload",
+		`Lists recorded conflicts: deliveries of an (aggregate, version) whose event id
+or payload differ from the event that holds that version (applied, parked or
+quarantined). They were never applied. A conflict means the source rewrote
+history or two producers wrote the same version: fix the source; if the
+applied event was the wrong one, rebuild the projection. Read-only; page
+with --after-id.`,
+		func(fs *flagSet) *conflictsListOptions {
+			o := &conflictsListOptions{a: c.a}
+			bindOp(fs, &o.opOptions)
+			fs.StringVar(&o.Projection, "projection", "", "only this `projection`")
+			fs.StringVar(&o.Aggregate, "aggregate", "", "only this `aggregate`")
+			fs.Int64Var(&o.AfterID, "after-id", 0, "only conflicts with a larger `id` (paging)")
+			fs.IntVar(&o.Limit, "limit", 100, "at most this many `rows`")
+			return o
+		}, c.Run)
+}
+
+// Run lists conflicts.
+func (c *conflictsListCmd) Run(ctx context.Context, o *conflictsListOptions) error {
+	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	cs, err := proc.Conflicts(ctx, projection.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, AfterID: o.AfterID, Limit: o.Limit})
+	if err != nil {
+		return err
+	}
+	if o.out.JSON {
+		out := make([]ConflictReport, 0, len(cs))
+		for _, x := range cs {
+			out = append(out, ConflictReport{ID: x.ID, Projection: x.Projection, Aggregate: x.Aggregate, Version: x.Version,
+				ExistingState: x.ExistingState, ExistingEventID: x.ExistingEventID, IncomingEventID: x.IncomingEventID,
+				Type: x.Type, Data: jsonData(x.Data), Metadata: jsonData(x.Metadata), Count: x.Count, FirstSeen: x.FirstSeen, LastSeen: x.LastSeen})
+		}
+		return writeJSON(c.a.stdout, out)
+	}
+	t := newTable(c.a.stdout, "ID", "PROJECTION", "AGGREGATE", "VERSION", "HELD BY", "EXISTING ID", "INCOMING ID", "TYPE", "COUNT", "LAST SEEN")
+	for _, x := range cs {
+		t.row(x.ID, x.Projection, x.Aggregate, x.Version, x.ExistingState, x.ExistingEventID, x.IncomingEventID, x.Type, x.Count, ageOf(x.LastSeen)+" ago")
+	}
+	return t.flush()
+}
+
+// --- rejected ---
+
+// rejectedListOptions configures rejected list.
+type rejectedListOptions struct {
+	opOptions
+	Aggregate string
+	AfterID   int64
+	Limit     int
+}
+
+func (o *rejectedListOptions) validate(args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	if o.Limit < 1 {
+		return usageErrorf("--limit must be at least 1")
+	}
+	return o.opOptions.validate()
+}
+
+// RejectedReport is one entry of rejected list --json.
+type RejectedReport struct {
+	ID         int64     `json:"id"`
+	Source     string    `json:"source"`
+	EventID    string    `json:"event_id"`
+	Aggregate  string    `json:"aggregate"`
+	Version    int64     `json:"version"`
+	Type       string    `json:"type"`
+	Data       any       `json:"data"`
+	Metadata   any       `json:"metadata,omitempty"`
+	Reason     string    `json:"reason"`
+	Error      string    `json:"error"`
+	Count      int64     `json:"count"`
+	FirstSeen  time.Time `json:"first_seen"`
+	LastSeen   time.Time `json:"last_seen"`
+	ReplayedAt time.Time `json:"replayed_at,omitzero"`
+}
+
+// rejectedListCmd lists rejected deliveries.
+type rejectedListCmd struct{ a *app }
+
+func (c *rejectedListCmd) command() *command {
+	return leaf("list", "", "list deliveries that failed validation, with the reason",
+		`Lists deliveries whose envelope was invalid (no aggregate id, version below
+1, no type, data that is not JSON, payload too large, unknown type), with the
+reason code and error, how often each was delivered and whether an operator
+replayed it. They were acknowledged to the source and applied nowhere.
+Read-only; page with --after-id.`,
+		func(fs *flagSet) *rejectedListOptions {
+			o := &rejectedListOptions{}
+			bindOp(fs, &o.opOptions)
+			fs.StringVar(&o.Aggregate, "aggregate", "", "only this `aggregate`")
+			fs.Int64Var(&o.AfterID, "after-id", 0, "only entries with a larger `id` (paging)")
+			fs.IntVar(&o.Limit, "limit", 100, "at most this many `rows`")
+			return o
+		}, c.Run)
+}
+
+// Run lists rejected deliveries.
+func (c *rejectedListCmd) Run(ctx context.Context, o *rejectedListOptions) error {
+	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	rs, err := proc.Rejected(ctx, projection.ListOptions{Aggregate: o.Aggregate, AfterID: o.AfterID, Limit: o.Limit})
+	if err != nil {
+		return err
+	}
+	if o.out.JSON {
+		out := make([]RejectedReport, 0, len(rs))
+		for _, r := range rs {
+			out = append(out, RejectedReport{ID: r.ID, Source: r.Source, EventID: r.EventID, Aggregate: r.Aggregate, Version: r.Version,
+				Type: r.Type, Data: jsonData(r.Data), Metadata: jsonData(r.Metadata), Reason: r.Reason, Error: r.Error, Count: r.Count,
+				FirstSeen: r.FirstSeen, LastSeen: r.LastSeen, ReplayedAt: r.ReplayedAt})
+		}
+		return writeJSON(c.a.stdout, out)
+	}
+	t := newTable(c.a.stdout, "ID", "AGGREGATE", "VERSION", "TYPE", "REASON", "COUNT", "LAST SEEN", "REPLAYED", "ERROR")
+	for _, r := range rs {
+		replayed := "no"
+		if !r.ReplayedAt.IsZero() {
+			replayed = ageOf(r.ReplayedAt) + " ago"
+		}
+		t.row(r.ID, r.Aggregate, r.Version, r.Type, r.Reason, r.Count, ageOf(r.LastSeen)+" ago", replayed, r.Error)
+	}
+	return t.flush()
+}
+
+// rejectedReplayOptions configures rejected replay.
+type rejectedReplayOptions struct {
+	opOptions
+	ID int64
+}
+
+func (o *rejectedReplayOptions) validate(args []string) error {
+	s, err := oneArg(args, "rejected event id")
+	if err != nil {
+		return err
+	}
+	if o.ID, err = strconv.ParseInt(s, 10, 64); err != nil || o.ID < 1 {
+		return usageErrorf("invalid id %q: want the ID column of 'rejected list'", s)
+	}
+	return o.opOptions.validate()
+}
+
+// rejectedReplayCmd replays a rejected delivery.
+type rejectedReplayCmd struct{ a *app }
+
+func (c *rejectedReplayCmd) command() *command {
+	return leaf("replay", "<id>", "feed a rejected delivery through the gate again, once the cause is fixed",
+		`Feeds the rejected delivery with the given id (see 'rejected list') through
+the processor again — after what made it invalid was fixed (a raised payload
+limit, a newly accepted type) — and marks it replayed. If it is still
+invalid it stays rejected and the command exits with status 1.
+
+Changes: like any delivery, it may apply, park or be discarded as a
+duplicate; the entry's replayed_at and the operator log are updated.`,
+		func(fs *flagSet) *rejectedReplayOptions {
+			o := &rejectedReplayOptions{}
+			bindOp(fs, &o.opOptions)
+			return o
+		}, c.Run)
+}
+
+// Run replays the rejected delivery.
+func (c *rejectedReplayCmd) Run(ctx context.Context, o *rejectedReplayOptions) error {
+	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	res, err := proc.ReplayRejected(ctx, o.ID)
+	if err != nil {
+		return fmt.Errorf("rejected replay %d: %w", o.ID, err)
+	}
+	outcomes := map[string]string{}
+	for i, name := range proc.Projections() {
+		outcomes[name] = res.Projections[i].String()
+	}
+	if o.out.JSON {
+		return writeJSON(c.a.stdout, map[string]any{"id": o.ID, "outcome": res.Outcome.String(), "projections": outcomes})
+	}
+	fmt.Fprintf(c.a.stdout, "rejected event %d replayed: %s\n", o.ID, res.Outcome)
+	return nil
+}

@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/inorder/inorder/projection"
+)
+
+// rebuildOptions configures rebuild.
+type rebuildOptions struct {
+	log        logOptions
+	db         dbOptions
+	es         esdbOptions
+	out        outputOptions
+	a          *app
+	Workers    int
+	BatchSize  int
+	Projection string
+}
+
+func (o *rebuildOptions) validate(args []string) error {
+	name, err := oneArg(args, "projection")
+	if err != nil {
+		return err
+	}
+	if o.Projection, err = o.a.pickProjection(name); err != nil {
+		return err
+	}
+	for _, v := range []interface{ validate() error }{&o.log, &o.db, &o.es} {
+		if err := v.validate(); err != nil {
+			return err
+		}
+	}
+	if o.Workers < 1 {
+		return usageErrorf("--workers must be at least 1")
+	}
+	if o.BatchSize < 1 {
+		return usageErrorf("--batch-size must be at least 1")
+	}
+	return nil
+}
+
+// rebuildCmd rebuilds a projection from the stream.
+type rebuildCmd struct{ a *app }
+
+func (c *rebuildCmd) command() *command {
+	return leaf("rebuild", "<projection>", "drop a projection's read model and replay the whole stream into it",
+		`Rebuilds one projection from scratch: empties its read model and its gate
+state, then replays EventStoreDB's $all from the start — mapped and filtered
+like 'run' (--stream-prefix, --type-regex, --version-field) — through the
+same version gate, in batches of --batch-size on --workers workers. Progress
+(events, events/s, ETA) goes to stderr.
+
+Live workers of the projection, in every process, pause meanwhile: each
+batch waits for the rebuild's advisory lock, and resumes when it ends
+(batches of other projections pause with it when they share a batch). The
+replay reads $all up to its end when the rebuild starts; the workers apply
+what comes after. A rebuild that fails or is killed half-way leaves the
+projection partly rebuilt: run it again, it starts over.
+
+Changes: DELETES the projection's read model (its Resetter) and its rows in
+versions, applied, parked, quarantine and conflicts — parked and quarantined
+events and recorded conflicts of the projection are lost, and the replay
+decides again — then rebuilds them. Operator decisions (skips, declared
+gaps) are not replayed: a gap declared by hand parks again until declared
+again. Records rebuild-start and rebuild-done in the operator log.`,
+		func(fs *flagSet) *rebuildOptions {
+			o := &rebuildOptions{a: c.a}
+			bindLog(fs, &o.log, "warn")
+			bindDB(fs, &o.db)
+			bindESDB(fs, &o.es)
+			bindOutput(fs, &o.out)
+			fs.intVar(&o.Workers, "workers", EnvWorkers, 4, "concurrent batches; aggregates are partitioned across them by hash")
+			fs.intVar(&o.BatchSize, "batch-size", EnvBatchSize, 500, "events per transaction, at most")
+			return o
+		}, c.Run)
+}
+
+// RebuildReport is what rebuild prints with --json.
+type RebuildReport struct {
+	Projection string `json:"projection"`
+	// Events counts the events replayed through the gate.
+	Events int64 `json:"events"`
+	// Read counts the $all events read; Skipped those that were not for
+	// the projections (system events, other streams or types).
+	Read    int64 `json:"read"`
+	Skipped int64 `json:"skipped"`
+	// Seconds is the rebuild's duration, Rate Events per second of it.
+	Seconds float64 `json:"seconds"`
+	Rate    float64 `json:"events_per_second"`
+}
+
+// Run rebuilds the projection.
+func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
+	logger := c.a.logger(&o.log)
+	pool, err := connect(ctx, &o.db, int32(o.Workers+3), logger)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := c.a.prepareSchema(ctx, pool, o.db.Schema, false, logger); err != nil {
+		return err
+	}
+	proc, err := c.a.processor(pool, o.db.Schema, logger)
+	if err != nil {
+		return err
+	}
+	if err := proc.Setup(ctx); err != nil {
+		return fmt.Errorf("create the read-model tables: %w", err)
+	}
+	r := &replayer{opts: &o.es, workers: o.Workers, batchSize: o.BatchSize, logger: logger}
+	bar := newPositionBar(c.a.stderr, "rebuild "+o.Projection, r.fraction)
+	fmt.Fprintf(c.a.stderr, "rebuilding %s: waiting for the projection's lock (live workers pause)\n", o.Projection)
+	start := time.Now()
+	var events int64
+	err = proc.Rebuild(ctx, o.Projection, r.replay, &projection.RebuildOptions{Progress: func(p projection.RebuildProgress) {
+		events = p.Events
+		bar.update(p.Events)
+	}})
+	bar.finish(events)
+	if err != nil {
+		return err
+	}
+	elapsed := time.Since(start)
+	rep := RebuildReport{Projection: o.Projection, Events: events, Read: r.nread.Load(), Skipped: r.skipped.Load(), Seconds: elapsed.Seconds()}
+	if s := elapsed.Seconds(); s > 0 {
+		rep.Rate = float64(events) / s
+	}
+	if o.out.JSON {
+		return writeJSON(c.a.stdout, rep)
+	}
+	skipped := ""
+	if rep.Skipped > 0 {
+		skipped = fmt.Sprintf(" (%d other $all events skipped)", rep.Skipped)
+	}
+	fmt.Fprintf(c.a.stdout, "rebuilt %s: %d events replayed in %s, %.0f events/s%s\n",
+		strings.TrimSpace(o.Projection), events, age(elapsed), rep.Rate, skipped)
+	return nil
+}

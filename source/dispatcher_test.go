@@ -1,0 +1,340 @@
+package source_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source"
+)
+
+const waitTimeout = 30 * time.Second
+
+type bundle struct {
+	db     *pgtest.DB
+	proc   *projection.Processor
+	ledger *ledger.Projection
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	db := pgtest.NewMigrated(t)
+	l := ledger.New(nil)
+	proc, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema}, l)
+	require.NoError(t, err)
+	require.NoError(t, proc.Setup(t.Context()))
+	return &bundle{db: db, proc: proc, ledger: l}
+}
+
+func (b *bundle) requireFold(t *testing.T, events []aggregate.Event) {
+	t.Helper()
+	want, err := ledger.Fold(events)
+	require.NoError(t, err)
+	got, err := b.ledger.Load(t.Context(), b.db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}
+
+// acker records settlements. Redeliver says what Nack answers.
+type acker struct {
+	mu        sync.Mutex
+	acked     map[*source.Delivery]int
+	nacked    map[*source.Delivery]int
+	redeliver bool
+	onAck     func(ds []*source.Delivery)
+	signal    chan struct{}
+}
+
+func newAcker(redeliver bool) *acker {
+	return &acker{acked: map[*source.Delivery]int{}, nacked: map[*source.Delivery]int{}, redeliver: redeliver, signal: make(chan struct{}, 1)}
+}
+
+func (a *acker) Ack(ds []*source.Delivery) {
+	if a.onAck != nil {
+		a.onAck(ds)
+	}
+	a.mu.Lock()
+	for _, d := range ds {
+		a.acked[d]++
+	}
+	a.mu.Unlock()
+	a.notify()
+}
+
+func (a *acker) Nack(ds []*source.Delivery, _ error) bool {
+	a.mu.Lock()
+	for _, d := range ds {
+		a.nacked[d]++
+	}
+	a.mu.Unlock()
+	a.notify()
+	return a.redeliver
+}
+
+func (a *acker) notify() {
+	select {
+	case a.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (a *acker) counts() (acked, nacked int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.acked), len(a.nacked)
+}
+
+// waitFor waits on signal until cond holds.
+func waitFor(t *testing.T, signal <-chan struct{}, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.NewTimer(waitTimeout)
+	defer deadline.Stop()
+	for !cond() {
+		select {
+		case <-signal:
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// run starts d and stops it when the test ends.
+func run(t *testing.T, d *source.Dispatcher) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			require.ErrorIs(t, <-done, context.Canceled)
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func deliveries(events []aggregate.Event, a source.Acker) []*source.Delivery {
+	ds := make([]*source.Delivery, len(events))
+	for i, e := range events {
+		ds[i] = &source.Delivery{Event: e, Acker: a}
+	}
+	return ds
+}
+
+func TestDispatcher(t *testing.T) {
+	t.Parallel()
+
+	t.Run("PartitionsBatchesAndAcksAfterCommit", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		events := ledger.Generate(rand.New(rand.NewPCG(1, 1)), 200, 10)
+		a := newAcker(false)
+		// An ack comes after the commit: the delivery's version is
+		// visible to another connection by then.
+		var notCommitted atomic.Int64
+		a.onAck = func(ds []*source.Delivery) {
+			var n int
+			err := b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM applied WHERE (aggregate, version) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))`,
+				aggs(ds), versions(ds)).Scan(&n)
+			if err != nil || n != len(ds) {
+				notCommitted.Add(1)
+			}
+		}
+		var batches, largest, marks atomic.Int64
+		d, err := source.NewDispatcher(&source.Config{
+			Processor: b.proc, Workers: 4, BatchSize: 100, MaxWait: 20 * time.Millisecond,
+			BeforeCommit: func(ctx context.Context, tx pgx.Tx, batch []*source.Delivery) error {
+				_, err := tx.Exec(ctx, `INSERT INTO checkpoints (name, commit_position, prepare_position) VALUES ('batches', 1, 0)
+ON CONFLICT (name) DO UPDATE SET commit_position = checkpoints.commit_position + 1`)
+				return err
+			},
+			AfterCommit: func(batch []*source.Delivery, results []projection.Result) {
+				batches.Add(1)
+				if int64(len(batch)) > largest.Load() {
+					largest.Store(int64(len(batch)))
+				}
+				if len(results) == len(batch) {
+					marks.Add(1)
+				}
+			},
+		})
+		require.NoError(t, err)
+		run(t, d)
+		for _, del := range deliveries(events, a) {
+			require.NoError(t, d.Dispatch(t.Context(), del))
+		}
+		waitFor(t, a.signal, func() bool { n, _ := a.counts(); return n == len(events) }, "every delivery acked")
+		b.requireFold(t, events)
+		for del, n := range a.acked {
+			require.Equal(t, 1, n, "acked once: %+v", del.Event)
+		}
+		require.Zero(t, notCommitted.Load(), "an ack came before its commit")
+		require.LessOrEqual(t, largest.Load(), int64(100))
+		require.Equal(t, batches.Load(), marks.Load())
+		var committed int64
+		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT commit_position FROM checkpoints WHERE name = 'batches'`).Scan(&committed))
+		require.Equal(t, batches.Load(), committed, "BeforeCommit ran once in each committed transaction")
+		require.Equal(t, batches.Load(), d.Stats().Committed)
+		require.Less(t, batches.Load(), int64(len(events)/10), "batches, not transactions per event")
+		// One aggregate's deliveries stay on one worker, in order: nothing
+		// had to wait for a predecessor.
+		c := b.proc.Counts()["ledger"]
+		require.Zero(t, c.Deliveries[projection.Parked])
+		require.EqualValues(t, len(events), c.Applied())
+	})
+
+	t.Run("FlushSkipsMaxWait", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		events := ledger.Generate(rand.New(rand.NewPCG(2, 2)), 5, 3)
+		a := newAcker(false)
+		d, err := source.NewDispatcher(&source.Config{Processor: b.proc, MaxWait: time.Hour})
+		require.NoError(t, err)
+		run(t, d)
+		for _, del := range deliveries(events, a) {
+			require.NoError(t, d.Dispatch(t.Context(), del))
+		}
+		require.NoError(t, d.Flush(t.Context()))
+		n, _ := a.counts()
+		require.Equal(t, len(events), n)
+		b.requireFold(t, events)
+	})
+
+	t.Run("FailedBatches", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		events := ledger.Generate(rand.New(rand.NewPCG(3, 3)), 20, 3)
+		var failures atomic.Int64
+		failures.Store(3)
+		d, err := source.NewDispatcher(&source.Config{
+			Processor: b.proc, Workers: 1, BatchSize: 1000, MaxWait: time.Hour, // one batch, at Flush
+			MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
+			BeforeCommit: func(ctx context.Context, tx pgx.Tx, batch []*source.Delivery) error {
+				if failures.Add(-1) >= 0 {
+					return errors.New("injected failure")
+				}
+				return nil
+			},
+		})
+		require.NoError(t, err)
+		run(t, d)
+		// Half the deliveries come from a source that redelivers (their
+		// Nack takes them back), half from one that cannot: the worker
+		// retries those until they commit.
+		redeliver, retry := newAcker(true), newAcker(false)
+		half := len(events) / 2
+		all := append(deliveries(events[:half], redeliver), deliveries(events[half:], retry)...)
+		for _, del := range all {
+			require.NoError(t, d.Dispatch(t.Context(), del))
+		}
+		require.NoError(t, d.Flush(t.Context()))
+		acked, nacked := retry.counts()
+		require.Equal(t, len(events)-half, acked)
+		require.Equal(t, len(events)-half, nacked, "each retried delivery was offered to Nack first")
+		acked, nacked = redeliver.counts()
+		require.Zero(t, acked)
+		require.Equal(t, half, nacked)
+		st := d.Stats()
+		require.EqualValues(t, 3, st.Failures)
+		require.EqualValues(t, half, st.Nacked)
+		require.EqualValues(t, 3*(len(events)-half), st.Retried)
+		// Redeliver what the first source took back.
+		for _, del := range deliveries(events[:half], redeliver) {
+			require.NoError(t, d.Dispatch(t.Context(), del))
+		}
+		require.NoError(t, d.Flush(t.Context()))
+		b.requireFold(t, events)
+	})
+
+	t.Run("StopAbandonsUnsettled", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		events := ledger.Generate(rand.New(rand.NewPCG(4, 4)), 3, 2)
+		entered := make(chan struct{})
+		var once sync.Once
+		d, err := source.NewDispatcher(&source.Config{
+			Processor: b.proc, MaxWait: time.Millisecond,
+			BeforeCommit: func(ctx context.Context, tx pgx.Tx, batch []*source.Delivery) error {
+				once.Do(func() { close(entered) })
+				<-ctx.Done() // hold the transaction until the dispatcher stops
+				return ctx.Err()
+			},
+		})
+		require.NoError(t, err)
+		stop := run(t, d)
+		a := newAcker(true)
+		for _, del := range deliveries(events, a) {
+			require.NoError(t, d.Dispatch(t.Context(), del))
+		}
+		<-entered
+		stop()
+		acked, nacked := a.counts()
+		require.Zero(t, acked)
+		require.Zero(t, nacked)
+		require.ErrorIs(t, d.Flush(t.Context()), source.ErrStopped)
+		require.ErrorIs(t, d.Dispatch(t.Context(), deliveries(events, a)[0]), source.ErrStopped)
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM applied`).Scan(&n))
+		require.Zero(t, n, "the abandoned batch rolled back")
+	})
+
+	t.Run("RejectsAreRecorded", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		good := ledger.Generate(rand.New(rand.NewPCG(5, 5)), 1, 1)[0]
+		bad := aggregate.Event{Aggregate: "pay-x", Version: 1, Type: ledger.Authorized, Data: []byte{0xff}}
+		a := newAcker(false)
+		d, err := source.NewDispatcher(&source.Config{Processor: b.proc, Source: "unit"})
+		require.NoError(t, err)
+		run(t, d)
+		require.NoError(t, d.Dispatch(t.Context(), &source.Delivery{Event: bad, Acker: a,
+			Reject: &aggregate.ValidationError{Err: aggregate.ErrInvalidJSON, Detail: "content type application/octet-stream is not JSON"}}))
+		require.NoError(t, d.Dispatch(t.Context(), &source.Delivery{Event: good, Acker: a}))
+		require.NoError(t, d.Flush(t.Context()))
+		acked, _ := a.counts()
+		require.Equal(t, 2, acked)
+		var src, reason, msg string
+		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT source, reason, error FROM rejected`).Scan(&src, &reason, &msg))
+		require.Equal(t, "unit", src)
+		require.Equal(t, "invalid_json", reason)
+		require.Contains(t, msg, "application/octet-stream")
+		b.requireFold(t, []aggregate.Event{good})
+	})
+
+	t.Run("Validates", func(t *testing.T) {
+		t.Parallel()
+		_, err := source.NewDispatcher(nil)
+		require.Error(t, err)
+		_, err = source.NewDispatcher(&source.Config{})
+		require.Error(t, err)
+	})
+}
+
+func aggs(ds []*source.Delivery) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.Event.Aggregate
+	}
+	return out
+}
+
+func versions(ds []*source.Delivery) []int64 {
+	out := make([]int64, len(ds))
+	for i, d := range ds {
+		out[i] = d.Event.Version
+	}
+	return out
+}

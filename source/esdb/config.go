@@ -1,0 +1,300 @@
+package esdb
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source"
+)
+
+// Defaults of Config.
+const (
+	DefaultName            = "esdb"
+	DefaultCheckpointEvery = time.Second
+	DefaultReconnectMin    = 100 * time.Millisecond
+	DefaultReconnectMax    = 10 * time.Second
+	DefaultRepairAfter     = 30 * time.Second
+	DefaultRepairEvery     = 10 * time.Second
+	DefaultRepairLimit     = 100
+	DefaultDrainTimeout    = 30 * time.Second
+)
+
+// Config configures a Source. URL (or Client) and Processor are required;
+// every other field has a default.
+type Config struct {
+	// URL is the EventStoreDB connection string, such as
+	// "esdb://localhost:2113?tls=false". Required unless Client is set.
+	URL string
+
+	// Client, if set, is used instead of URL. The source creates a new
+	// client from it for every connection attempt (a v4 client whose node
+	// discovery failed stays closed for good). When its Logger is nil (and
+	// always with URL) the client logs to Logger at debug level.
+	Client *esdbc.Configuration
+
+	// Processor processes the deliveries. Required.
+	Processor *projection.Processor
+
+	// Name identifies the source: its checkpoint row in the checkpoints
+	// table of Processor.Schema() (catch-up mode) and the source recorded
+	// with rejected events. Two catch-up sources on one schema need
+	// different names. Default "esdb".
+	Name string
+
+	// Persistent selects persistent-subscription mode (competing
+	// consumers, the server keeps the position). Default nil: a catch-up
+	// subscription to $all, resuming from the checkpoint kept in Postgres.
+	Persistent *Persistent
+
+	// StreamPrefixes filters $all on the server by stream name prefix.
+	// Default: Mapping.StreamPrefix, when it is set.
+	StreamPrefixes []string
+
+	// TypeRegex keeps only the events whose type matches it: on the server
+	// when there are no StreamPrefixes (a server filter is by stream or by
+	// type), else on the client. When neither is set, the server filters
+	// out system event types ("$…").
+	TypeRegex string
+
+	// FromEnd starts at the end of $all (or of the stream) instead of its
+	// beginning: in catch-up mode when there is no checkpoint yet, in
+	// persistent mode when the source creates the group.
+	FromEnd bool
+
+	// Mapping turns EventStoreDB events into inorder events. The zero value
+	// uses the whole stream name as the aggregate id and revision+1 as the
+	// version.
+	Mapping Mapping
+
+	// Workers, BatchSize and MaxWait configure the partitioned workers
+	// (see package source): defaults 4, 500 and 50 ms.
+	Workers   int
+	BatchSize int
+	MaxWait   time.Duration
+
+	// CheckpointEvery is how often, in catch-up mode, the low watermark is
+	// saved outside batch transactions — when only filtered-out events or
+	// server checkpoints moved it. Default 1 s.
+	CheckpointEvery time.Duration
+
+	// ReconnectMin and ReconnectMax bound the exponential, jittered delay
+	// between connection attempts after the server is lost. Defaults
+	// 100 ms and 10 s.
+	ReconnectMin, ReconnectMax time.Duration
+
+	// RepairAfter is how long an event must have been parked, waiting for
+	// missing versions, before the source reads those versions from the
+	// aggregate's stream (gap repair). Default 30 s; negative disables gap
+	// repair (do that when other sources feed the processor's schema: gap
+	// repair assumes every aggregate is a stream of this EventStoreDB).
+	RepairAfter time.Duration
+
+	// RepairEvery is how often gap repair looks for waiting aggregates.
+	// Default 10 s, or RepairAfter if that is shorter.
+	RepairEvery time.Duration
+
+	// RepairLimit caps the aggregates repaired per round. Default 100.
+	RepairLimit int
+
+	// DrainTimeout bounds the graceful stop of Run once its context is
+	// cancelled; then in-flight batches are abandoned (rolled back, and
+	// delivered again on the next run). Default 30 s.
+	DrainTimeout time.Duration
+
+	// Logger receives the source's logs. Default: discarded.
+	Logger *slog.Logger
+
+	// OnSubscribed, if set, is called each time a subscription is
+	// confirmed by the server.
+	OnSubscribed func()
+
+	// OnCaughtUp, if set, is called when a catch-up subscription reports
+	// that it has caught up with the end of $all.
+	OnCaughtUp func()
+
+	// OnCommit, if set, is called after each committed batch, once its
+	// deliveries are acknowledged. It runs on a worker goroutine and must
+	// not block.
+	OnCommit func(Commit)
+
+	// OnCheckpoint, if set, is called each time the saved checkpoint
+	// advances (catch-up mode), whether a batch's transaction or a save on
+	// its own moved it. Calls are ordered and never overlap; it must not
+	// block.
+	OnCheckpoint func(esdbc.Position)
+
+	// OnRepair, if set, is called after gap repair handled an aggregate.
+	OnRepair func(Repair)
+}
+
+// Persistent configures persistent-subscription mode.
+type Persistent struct {
+	// Group is the subscription group. Required.
+	Group string
+
+	// Stream is the stream the group reads; "" means $all, filtered by
+	// Config.StreamPrefixes and TypeRegex.
+	Stream string
+
+	// Settings are used when the source creates the group. Default:
+	// esdbc.SubscriptionSettingsDefault(), resolving links for system
+	// streams such as "$ce-payment". Poison events never reach the
+	// server's parked stream (the processor quarantines them), but every
+	// failed batch nacks its events for a retry: MaxRetryCount bounds how
+	// many failed batches an event survives before the server parks it —
+	// gap repair then reads it from its stream.
+	Settings *esdbc.PersistentSubscriptionSettings
+
+	// NoCreate disables creating the group when it does not exist.
+	NoCreate bool
+
+	// BufferSize is how many unacknowledged events the server sends this
+	// consumer at most. Default Workers × BatchSize.
+	BufferSize uint32
+}
+
+// Commit describes one committed batch, for Config.OnCommit.
+type Commit struct {
+	// Deliveries is the number of deliveries in the batch, rejects
+	// included.
+	Deliveries int
+	// Outcomes counts the batch's processed deliveries by outcome.
+	Outcomes map[projection.Outcome]int
+	// Checkpoint is the checkpoint the batch's transaction advanced the
+	// saved one to (catch-up mode), if it did.
+	Checkpoint *esdbc.Position
+}
+
+// Repair describes what gap repair did for one aggregate, for
+// Config.OnRepair.
+type Repair struct {
+	// Aggregate is the aggregate whose missing versions were looked for.
+	Aggregate string
+	// From and To are the missing versions looked for.
+	From, To int64
+	// Fed is how many events read from the stream were processed.
+	Fed int
+	// Missing is set when versions From… were not found in the stream
+	// (deleted, truncated or never written): an operator_log row
+	// 'gap-missing-at-source' records it, and an operator decides.
+	Missing bool
+	// Err is the error that stopped the repair, if any.
+	Err error
+}
+
+// config is a validated Config with defaults applied.
+type config struct {
+	Config
+	client  esdbc.Configuration
+	filter  *esdbc.SubscriptionFilter
+	typeRe  *regexp.Regexp // client-side type filter, nil if none
+	dispCfg source.Config
+}
+
+func newConfig(cfg *Config) (*config, error) {
+	if cfg == nil {
+		return nil, errors.New("esdb: nil Config")
+	}
+	c := &config{Config: *cfg}
+	if c.Processor == nil {
+		return nil, errors.New("esdb: Config.Processor is required")
+	}
+	switch {
+	case c.Client != nil:
+		c.client = *c.Client
+	case c.URL != "":
+		parsed, err := esdbc.ParseConnectionString(c.URL)
+		if err != nil {
+			return nil, fmt.Errorf("esdb: Config.URL: %w", err)
+		}
+		c.client = *parsed
+		c.client.Logger = nil // the client's default prints to the standard logger
+	default:
+		return nil, errors.New("esdb: Config.URL or Config.Client is required")
+	}
+	if c.Workers < 0 || c.BatchSize < 0 || c.MaxWait < 0 || c.CheckpointEvery < 0 ||
+		c.ReconnectMin < 0 || c.ReconnectMax < 0 || c.RepairEvery < 0 || c.RepairLimit < 0 || c.DrainTimeout < 0 {
+		return nil, errors.New("esdb: negative Workers, BatchSize, MaxWait, CheckpointEvery, Reconnect*, RepairEvery, RepairLimit or DrainTimeout")
+	}
+	c.Name = cmp.Or(c.Name, DefaultName)
+	c.Workers = cmp.Or(c.Workers, source.DefaultWorkers)
+	c.BatchSize = cmp.Or(c.BatchSize, source.DefaultBatchSize)
+	c.MaxWait = cmp.Or(c.MaxWait, source.DefaultMaxWait)
+	c.CheckpointEvery = cmp.Or(c.CheckpointEvery, DefaultCheckpointEvery)
+	c.ReconnectMin = cmp.Or(c.ReconnectMin, DefaultReconnectMin)
+	c.ReconnectMax = max(cmp.Or(c.ReconnectMax, DefaultReconnectMax), c.ReconnectMin)
+	c.RepairAfter = cmp.Or(c.RepairAfter, DefaultRepairAfter)
+	c.RepairEvery = cmp.Or(c.RepairEvery, min(DefaultRepairEvery, max(c.RepairAfter, time.Millisecond)))
+	c.RepairLimit = cmp.Or(c.RepairLimit, DefaultRepairLimit)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultDrainTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.client.Logger == nil {
+		log := c.Logger
+		c.client.Logger = func(level esdbc.LogLevel, format string, args ...any) {
+			log.Debug("esdb client: "+fmt.Sprintf(format, args...), "level", level)
+		}
+	}
+	if c.Persistent != nil {
+		p := *c.Persistent
+		if p.Group == "" {
+			return nil, errors.New("esdb: Persistent.Group is required")
+		}
+		if p.BufferSize == 0 {
+			p.BufferSize = uint32(min(c.Workers*c.BatchSize, 1<<20))
+		}
+		if p.Settings == nil {
+			st := esdbc.SubscriptionSettingsDefault()
+			st.ResolveLinkTos = strings.HasPrefix(p.Stream, "$")
+			p.Settings = &st
+		}
+		c.Persistent = &p
+	}
+	if len(c.StreamPrefixes) == 0 && c.Mapping.StreamPrefix != "" {
+		c.StreamPrefixes = []string{c.Mapping.StreamPrefix}
+	}
+	if c.TypeRegex != "" {
+		re, err := regexp.Compile(c.TypeRegex)
+		if err != nil {
+			return nil, fmt.Errorf("esdb: Config.TypeRegex: %w", err)
+		}
+		if len(c.StreamPrefixes) > 0 {
+			c.typeRe = re
+		}
+	}
+	switch {
+	case len(c.StreamPrefixes) > 0:
+		c.filter = &esdbc.SubscriptionFilter{Type: esdbc.StreamFilterType, Prefixes: c.StreamPrefixes}
+	case c.TypeRegex != "":
+		c.filter = &esdbc.SubscriptionFilter{Type: esdbc.EventFilterType, Regex: c.TypeRegex}
+	default:
+		c.filter = esdbc.ExcludeSystemEventsFilter()
+	}
+	c.dispCfg = source.Config{
+		Processor: c.Processor,
+		Source:    c.Name,
+		Workers:   c.Workers,
+		BatchSize: c.BatchSize,
+		MaxWait:   c.MaxWait,
+		Logger:    c.Logger,
+	}
+	return c, nil
+}
+
+// mapEvent maps a recorded event and applies the client-side type filter.
+func (c *config) mapEvent(r *esdbc.RecordedEvent) (aggregate.Event, error) {
+	if c.typeRe != nil && r != nil && !c.typeRe.MatchString(r.EventType) {
+		return aggregate.Event{}, fmt.Errorf("%w: type %s does not match %s", ErrSkipped, r.EventType, c.typeRe)
+	}
+	return c.Mapping.Map(r)
+}

@@ -1,0 +1,92 @@
+// Package esdb feeds a [projection.Processor] from EventStoreDB (through the
+// official v4 Go client, github.com/EventStore/EventStore-Client-Go/v4/esdb,
+// imported here as esdbc), in one of two modes.
+//
+// # Catch-up mode (the default)
+//
+// A catch-up subscription to $all, filtered on the server by stream-name
+// prefixes ([Config].StreamPrefixes, by default the mapping's prefix) or by
+// an event-type regex ([Config].TypeRegex; applied on the client when stream
+// prefixes are set too). Events are dispatched to [Config].Workers workers by
+// aggregate (see package [source]); each worker commits batches of up to
+// [Config].BatchSize events in one transaction.
+//
+// The position is kept in Postgres, in the checkpoints table of the
+// processor's schema (row [Config].Name), and written in the same transaction
+// as the projections' writes. With several workers batches commit out of
+// order, so the checkpoint is a low watermark: the highest position P such
+// that every event at or before P is committed ([source.Tracker]). It never
+// moves back (a lower position leaves the row as it is). The server's
+// checkpoint messages and skipped events move the watermark too, and it is
+// saved every [Config].CheckpointEvery even when no event is processed, so a
+// restart does not rescan filtered-out history. After a crash (even SIGKILL)
+// the source resumes from the committed checkpoint: events after it may be
+// delivered again, and the processor's version gate discards them as
+// duplicates.
+//
+// # Persistent mode
+//
+// With [Config].Persistent set, the source is one consumer of a persistent
+// subscription group (to $all, filtered like catch-up mode, or to a stream
+// such as "$ce-payment"), created with [Persistent].Settings if it does not
+// exist. Any number of processes may consume the group. An event is acked
+// only after the transaction that processed it commits; a failed batch is
+// nacked for a retry. Events arrive out of order and more than once —
+// redelivered after a timeout, a disconnect or a server restart — and the
+// gate absorbs it. An event whose handler keeps failing is quarantined by the
+// processor and then acked: poison events never go to the server's parked
+// stream.
+//
+// # Mapping
+//
+// [Mapping] turns an EventStoreDB event into an [aggregate.Event]: the stream
+// name (without [Mapping].StreamPrefix) is the aggregate id, revision+1 the
+// version (or a field of the metadata JSON, [Mapping].VersionField), the
+// event's UUID its stable id, with its type, data, user metadata and creation
+// time. System events ("$" streams or types), link events that do not
+// resolve and streams outside the prefix are skipped: acknowledged and
+// counted ([Stats].Skipped). An event whose content type is not JSON is
+// rejected with a reason — recorded in the rejected table in the batch's
+// transaction — and acknowledged, and the subscription goes on; JSON content
+// that is malformed is mapped as it is, and the processor rejects it.
+//
+// # Gap repair
+//
+// Every [Config].RepairEvery, aggregates whose parked events have waited
+// longer than [Config].RepairAfter are repaired: the missing versions are
+// read straight from the aggregate's stream ([Mapping].Stream) and processed.
+// Versions the stream does not have (deleted, truncated, never written) are
+// recorded once per gap in the operator log (action
+// 'gap-missing-at-source'), and left to an operator
+// ([projection.Processor.DeclareGap]).
+//
+// # Connections
+//
+// When the server is lost the source reconnects with exponential backoff
+// ([Config].ReconnectMin … ReconnectMax), with a new client each time (a v4
+// client whose node discovery failed stays closed for good), and resubscribes
+// — in catch-up mode from the last committed checkpoint, after the batches in
+// flight were settled — so nothing is lost and nothing is applied twice.
+//
+// # Lifecycle
+//
+// [Source.Run] runs until its context is cancelled, then drains: it stops
+// receiving, commits and acknowledges the batches in flight, saves the
+// checkpoint and returns nil. [Source.Abort] (the second signal) or
+// [Config].DrainTimeout cut the drain short. [Source.Stats] exposes counters
+// for metrics, and the On… hooks of [Config] let tests wait on events.
+//
+// # Tests
+//
+// The package's tests run the real client against
+// [github.com/inorder/inorder/source/esdb/esdbtest], an in-process
+// EventStoreDB. Set ESDB_URL to run them against a real node instead:
+//
+//	docker compose up -d eventstore
+//	ESDB_URL='esdb://localhost:2113?tls=false' go test -count=1 ./source/esdb/
+//
+// Every test then uses its own stream prefix and group names and does not
+// assume an empty store; the tests that inject faults (dropped
+// subscriptions, restarts, an unavailable node) need the in-process server
+// and are skipped.
+package esdb

@@ -1,0 +1,320 @@
+package esdb_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source/esdb"
+	"github.com/inorder/inorder/source/esdb/esdbtest"
+)
+
+// waitTimeout bounds every wait of these tests.
+const waitTimeout = 60 * time.Second
+
+// env is the EventStoreDB of one test: the in-process server, or the real
+// node at ESDB_URL.
+type env struct {
+	url    string
+	srv    *esdbtest.Server // nil against a real node
+	client *esdbc.Client
+	// prefix is the test's own stream prefix, such as "t1a2b3c4d-pay-":
+	// streams are prefix + aggregate id.
+	prefix string
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	e := &env{prefix: "t" + strings.ReplaceAll(uuid.NewString(), "-", "")[:10] + "-"}
+	if u := os.Getenv("ESDB_URL"); u != "" {
+		e.url = u
+	} else {
+		e.srv = esdbtest.New(t)
+		e.url = e.srv.URL()
+	}
+	cfg, err := esdbc.ParseConnectionString(e.url)
+	require.NoError(t, err)
+	cfg.Logger = esdbc.NoopLogging()
+	e.client, err = esdbc.NewClient(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = e.client.Close() })
+	return e
+}
+
+// needServer skips tests that inject faults into the in-process server.
+func (e *env) needServer(t testing.TB) {
+	t.Helper()
+	if e.srv == nil {
+		t.Skip("injects faults into the in-process server; ESDB_URL is set")
+	}
+}
+
+func (e *env) stream(agg string) string { return e.prefix + agg }
+
+// appendEvents appends events, in order, each to its aggregate's stream as
+// JSON, with expected revision version-2 so a retried append cannot
+// duplicate an event.
+func (e *env) appendEvents(t testing.TB, events []aggregate.Event) {
+	t.Helper()
+	ctx := context.Background()
+	for _, ev := range events {
+		data := esdbc.EventData{EventType: ev.Type, ContentType: esdbc.ContentTypeJson, Data: ev.Data, Metadata: ev.Metadata}
+		var exp esdbc.ExpectedRevision = esdbc.NoStream{}
+		if ev.Version > 1 {
+			exp = esdbc.Revision(uint64(ev.Version - 2))
+		}
+		if e.srv != nil {
+			// The in-process server's direct path: much faster under -race.
+			_, err := e.srv.Append(e.stream(ev.Aggregate), esdbtest.Event{Type: ev.Type, Data: ev.Data, Metadata: ev.Metadata})
+			require.NoError(t, err)
+			continue
+		}
+		_, err := e.client.AppendToStream(ctx, e.stream(ev.Aggregate), esdbc.AppendToStreamOptions{ExpectedRevision: exp}, data)
+		require.NoError(t, err)
+	}
+}
+
+// appendRaw appends one event as given, through the client.
+func (e *env) appendRaw(t testing.TB, stream string, data esdbc.EventData) {
+	t.Helper()
+	_, err := e.client.AppendToStream(context.Background(), stream, esdbc.AppendToStreamOptions{}, data)
+	require.NoError(t, err)
+}
+
+// bundle is one test's schema, processor and ledger projection.
+type bundle struct {
+	db     *pgtest.DB
+	proc   *projection.Processor
+	ledger *ledger.Projection
+}
+
+func setup(t testing.TB) *bundle {
+	t.Helper()
+	db := pgtest.NewMigrated(t)
+	b := &bundle{db: db, ledger: ledger.New(nil)}
+	b.proc = b.newProcessor(t)
+	require.NoError(t, b.proc.Setup(context.Background()))
+	return b
+}
+
+// newProcessor returns another processor on the bundle's schema, like one
+// of another process.
+func (b *bundle) newProcessor(t testing.TB) *projection.Processor {
+	t.Helper()
+	p, err := projection.New(b.db.Pool, &projection.Config{Schema: b.db.Schema}, b.ledger)
+	require.NoError(t, err)
+	return p
+}
+
+func (b *bundle) requireFold(t testing.TB, events []aggregate.Event) {
+	t.Helper()
+	want, err := ledger.Fold(events)
+	require.NoError(t, err)
+	got, err := b.ledger.Load(context.Background(), b.db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}
+
+// appliedRows counts the rows of the applied log: one per event applied.
+func (b *bundle) appliedRows(t testing.TB) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM applied`).Scan(&n))
+	return n
+}
+
+// checkpoint reads a source's checkpoint row.
+func (b *bundle) checkpoint(t testing.TB, name string) (esdbc.Position, bool) {
+	t.Helper()
+	var c, p int64
+	err := b.db.Pool.QueryRow(context.Background(), `SELECT commit_position, prepare_position FROM checkpoints WHERE name = $1`, name).Scan(&c, &p)
+	if err != nil {
+		return esdbc.Position{}, false
+	}
+	return esdbc.Position{Commit: uint64(c), Prepare: uint64(p)}, true
+}
+
+// notifier is a coalescing "something happened" channel.
+type notifier chan struct{}
+
+func newSignal() notifier { return make(notifier, 1) }
+
+func (s notifier) notify() {
+	select {
+	case s <- struct{}{}:
+	default:
+	}
+}
+
+// waitFor re-checks cond each time sig fires until it holds.
+func waitFor(t testing.TB, sig notifier, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.NewTimer(waitTimeout)
+	defer deadline.Stop()
+	for !cond() {
+		select {
+		case <-sig:
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// waitSignal waits for sig to fire.
+func waitSignal(t testing.TB, sig notifier, what string) {
+	t.Helper()
+	select {
+	case <-sig:
+	case <-time.After(waitTimeout):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// running is a Source running in the background, with test signals.
+type running struct {
+	src       *esdb.Source
+	cancel    context.CancelFunc
+	done      chan error
+	commits   notifier // each committed batch
+	saved     notifier // each checkpoint saved
+	caughtUp  notifier
+	subscribe notifier
+	repairs   notifier
+
+	mu         sync.Mutex
+	checkpoint []esdbc.Position // checkpoints saved, in order
+	cpChanged  chan struct{}    // closed and replaced when a checkpoint is saved
+	repaired   []esdb.Repair
+	stopOnce   sync.Once
+	err        error
+}
+
+// start runs a Source made from cfg (hooks are added) until the test ends.
+// Each committed batch also notifies the extra signals.
+func start(t testing.TB, cfg esdb.Config, extra ...notifier) *running {
+	t.Helper()
+	r := &running{done: make(chan error, 1), cpChanged: make(chan struct{}), commits: newSignal(), saved: newSignal(), caughtUp: newSignal(), subscribe: newSignal(), repairs: newSignal()}
+	cfg.OnCommit = func(c esdb.Commit) {
+		r.commits.notify()
+		for _, s := range extra {
+			s.notify()
+		}
+	}
+	cfg.OnCheckpoint = func(p esdbc.Position) {
+		r.mu.Lock()
+		r.checkpoint = append(r.checkpoint, p)
+		close(r.cpChanged)
+		r.cpChanged = make(chan struct{})
+		r.mu.Unlock()
+		r.saved.notify()
+	}
+	cfg.OnCaughtUp = r.caughtUp.notify
+	cfg.OnSubscribed = r.subscribe.notify
+	cfg.OnRepair = func(rp esdb.Repair) {
+		r.mu.Lock()
+		r.repaired = append(r.repaired, rp)
+		r.mu.Unlock()
+		r.repairs.notify()
+	}
+	if cfg.URL == "" {
+		t.Fatal("start: no URL")
+	}
+	src, err := esdb.New(&cfg)
+	require.NoError(t, err)
+	r.src = src
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { r.done <- src.Run(ctx) }()
+	t.Cleanup(func() {
+		if err := r.stop(); err != nil && !errors.Is(err, esdb.ErrAborted) {
+			t.Errorf("source stopped with %v", err)
+		}
+	})
+	return r
+}
+
+// stop drains the source and returns Run's error.
+func (r *running) stop() error {
+	r.stopOnce.Do(func() {
+		r.cancel()
+		select {
+		case r.err = <-r.done:
+		case <-time.After(waitTimeout):
+			r.src.Abort()
+			r.err = <-r.done
+		}
+	})
+	return r.err
+}
+
+// waitCheckpoint waits until the saved checkpoint reaches p. Any number of
+// goroutines may wait at once.
+func (r *running) waitCheckpoint(ctx context.Context, p esdbc.Position) error {
+	for {
+		r.mu.Lock()
+		reached := len(r.checkpoint) > 0 && !posLess(r.checkpoint[len(r.checkpoint)-1], p)
+		changed := r.cpChanged
+		r.mu.Unlock()
+		if reached {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (r *running) repairsSoFar() []esdb.Repair {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]esdb.Repair(nil), r.repaired...)
+}
+
+func (r *running) checkpoints() []esdbc.Position {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]esdbc.Position(nil), r.checkpoint...)
+}
+
+// requireForward asserts that positions never move back.
+func requireForward(t testing.TB, ps []esdbc.Position) {
+	t.Helper()
+	for i := 1; i < len(ps); i++ {
+		require.False(t, posLess(ps[i], ps[i-1]), "checkpoint moved back: %v then %v", ps[i-1], ps[i])
+	}
+}
+
+func posLess(a, b esdbc.Position) bool {
+	return a.Commit < b.Commit || (a.Commit == b.Commit && a.Prepare < b.Prepare)
+}
+
+// applied returns a condition: the processors applied n events in all.
+func applied(n int, procs ...*projection.Processor) func() bool {
+	return func() bool {
+		var sum int64
+		for _, p := range procs {
+			sum += p.Counts()["ledger"].Applied()
+		}
+		return sum >= int64(n)
+	}
+}
+
+// generate returns a ledger stream.
+func generate(seed uint64, payments, versions int) []aggregate.Event {
+	return ledger.Generate(rand.New(rand.NewPCG(seed, seed*7+1)), payments, versions)
+}

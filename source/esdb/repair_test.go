@@ -1,0 +1,197 @@
+package esdb_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source/esdb"
+)
+
+// truncate makes revisions below before unreadable.
+func (e *env) truncate(t testing.TB, stream string, before uint64) {
+	t.Helper()
+	if e.srv != nil {
+		e.srv.Truncate(stream, before)
+		return
+	}
+	var m esdbc.StreamMetadata
+	m.SetTruncateBefore(before)
+	_, err := e.client.SetStreamMetadata(context.Background(), stream, esdbc.AppendToStreamOptions{}, m)
+	require.NoError(t, err)
+}
+
+// deleteStream soft-deletes a stream.
+func (e *env) deleteStream(t testing.TB, stream string) {
+	t.Helper()
+	if e.srv != nil {
+		e.srv.DeleteStream(stream)
+		return
+	}
+	_, err := e.client.DeleteStream(context.Background(), stream, esdbc.DeleteStreamOptions{})
+	require.NoError(t, err)
+}
+
+// without returns events minus the given versions of every aggregate.
+func without(events []aggregate.Event, versions ...int64) []aggregate.Event {
+	var out []aggregate.Event
+	for _, e := range events {
+		skip := false
+		for _, v := range versions {
+			skip = skip || e.Version == v
+		}
+		if !skip {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// repairConfig starts at the end of $all: only gap repair brings events.
+func repairConfig(e *env, b *bundle) esdb.Config {
+	return esdb.Config{
+		URL: e.url, Processor: b.proc, Name: "repair", FromEnd: true,
+		RepairAfter: 100 * time.Millisecond, RepairEvery: 20 * time.Millisecond,
+		Mapping: esdb.Mapping{StreamPrefix: e.prefix},
+	}
+}
+
+func TestGapRepair(t *testing.T) {
+	t.Parallel()
+
+	// Version 3 of each payment is withheld; 4 and 5 park behind it; gap
+	// repair reads 3 from the stream and the rest drains, in order.
+	t.Run("Repaired", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		b := setup(t)
+		events := generate(7, 3, 5)
+		e.appendEvents(t, events)
+		res, err := b.proc.Process(t.Context(), projection.Batch{Events: without(events, 3)})
+		require.NoError(t, err)
+		parked := 0
+		for _, r := range res {
+			if r.Outcome == projection.Parked {
+				parked++
+			}
+		}
+		require.Equal(t, 6, parked)
+
+		r := start(t, repairConfig(e, b))
+		waitFor(t, r.repairs, applied(len(events), b.proc), "the gaps repaired")
+		require.NoError(t, r.stop())
+		b.requireFold(t, events)
+		require.EqualValues(t, 3, r.src.Stats().Repaired)
+		for _, rp := range r.repairsSoFar() {
+			require.False(t, rp.Missing)
+			require.NoError(t, rp.Err)
+			require.Equal(t, int64(3), rp.From)
+			require.Equal(t, int64(3), rp.To)
+		}
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM operator_log`).Scan(&n))
+		require.Zero(t, n)
+	})
+
+	// The missing version is not in the stream any more: one operator-log
+	// row per gap, however many sources see it, and nothing applied.
+	for _, c := range []struct {
+		name   string
+		remove func(t *testing.T, e *env, stream string)
+		reason string
+	}{
+		{"Truncated", func(t *testing.T, e *env, stream string) { e.truncate(t, stream, 3) }, "are not in stream"},
+		{"Deleted", func(t *testing.T, e *env, stream string) { e.deleteStream(t, stream) }, "not found"},
+	} {
+		t.Run("MissingAtSource/"+c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			b := setup(t)
+			events := generate(8, 1, 5)
+			agg := events[0].Aggregate
+			e.appendEvents(t, events)
+			_, err := b.proc.Process(t.Context(), projection.Batch{Events: without(events, 3)})
+			require.NoError(t, err)
+			c.remove(t, e, e.stream(agg))
+
+			// Two sources (two processes) find the gap; one row records it.
+			r1, r2 := start(t, repairConfig(e, b)), start(t, repairConfig(e, b))
+			sawMissing := func(r *running) bool {
+				for _, rp := range r.repairsSoFar() {
+					require.NoError(t, rp.Err)
+					if rp.Missing {
+						return true
+					}
+				}
+				return false
+			}
+			waitFor(t, r1.repairs, func() bool { return sawMissing(r1) }, "the first source's repair")
+			waitFor(t, r2.repairs, func() bool { return sawMissing(r2) }, "the second source's repair")
+			require.NoError(t, r1.stop())
+			require.NoError(t, r2.stop())
+			rows, err := b.db.Pool.Query(t.Context(), `SELECT action, projection, aggregate, from_version, to_version, reason FROM operator_log`)
+			require.NoError(t, err)
+			type logRow struct {
+				Action, Projection, Aggregate string
+				From, To                      int64
+				Reason                        string
+			}
+			var got []logRow
+			for rows.Next() {
+				var l logRow
+				require.NoError(t, rows.Scan(&l.Action, &l.Projection, &l.Aggregate, &l.From, &l.To, &l.Reason))
+				got = append(got, l)
+			}
+			require.NoError(t, rows.Err())
+			require.Len(t, got, 1, "one row per gap")
+			require.Equal(t, "gap-missing-at-source", got[0].Action)
+			require.Equal(t, "ledger", got[0].Projection)
+			require.Equal(t, agg, got[0].Aggregate)
+			require.Equal(t, int64(3), got[0].From)
+			require.Equal(t, int64(3), got[0].To)
+			require.Contains(t, got[0].Reason, c.reason)
+			require.EqualValues(t, 1, r1.src.Stats().GapsMissing+r2.src.Stats().GapsMissing)
+
+			// Nothing applied wrongly: the payment stays at version 2 with
+			// 4 and 5 parked, for an operator to decide.
+			var version int64
+			var parked int
+			require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT version, parked FROM versions WHERE aggregate = $1`, agg).Scan(&version, &parked))
+			require.Equal(t, int64(2), version)
+			require.Equal(t, 2, parked)
+			b.requireFold(t, events[:2])
+		})
+	}
+
+	// Versions from a metadata field: revision and version differ, so gap
+	// repair reads the stream's tail and maps it.
+	t.Run("VersionFromMetadata", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		b := setup(t)
+		events := generate(9, 1, 5)
+		stream := e.stream(events[0].Aggregate)
+		// Revision 0 is not the aggregate's: a system event, skipped.
+		e.appendRaw(t, stream, esdbc.EventData{EventType: "$opened", ContentType: esdbc.ContentTypeJson, Data: []byte(`{}`)})
+		for i := range events {
+			events[i].Metadata = []byte(fmt.Sprintf(`{"version":%d}`, events[i].Version))
+			e.appendRaw(t, stream, esdbc.EventData{EventType: events[i].Type, ContentType: esdbc.ContentTypeJson, Data: events[i].Data, Metadata: events[i].Metadata})
+		}
+		_, err := b.proc.Process(t.Context(), projection.Batch{Events: without(events, 3)})
+		require.NoError(t, err)
+
+		cfg := repairConfig(e, b)
+		cfg.Mapping.VersionField = "version"
+		r := start(t, cfg)
+		waitFor(t, r.repairs, applied(len(events), b.proc), "the gap repaired")
+		require.NoError(t, r.stop())
+		b.requireFold(t, events)
+		require.EqualValues(t, 1, r.src.Stats().Repaired)
+	})
+}

@@ -1,0 +1,757 @@
+package esdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source"
+)
+
+// ErrAborted is returned by Run when its drain was cut short by Abort or
+// Config.DrainTimeout: the batches in flight were rolled back, and their
+// events are delivered again on the next run.
+var ErrAborted = errors.New("esdb: drain aborted")
+
+// Source feeds a projection.Processor from EventStoreDB, through a catch-up
+// subscription to $all or a persistent subscription. See the package
+// documentation.
+type Source struct {
+	cfg     *config
+	log     *slog.Logger
+	disp    *source.Dispatcher
+	tracker *source.Tracker[esdbc.Position]
+	sql     statements
+	ran     atomic.Bool
+
+	abort     chan struct{}
+	abortOnce sync.Once
+
+	cpMu     sync.Mutex
+	saved    esdbc.Position // highest checkpoint known to be committed
+	hasSaved bool
+	batchCP  map[*source.Delivery]esdbc.Position // checkpoint written by a batch's transaction, by its first delivery
+
+	// knownMissing holds the gaps gap repair recorded as missing at the
+	// source (owned by the repair goroutine).
+	knownMissing map[string]bool
+
+	stats struct {
+		received, skipped, rejected, acked, nacked, reconnects, repaired, gapsMissing atomic.Int64
+	}
+}
+
+// New validates cfg, applies its defaults and returns a Source. It does not
+// connect: Run does.
+func New(cfg *Config) (*Source, error) {
+	c, err := newConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Source{
+		cfg:     c,
+		log:     c.Logger,
+		tracker: source.NewTracker[esdbc.Position](),
+		sql:     newStatements(c.Processor.Schema()),
+		abort:   make(chan struct{}),
+		batchCP: map[*source.Delivery]esdbc.Position{},
+
+		knownMissing: map[string]bool{},
+	}
+	dc := c.dispCfg
+	dc.AfterCommit = s.afterCommit
+	if c.Persistent == nil {
+		dc.BeforeCommit = s.beforeCommit
+	}
+	s.disp, err = source.NewDispatcher(&dc)
+	if err != nil {
+		return nil, fmt.Errorf("esdb: %w", err)
+	}
+	return s, nil
+}
+
+// Stats are a Source's cumulative counters, for metrics.
+type Stats struct {
+	// Received counts events received from subscriptions, redeliveries
+	// included.
+	Received int64
+	// Skipped counts events acknowledged without processing: system
+	// events, streams outside the mapping, types outside TypeRegex.
+	Skipped int64
+	// Rejected counts deliveries recorded as rejected, by the source
+	// (content that is not JSON…) or by the processor's validation.
+	Rejected int64
+	// Acked counts deliveries acknowledged: skipped ones at once, the
+	// others after their batch committed (in catch-up mode, where nothing
+	// is sent to the server, when they are marked done in the watermark's
+	// tracking).
+	Acked int64
+	// Nacked counts deliveries nacked for a retry after a failed batch
+	// (persistent mode).
+	Nacked int64
+	// Reconnects counts connection attempts after the first.
+	Reconnects int64
+	// Batches counts committed batches.
+	Batches int64
+	// Repaired counts events read by gap repair and processed.
+	Repaired int64
+	// GapsMissing counts gaps that gap repair recorded as missing at the
+	// source.
+	GapsMissing int64
+	// Checkpoint is the highest checkpoint known to be saved (catch-up
+	// mode); HasCheckpoint is false until there is one.
+	Checkpoint    esdbc.Position
+	HasCheckpoint bool
+	// InFlight counts tracked positions not yet covered by the watermark
+	// (catch-up mode).
+	InFlight int
+}
+
+// Stats returns the source's counters.
+func (s *Source) Stats() Stats {
+	s.cpMu.Lock()
+	cp, ok := s.saved, s.hasSaved
+	s.cpMu.Unlock()
+	return Stats{
+		Received:      s.stats.received.Load(),
+		Skipped:       s.stats.skipped.Load(),
+		Rejected:      s.stats.rejected.Load(),
+		Acked:         s.stats.acked.Load(),
+		Nacked:        s.stats.nacked.Load(),
+		Reconnects:    s.stats.reconnects.Load(),
+		Batches:       s.disp.Stats().Committed,
+		Repaired:      s.stats.repaired.Load(),
+		GapsMissing:   s.stats.gapsMissing.Load(),
+		Checkpoint:    cp,
+		HasCheckpoint: ok,
+		InFlight:      s.tracker.InFlight(),
+	}
+}
+
+// Abort cuts a graceful stop short — the second signal: the batches in
+// flight are rolled back and Run returns ErrAborted. Called before Run's
+// context is cancelled, it stops Run at once. It is safe to call more than
+// once, from any goroutine.
+func (s *Source) Abort() { s.abortOnce.Do(func() { close(s.abort) }) }
+
+// Run consumes events until ctx is cancelled, reconnecting with backoff
+// whenever the server is lost. When ctx is cancelled it drains: it stops
+// receiving, lets every batch in flight commit and be acknowledged, saves
+// the checkpoint, and returns nil. Abort or Config.DrainTimeout cut the drain
+// short (ErrAborted). Run may be called once.
+func (s *Source) Run(ctx context.Context) error {
+	if !s.ran.CompareAndSwap(false, true) {
+		return errors.New("esdb: Source.Run called twice")
+	}
+	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHard()
+	go func() {
+		select {
+		case <-s.abort:
+			cancelHard()
+		case <-hard.Done():
+		}
+	}()
+	defer context.AfterFunc(ctx, func() {
+		t := time.NewTimer(s.cfg.DrainTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			s.log.Warn("inorder: esdb drain timed out, aborting", "name", s.cfg.Name, "timeout", s.cfg.DrainTimeout)
+			cancelHard()
+		case <-hard.Done():
+		}
+	})()
+	soft, cancelSoft := context.WithCancel(ctx)
+	defer cancelSoft()
+	defer context.AfterFunc(hard, cancelSoft)()
+
+	work, stopWork := context.WithCancel(hard)
+	defer stopWork()
+	dispDone := make(chan struct{})
+	go func() {
+		defer close(dispDone)
+		_ = s.disp.Run(work)
+	}()
+	var bg sync.WaitGroup
+	if s.cfg.Persistent == nil {
+		bg.Go(func() { s.saveLoop(soft) })
+	}
+	if s.cfg.RepairAfter > 0 {
+		bg.Go(func() { s.repairLoop(soft) })
+	}
+	s.log.Info("inorder: esdb source starting", "name", s.cfg.Name, "mode", s.mode())
+
+	s.consume(soft, hard)
+
+	if s.cfg.Persistent == nil && hard.Err() == nil {
+		if err := s.saveWatermark(hard); err != nil {
+			s.log.Warn("inorder: esdb final checkpoint not saved", "name", s.cfg.Name, "error", err)
+		}
+	}
+	stopWork()
+	<-dispDone
+	bg.Wait()
+	if hard.Err() != nil {
+		return ErrAborted
+	}
+	s.log.Info("inorder: esdb source stopped", "name", s.cfg.Name)
+	return nil
+}
+
+func (s *Source) mode() string {
+	if s.cfg.Persistent != nil {
+		return "persistent"
+	}
+	return "catch-up"
+}
+
+// consume runs sessions until soft is done, with backoff between them.
+func (s *Source) consume(soft, hard context.Context) {
+	delay := s.cfg.ReconnectMin
+	for attempt := 0; soft.Err() == nil; attempt++ {
+		if attempt > 0 {
+			s.stats.reconnects.Add(1)
+		}
+		progressed, err := s.session(soft, hard)
+		if soft.Err() != nil {
+			return
+		}
+		if progressed {
+			delay = s.cfg.ReconnectMin
+		}
+		wait := delay/2 + rand.N(delay/2+1)
+		s.log.Warn("inorder: esdb subscription lost, reconnecting", "name", s.cfg.Name, "error", err, "in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-soft.Done():
+		case <-t.C:
+		}
+		t.Stop()
+		delay = min(2*delay, s.cfg.ReconnectMax)
+	}
+}
+
+// newClient returns a fresh client: a v4 client whose discovery failed is
+// closed for good, so every session gets its own.
+func (s *Source) newClient() (*esdbc.Client, error) {
+	cfg := s.cfg.client
+	c, err := esdbc.NewClient(&cfg)
+	if err != nil {
+		return nil, fmt.Errorf("esdb: client: %w", err)
+	}
+	return c, nil
+}
+
+// session connects, subscribes and dispatches until the subscription is lost
+// or soft is done; before returning it settles everything it dispatched.
+// progressed reports whether it received any event.
+func (s *Source) session(soft, hard context.Context) (progressed bool, err error) {
+	client, err := s.newClient()
+	if err != nil {
+		return false, err
+	}
+	defer client.Close()
+	if s.cfg.Persistent != nil {
+		return s.persistentSession(soft, hard, client)
+	}
+	return s.catchUpSession(soft, hard, client)
+}
+
+// catchUpSession runs one catch-up subscription to $all from the committed
+// checkpoint.
+func (s *Source) catchUpSession(soft, hard context.Context, client *esdbc.Client) (progressed bool, err error) {
+	cp, ok, err := s.loadCheckpoint(soft)
+	if err != nil {
+		return false, err
+	}
+	s.tracker.Reset(cp, ok)
+	var from esdbc.AllPosition = esdbc.Start{}
+	switch {
+	case ok:
+		from = cp // exclusive: the checkpoint is processed
+	case s.cfg.FromEnd:
+		from = esdbc.End{}
+	}
+	subCtx, cancelSub := context.WithCancel(hard)
+	defer cancelSub()
+	sub, err := client.SubscribeToAll(subCtx, esdbc.SubscribeToAllOptions{From: from, Filter: s.cfg.filter})
+	if err != nil {
+		return false, fmt.Errorf("esdb: subscribe to $all: %w", err)
+	}
+	msgs, stopPump := pump(sub.Recv, func(e *esdbc.SubscriptionEvent) bool { return e.SubscriptionDropped != nil },
+		func(err error) *esdbc.SubscriptionEvent {
+			return &esdbc.SubscriptionEvent{SubscriptionDropped: &esdbc.SubscriptionDropped{Error: err}}
+		})
+	defer func() {
+		_ = sub.Close()
+		stopPump()
+		// Settle what was dispatched and save the watermark, so that the
+		// next session starts from a checkpoint that covers it.
+		if err := s.disp.Flush(hard); err != nil {
+			s.log.Debug("inorder: esdb flush cut short", "name", s.cfg.Name, "error", err)
+			return
+		}
+		if err := s.saveWatermark(hard); err != nil {
+			s.log.Warn("inorder: esdb checkpoint not saved", "name", s.cfg.Name, "error", err)
+		}
+	}()
+	s.log.Info("inorder: esdb subscribed to $all", "name", s.cfg.Name, "from", fmtPosition(from))
+	if s.cfg.OnSubscribed != nil {
+		s.cfg.OnSubscribed()
+	}
+	acker := &catchUpAcker{s: s}
+	for {
+		var m *esdbc.SubscriptionEvent
+		select {
+		case <-soft.Done():
+			return progressed, nil
+		case m = <-msgs:
+		}
+		switch {
+		case m.SubscriptionDropped != nil:
+			return progressed, fmt.Errorf("esdb: subscription dropped: %w", m.SubscriptionDropped.Error)
+		case m.EventAppeared != nil:
+			progressed = true
+			// Dispatch until hard: what was received is processed, even
+			// while draining.
+			if err := s.catchUpEvent(hard, m.EventAppeared, acker); err != nil {
+				return progressed, err
+			}
+		case m.CheckPointReached != nil:
+			s.tracker.Pass(*m.CheckPointReached)
+		case m.CaughtUp != nil:
+			s.log.Debug("inorder: esdb caught up", "name", s.cfg.Name)
+			if s.cfg.OnCaughtUp != nil {
+				s.cfg.OnCaughtUp()
+			}
+		}
+	}
+}
+
+func (s *Source) catchUpEvent(ctx context.Context, ev *esdbc.ResolvedEvent, acker *catchUpAcker) error {
+	s.stats.received.Add(1)
+	orig := ev.OriginalEvent()
+	if orig == nil {
+		return nil
+	}
+	pos := orig.Position
+	e, err := s.cfg.mapEvent(ev.Event)
+	if errors.Is(err, ErrSkipped) {
+		s.stats.skipped.Add(1)
+		s.stats.acked.Add(1)
+		s.tracker.Pass(pos)
+		return nil
+	}
+	d := &source.Delivery{Event: e, Acker: acker, Ticket: s.tracker.Track(pos)}
+	if err != nil {
+		d.Reject = err
+	}
+	return s.disp.Dispatch(ctx, d)
+}
+
+// catchUpAcker marks committed deliveries done in the tracker. A catch-up
+// subscription cannot redeliver: failed batches are retried in place.
+type catchUpAcker struct{ s *Source }
+
+func (a *catchUpAcker) Ack(ds []*source.Delivery) {
+	tickets := make([]source.Ticket, len(ds))
+	for i, d := range ds {
+		tickets[i] = d.Ticket
+	}
+	a.s.tracker.Done(tickets...)
+	a.s.stats.acked.Add(int64(len(ds)))
+}
+
+func (a *catchUpAcker) Nack([]*source.Delivery, error) bool { return false }
+
+// beforeCommit saves, in the batch's transaction, the low watermark that
+// includes the batch's own deliveries.
+func (s *Source) beforeCommit(ctx context.Context, tx pgx.Tx, batch []*source.Delivery) error {
+	tickets := make([]source.Ticket, 0, len(batch))
+	for _, d := range batch {
+		if d.Ticket != 0 {
+			tickets = append(tickets, d.Ticket)
+		}
+	}
+	p, ok := s.tracker.WatermarkWith(tickets)
+	if !ok || s.covered(p) {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, s.sql.saveCheckpoint, s.cfg.Name, int64(p.Commit), int64(p.Prepare)); err != nil {
+		return fmt.Errorf("esdb: save checkpoint: %w", err)
+	}
+	s.cpMu.Lock()
+	s.batchCP[batch[0]] = p
+	s.cpMu.Unlock()
+	return nil
+}
+
+// afterCommit counts and reports a committed batch.
+func (s *Source) afterCommit(batch []*source.Delivery, results []projection.Result) {
+	outcomes := map[projection.Outcome]int{}
+	rejected := 0
+	for _, d := range batch {
+		if d.Reject != nil {
+			rejected++
+		}
+	}
+	outcomes[projection.Rejected] = rejected
+	for _, r := range results {
+		outcomes[r.Outcome]++
+	}
+	s.stats.rejected.Add(int64(outcomes[projection.Rejected]))
+	var cp *esdbc.Position
+	if s.cfg.Persistent == nil {
+		s.cpMu.Lock()
+		if p, ok := s.batchCP[batch[0]]; ok {
+			delete(s.batchCP, batch[0])
+			if s.advanceLocked(p) {
+				cp = &p
+			}
+		}
+		s.cpMu.Unlock()
+	}
+	if s.cfg.OnCommit != nil {
+		s.cfg.OnCommit(Commit{Deliveries: len(batch), Outcomes: outcomes, Checkpoint: cp})
+	}
+}
+
+// covered reports whether p is at or below the saved checkpoint.
+func (s *Source) covered(p esdbc.Position) bool {
+	s.cpMu.Lock()
+	defer s.cpMu.Unlock()
+	return s.hasSaved && !less(s.saved, p)
+}
+
+// advanceLocked notes a committed checkpoint; if it is ahead of the saved
+// one it becomes the saved one, OnCheckpoint is told (under s.cpMu, so calls
+// are ordered and never overlap) and it returns true.
+func (s *Source) advanceLocked(p esdbc.Position) bool {
+	if s.hasSaved && !less(s.saved, p) {
+		return false
+	}
+	s.saved, s.hasSaved = p, true
+	if s.cfg.OnCheckpoint != nil {
+		s.cfg.OnCheckpoint(p)
+	}
+	return true
+}
+
+// saveLoop saves the watermark every CheckpointEvery when it moved without a
+// batch saving it: filtered-out events and server checkpoints.
+func (s *Source) saveLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.CheckpointEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.saveWatermark(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("inorder: esdb checkpoint not saved", "name", s.cfg.Name, "error", err)
+			}
+		}
+	}
+}
+
+// saveWatermark saves the tracker's watermark if it is ahead of the saved
+// checkpoint.
+func (s *Source) saveWatermark(ctx context.Context) error {
+	p, ok := s.tracker.Watermark()
+	if !ok || s.covered(p) {
+		return nil
+	}
+	if _, err := s.cfg.Processor.Pool().Exec(ctx, s.sql.saveCheckpoint, s.cfg.Name, int64(p.Commit), int64(p.Prepare)); err != nil {
+		return fmt.Errorf("esdb: save checkpoint: %w", err)
+	}
+	s.cpMu.Lock()
+	s.advanceLocked(p)
+	s.cpMu.Unlock()
+	return nil
+}
+
+// loadCheckpoint reads the committed checkpoint.
+func (s *Source) loadCheckpoint(ctx context.Context) (esdbc.Position, bool, error) {
+	var c, p int64
+	err := s.cfg.Processor.Pool().QueryRow(ctx, s.sql.loadCheckpoint, s.cfg.Name).Scan(&c, &p)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return esdbc.Position{}, false, nil
+	}
+	if err != nil {
+		return esdbc.Position{}, false, fmt.Errorf("esdb: load checkpoint: %w", err)
+	}
+	pos := esdbc.Position{Commit: uint64(c), Prepare: uint64(p)}
+	s.cpMu.Lock()
+	if !s.hasSaved || less(s.saved, pos) {
+		s.saved, s.hasSaved = pos, true
+	}
+	s.cpMu.Unlock()
+	return pos, true, nil
+}
+
+// persistentSession runs one connection to the persistent subscription
+// group, creating the group if it is missing.
+func (s *Source) persistentSession(soft, hard context.Context, client *esdbc.Client) (progressed bool, err error) {
+	subCtx, cancelSub := context.WithCancel(hard)
+	defer cancelSub()
+	sub, err := s.subscribePersistent(subCtx, client)
+	if err != nil {
+		return false, err
+	}
+	acker := &psAcker{s: s, sub: sub}
+	msgs, stopPump := pump(sub.Recv, func(e *esdbc.PersistentSubscriptionEvent) bool { return e.SubscriptionDropped != nil },
+		func(err error) *esdbc.PersistentSubscriptionEvent {
+			return &esdbc.PersistentSubscriptionEvent{SubscriptionDropped: &esdbc.SubscriptionDropped{Error: err}}
+		})
+	defer func() {
+		// Stop reading, but keep the subscription open until the batches
+		// in flight are acknowledged.
+		if err := s.disp.Flush(hard); err != nil {
+			s.log.Debug("inorder: esdb flush cut short", "name", s.cfg.Name, "error", err)
+		}
+		acker.close()
+		stopPump()
+	}()
+	s.log.Info("inorder: esdb subscribed to persistent group", "name", s.cfg.Name, "group", s.cfg.Persistent.Group, "stream", streamOrAll(s.cfg.Persistent.Stream))
+	if s.cfg.OnSubscribed != nil {
+		s.cfg.OnSubscribed()
+	}
+	for {
+		var m *esdbc.PersistentSubscriptionEvent
+		select {
+		case <-soft.Done():
+			return progressed, nil
+		case m = <-msgs:
+		}
+		switch {
+		case m.SubscriptionDropped != nil:
+			return progressed, fmt.Errorf("esdb: persistent subscription dropped: %w", m.SubscriptionDropped.Error)
+		case m.EventAppeared != nil && m.EventAppeared.Event != nil:
+			progressed = true
+			if err := s.persistentEvent(hard, m.EventAppeared.Event, acker); err != nil {
+				return progressed, err
+			}
+		}
+	}
+}
+
+func (s *Source) persistentEvent(ctx context.Context, ev *esdbc.ResolvedEvent, acker *psAcker) error {
+	s.stats.received.Add(1)
+	e, err := s.cfg.mapEvent(ev.Event)
+	if errors.Is(err, ErrSkipped) {
+		s.stats.skipped.Add(1)
+		acker.ack([]*esdbc.ResolvedEvent{ev})
+		return nil
+	}
+	d := &source.Delivery{Event: e, Acker: acker, Handle: ev}
+	if err != nil {
+		d.Reject = err
+	}
+	return s.disp.Dispatch(ctx, d)
+}
+
+func (s *Source) subscribePersistent(ctx context.Context, client *esdbc.Client) (*esdbc.PersistentSubscription, error) {
+	p := s.cfg.Persistent
+	opts := esdbc.SubscribeToPersistentSubscriptionOptions{BufferSize: p.BufferSize}
+	connect := func() (*esdbc.PersistentSubscription, error) {
+		if p.Stream == "" {
+			return client.SubscribeToPersistentSubscriptionToAll(ctx, p.Group, opts)
+		}
+		return client.SubscribeToPersistentSubscription(ctx, p.Stream, p.Group, opts)
+	}
+	sub, err := connect()
+	if err == nil {
+		return sub, nil
+	}
+	if p.NoCreate || !hasCode(err, esdbc.ErrorCodeResourceNotFound) {
+		return nil, fmt.Errorf("esdb: subscribe to group %s: %w", p.Group, err)
+	}
+	if err := s.createGroup(ctx, client); err != nil && !hasCode(err, esdbc.ErrorCodeResourceAlreadyExists) {
+		return nil, fmt.Errorf("esdb: create group %s: %w", p.Group, err)
+	}
+	s.log.Info("inorder: esdb created persistent subscription group", "name", s.cfg.Name, "group", p.Group, "stream", streamOrAll(p.Stream))
+	sub, err = connect()
+	if err != nil {
+		return nil, fmt.Errorf("esdb: subscribe to group %s: %w", p.Group, err)
+	}
+	return sub, nil
+}
+
+func (s *Source) createGroup(ctx context.Context, client *esdbc.Client) error {
+	p := s.cfg.Persistent
+	settings := *p.Settings
+	if p.Stream == "" {
+		var from esdbc.AllPosition = esdbc.Start{}
+		if s.cfg.FromEnd {
+			from = esdbc.End{}
+		}
+		return client.CreatePersistentSubscriptionToAll(ctx, p.Group, esdbc.PersistentAllSubscriptionOptions{
+			Settings: &settings, StartFrom: from, Filter: s.cfg.filter,
+		})
+	}
+	var from esdbc.StreamPosition = esdbc.Start{}
+	if s.cfg.FromEnd {
+		from = esdbc.End{}
+	}
+	return client.CreatePersistentSubscription(ctx, p.Stream, p.Group, esdbc.PersistentStreamSubscriptionOptions{
+		Settings: &settings, StartFrom: from,
+	})
+}
+
+// psAcker acknowledges on one persistent subscription. gRPC forbids
+// concurrent sends on a stream, so sends are serialised; once the
+// subscription is closed they are dropped (the server redelivers).
+type psAcker struct {
+	s      *Source
+	mu     sync.Mutex
+	sub    *esdbc.PersistentSubscription
+	closed bool
+}
+
+func handles(ds []*source.Delivery) []*esdbc.ResolvedEvent {
+	evs := make([]*esdbc.ResolvedEvent, len(ds))
+	for i, d := range ds {
+		evs[i] = d.Handle.(*esdbc.ResolvedEvent)
+	}
+	return evs
+}
+
+func (a *psAcker) Ack(ds []*source.Delivery) { a.ack(handles(ds)) }
+
+func (a *psAcker) ack(evs []*esdbc.ResolvedEvent) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return
+	}
+	if err := a.sub.Ack(evs...); err != nil {
+		a.s.log.Debug("inorder: esdb ack not sent", "name", a.s.cfg.Name, "error", err)
+		return
+	}
+	a.s.stats.acked.Add(int64(len(evs)))
+}
+
+func (a *psAcker) Nack(ds []*source.Delivery, cause error) bool {
+	reason := cause.Error()
+	if len(reason) > 200 {
+		reason = reason[:200]
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return true // the server redelivers what a closed consumer held
+	}
+	if err := a.sub.Nack(reason, esdbc.NackActionRetry, handles(ds)...); err != nil {
+		a.s.log.Debug("inorder: esdb nack not sent", "name", a.s.cfg.Name, "error", err)
+		return true
+	}
+	a.s.stats.nacked.Add(int64(len(ds)))
+	return true
+}
+
+func (a *psAcker) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.closed {
+		a.closed = true
+		_ = a.sub.Close()
+	}
+}
+
+// pump turns a blocking Recv into a channel. stop ends it; the subscription
+// must be closed first so that a pending Recv returns. A panic in the client
+// (it panics on messages it does not expect) becomes a drop.
+func pump[T any](recv func() *T, last func(*T) bool, drop func(error) *T) (<-chan *T, func()) {
+	ch := make(chan *T)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			m := safeRecv(recv, drop)
+			select {
+			case ch <- m:
+			case <-stop:
+				return
+			}
+			if last(m) {
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() { close(stop) })
+		<-done
+	}
+}
+
+func safeRecv[T any](recv func() *T, drop func(error) *T) (m *T) {
+	defer func() {
+		if r := recover(); r != nil {
+			m = drop(fmt.Errorf("esdb client panicked: %v", r))
+		}
+	}()
+	return recv()
+}
+
+// hasCode reports whether err is an *esdbc.Error with the given code.
+func hasCode(err error, code esdbc.ErrorCode) bool {
+	var e *esdbc.Error
+	return errors.As(err, &e) && e.Code() == code
+}
+
+func less(a, b esdbc.Position) bool {
+	return a.Commit < b.Commit || (a.Commit == b.Commit && a.Prepare < b.Prepare)
+}
+
+func fmtPosition(p esdbc.AllPosition) string {
+	switch p := p.(type) {
+	case esdbc.Position:
+		return fmt.Sprintf("C:%d/P:%d", p.Commit, p.Prepare)
+	case esdbc.End:
+		return "end"
+	default:
+		return "start"
+	}
+}
+
+func streamOrAll(stream string) string {
+	if stream == "" {
+		return "$all"
+	}
+	return stream
+}
+
+// statements are the source's SQL, on the processor's schema.
+type statements struct {
+	loadCheckpoint, saveCheckpoint, gapMissing string
+}
+
+func newStatements(schema string) statements {
+	cp := pgx.Identifier{schema, "checkpoints"}.Sanitize()
+	ol := pgx.Identifier{schema, "operator_log"}.Sanitize()
+	return statements{
+		loadCheckpoint: `SELECT commit_position, prepare_position FROM ` + cp + ` WHERE name = $1`,
+		// The checkpoint never moves back: the row's lock orders
+		// concurrent writers, and a lower position leaves it as it is.
+		saveCheckpoint: `INSERT INTO ` + cp + ` AS c (name, commit_position, prepare_position) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE SET commit_position = EXCLUDED.commit_position,
+  prepare_position = EXCLUDED.prepare_position, updated_at = now()
+WHERE (c.commit_position, c.prepare_position) < (EXCLUDED.commit_position, EXCLUDED.prepare_position)`,
+		gapMissing: `INSERT INTO ` + ol + ` (action, projection, aggregate, from_version, to_version, reason)
+SELECT 'gap-missing-at-source', $1, $2, $3, $4, $5
+WHERE NOT EXISTS (SELECT 1 FROM ` + ol + ` WHERE action = 'gap-missing-at-source'
+  AND projection = $1 AND aggregate = $2 AND from_version = $3 AND to_version = $4)`,
+	}
+}
