@@ -21,6 +21,7 @@ type Buffer struct {
 	park    string
 	load    string
 	delete  string
+	keys    string
 	list    string
 	stats   string
 	perAggr string
@@ -41,8 +42,16 @@ ON CONFLICT (projection, aggregate, version) DO NOTHING`,
 		load: `SELECT p.aggregate, p.version, p.event_id, p.hash, p.type, p.data, p.metadata, p.parked_at
 FROM ` + t + ` p WHERE p.projection = $1 AND p.aggregate = ANY($2::text[])
 ORDER BY p.aggregate, p.version`,
-		delete: `DELETE FROM ` + t + ` p USING unnest($2::text[], $3::bigint[]) AS d(aggregate, version)
-WHERE p.projection = $1 AND p.aggregate = d.aggregate AND p.version = d.version`,
+		keys: `SELECT k.aggregate, k.version, p.event_id, p.hash, p.type, p.parked_at
+FROM unnest($2::text[], $3::bigint[]) AS k(aggregate, version)
+CROSS JOIN LATERAL (SELECT event_id, hash, type, parked_at FROM ` + t + `
+  WHERE projection = $1 AND aggregate = k.aggregate AND version = k.version OFFSET 0) p`,
+		// The keys are probed one by one (OFFSET 0 keeps the planner from
+		// scanning the projection's rows instead), then deleted by ctid.
+		delete: `DELETE FROM ` + t + ` WHERE ctid = ANY(ARRAY(
+  SELECT p.ctid FROM unnest($2::text[], $3::bigint[]) AS d(aggregate, version)
+  CROSS JOIN LATERAL (SELECT ctid FROM ` + t + `
+    WHERE projection = $1 AND aggregate = d.aggregate AND version = d.version OFFSET 0) p))`,
 		list: `SELECT p.projection, p.aggregate, p.version, p.event_id, p.hash, p.type, p.data, p.metadata, p.parked_at,
   coalesce(v.version, 0)
 FROM ` + t + ` p LEFT JOIN ` + v + ` v ON v.projection = p.projection AND v.aggregate = p.aggregate
@@ -102,6 +111,28 @@ func (b *Buffer) QueueLoad(batch *pgx.Batch, projection string, aggregates []str
 		}
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("buffer: load parked: %w", err)
+		}
+		fn(out)
+		return nil
+	})
+}
+
+// QueueLoadKeys queues a read of the parked events (aggregates[i],
+// versions[i]) of projection that exist, without their data and metadata:
+// enough to tell a redelivery of a parked event from a conflicting one. fn
+// receives them when the batch is sent.
+func (b *Buffer) QueueLoadKeys(batch *pgx.Batch, projection string, aggregates []string, versions []int64, fn func([]Parked)) {
+	batch.Queue(b.keys, projection, aggregates, versions).Query(func(rows pgx.Rows) error {
+		var out []Parked
+		for rows.Next() {
+			var p Parked
+			if err := rows.Scan(&p.Aggregate, &p.Version, &p.ID, &p.Hash, &p.Type, &p.ParkedAt); err != nil {
+				return fmt.Errorf("buffer: scan parked key: %w", err)
+			}
+			out = append(out, p)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("buffer: load parked keys: %w", err)
 		}
 		fn(out)
 		return nil

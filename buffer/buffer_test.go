@@ -150,3 +150,18 @@ func TestOperatorViews(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, limited, 1)
 }
+
+func TestLoadKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.park(t, "p1", ev("a", 5), ev("a", 7), ev("b", 3))
+	var got []buffer.Parked
+	batch := &pgx.Batch{}
+	b.buf.QueueLoadKeys(batch, "p1", []string{"a", "a", "b", "c"}, []int64{5, 6, 3, 1}, func(ps []buffer.Parked) { got = ps })
+	require.NoError(t, b.db.Pool.SendBatch(context.Background(), batch).Close())
+	require.Len(t, got, 2)
+	require.Equal(t, []int64{5, 3}, versions(got))
+	require.Equal(t, "a:5", got[0].StableID())
+	require.Equal(t, ev("a", 5).Hash(), got[0].Hash)
+	require.Nil(t, got[0].Data, "keys only")
+}

@@ -137,9 +137,10 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 			// drains is quarantined by an upsert that must survive.
 			wb.Queue(p.sql.deleteQuarantine, projection, agg)
 		}
+		pl.written = pl.after() // written below, whatever the plan says
 		p.queueWrites(wb, r, []*aggPlan{pl}, nil, &tally)
 		after := pl.after()
-		wb.Queue(p.sql.updateVersions, projection, []string{agg}, []int64{after.version}, []int32{after.parked}, []bool{after.blocked})
+		wb.Queue(p.sql.setVersions, projection, []string{agg}, []int64{after.version}, []int32{after.parked}, []bool{after.blocked})
 		wb.Queue(p.sql.operatorLog, action, projection, agg, from, to, reason)
 		if err := tx.SendBatch(ctx, wb).Close(); err != nil {
 			return fmt.Errorf("write: %w", err)

@@ -45,11 +45,12 @@ func (r record) same(id string, hash []byte) bool {
 	return r.id == id && bytes.Equal(r.hash, hash)
 }
 
-// aggState is an aggregate's locked version row.
+// aggState is an aggregate's version row.
 type aggState struct {
 	version int64
 	parked  int32
 	blocked bool
+	rev     int64
 }
 
 // conflict is a delivery that reused a taken version.
@@ -73,6 +74,8 @@ type aggPlan struct {
 	// attempts is added to a quarantined event's attempts; 0 means
 	// Config.MaxAttempts.
 	attempts int
+	// written is the state casVersions wrote (the zero value if none).
+	written aggState
 }
 
 // planner classifies the deliveries of one projection.

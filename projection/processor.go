@@ -87,7 +87,14 @@ type Processor struct {
 	projs     []*registered
 	byName    map[string]*registered
 	pauseLock bool // take the projection's shared rebuild lock in each batch
+	// lockFirst, while positive, makes batches lock their version rows up
+	// front instead of reading them optimistically; contention sets it to
+	// lockFirstBatches, and each batch that needed no retry counts it down.
+	lockFirst atomic.Int32
 }
+
+// lockFirstBatches is how many batches lock up front after a contended one.
+const lockFirstBatches = 64
 
 type registered struct {
 	name    string
@@ -274,17 +281,25 @@ func (p *Processor) Process(ctx context.Context, b Batch) (_ []Result, err error
 	})
 	rejected = dedupeRejections(rejected)
 
-	var handlerFailures, transientFailures int
+	var handlerFailures, transientFailures, contended int
 	for {
 		attempts++
 		careful := handlerFailures >= p.cfg.MaxAttempts-1
+		// The first attempt is optimistic: it reads the version rows without
+		// locking them and writes them back with a compare-and-set. If
+		// another transaction changed one in between, the batch is retried
+		// with the rows locked up front, which always succeeds.
+		locked := careful || contended > 0 || p.lockFirst.Load() > 0
 		var tally []counts
 		err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 			var err error
-			tally, err = p.processTx(ctx, tx, b, valid, rejected, results, careful)
+			tally, err = p.processTx(ctx, tx, b, valid, rejected, results, careful, locked)
 			return err
 		})
 		if err == nil {
+			if locked && !careful && contended == 0 {
+				p.lockFirst.Add(-1)
+			}
 			for i, r := range p.projs {
 				r.stats.add(tally[i])
 			}
@@ -295,6 +310,12 @@ func (p *Processor) Process(ctx context.Context, b Batch) (_ []Result, err error
 		}
 		var hf *handlerFailure
 		switch {
+		case errors.Is(err, errContended) && !locked:
+			// Writers are competing for the same aggregates: lock up front
+			// for a while rather than redo batches.
+			contended++
+			p.lockFirst.Store(lockFirstBatches)
+			continue
 		case IsTransient(err):
 			transientFailures++
 			if transientFailures > p.cfg.MaxRetries {
@@ -340,6 +361,10 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// errContended reports that a version row changed between the optimistic
+// read and the compare-and-set.
+var errContended = errors.New("projection: version row changed concurrently")
+
 // handlerFailure marks an error of a projection's handler (or of the
 // pipeline that carried its statements), as opposed to the gate's own.
 type handlerFailure struct {
@@ -352,8 +377,10 @@ func (h *handlerFailure) Error() string {
 }
 func (h *handlerFailure) Unwrap() error { return h.err }
 
-// processTx is one attempt at a batch.
-func (p *Processor) processTx(ctx context.Context, tx pgx.Tx, b Batch, valid []delivery, rejected []rejection, results []Result, careful bool) ([]counts, error) {
+// processTx is one attempt at a batch. With locked, the version rows are
+// locked (and created) up front; otherwise they are read, and written back
+// with a compare-and-set.
+func (p *Processor) processTx(ctx context.Context, tx pgx.Tx, b Batch, valid []delivery, rejected []rejection, results []Result, careful, locked bool) ([]counts, error) {
 	tally := make([]counts, len(p.projs))
 	batch := &pgx.Batch{}
 	if len(rejected) > 0 {
@@ -362,42 +389,42 @@ func (p *Processor) processTx(ctx context.Context, tx pgx.Tx, b Batch, valid []d
 			tally[i].n[Rejected] += int64(len(rejected))
 		}
 	}
-
-	// Lock the version row of every (projection, aggregate), creating the
-	// missing ones, in one deterministic order.
 	aggs := distinctAggregates(valid)
 	states := make([]map[string]aggState, len(p.projs))
 	if len(aggs) > 0 {
+		// Plans made for one batch's arrays (often while the tables were
+		// still empty) must not be reused for the next: a cached generic
+		// plan turns index probes into scans as tables grow.
+		batch.Queue(`SET LOCAL plan_cache_mode = force_custom_plan`)
 		if p.pauseLock {
 			for _, r := range p.projs {
 				batch.Queue(p.sql.pauseShared, r.lockKey)
 			}
 		}
-		projCol := make([]string, 0, len(aggs)*len(p.projs))
-		aggCol := make([]string, 0, len(aggs)*len(p.projs))
 		for i, r := range p.projs {
 			states[i] = make(map[string]aggState, len(aggs))
-			for _, a := range aggs {
-				projCol = append(projCol, r.name)
-				aggCol = append(aggCol, a)
+			read := p.sql.readVersions
+			if locked {
+				batch.Queue(p.sql.insertVersions, r.name, aggs)
+				read = p.sql.lockVersions
 			}
-		}
-		batch.Queue(p.sql.insertVersions, projCol, aggCol)
-		batch.Queue(p.sql.lockVersions, projCol, aggCol).Query(func(rows pgx.Rows) error {
-			var proj, agg string
-			var st aggState
-			for rows.Next() {
-				if err := rows.Scan(&proj, &agg, &st.version, &st.parked, &st.blocked); err != nil {
-					return err
+			into := states[i]
+			batch.Queue(read, r.name, aggs).Query(func(rows pgx.Rows) error {
+				var agg string
+				var st aggState
+				for rows.Next() {
+					if err := rows.Scan(&agg, &st.version, &st.parked, &st.blocked, &st.rev); err != nil {
+						return err
+					}
+					into[agg] = st
 				}
-				states[p.byName[proj].index][agg] = st
-			}
-			return rows.Err()
-		})
+				return rows.Err()
+			})
+		}
 	}
 	if batch.Len() > 0 {
 		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-			return nil, fmt.Errorf("lock versions: %w", err)
+			return nil, fmt.Errorf("read versions: %w", err)
 		}
 	}
 	if len(aggs) == 0 {
@@ -412,6 +439,9 @@ func (p *Processor) processTx(ctx context.Context, tx pgx.Tx, b Batch, valid []d
 		if err != nil {
 			return nil, err
 		}
+		if err := p.casVersions(ctx, tx, r, plans, locked); err != nil {
+			return nil, err
+		}
 		if err := p.apply(ctx, tx, r, plans, conflicts, careful, &tally[i]); err != nil {
 			return nil, err
 		}
@@ -420,6 +450,40 @@ func (p *Processor) processTx(ctx context.Context, tx pgx.Tx, b Batch, valid []d
 		}
 	}
 	return tally, p.beforeCommit(ctx, tx, b)
+}
+
+// casVersions writes the planned state of every aggregate whose state
+// changes, before the handler runs: from here on the transaction holds those
+// rows, so nothing it does next can race another writer. It fails with
+// errContended if a row changed since it was read.
+func (p *Processor) casVersions(ctx context.Context, tx pgx.Tx, r *registered, plans []*aggPlan, locked bool) error {
+	var aggs []string
+	var vers, revs []int64
+	var parked []int32
+	var blocked []bool
+	for _, pl := range plans {
+		next := pl.after()
+		if next == pl.before {
+			continue
+		}
+		aggs, vers, parked, blocked = append(aggs, pl.agg), append(vers, next.version), append(parked, next.parked), append(blocked, next.blocked)
+		revs = append(revs, pl.before.rev+1)
+		pl.written = next
+	}
+	if len(aggs) == 0 {
+		return nil
+	}
+	tag, err := tx.Exec(ctx, p.sql.casVersions, r.name, aggs, vers, parked, blocked, revs)
+	if err != nil {
+		return fmt.Errorf("projection %s: write versions: %w", r.name, err)
+	}
+	if n := tag.RowsAffected(); n != int64(len(aggs)) {
+		if locked {
+			return fmt.Errorf("projection %s: wrote %d of %d locked version rows", r.name, n, len(aggs))
+		}
+		return errContended
+	}
+	return nil
 }
 
 func (p *Processor) beforeCommit(ctx context.Context, tx pgx.Tx, b Batch) error {
@@ -446,21 +510,41 @@ func distinctAggregates(valid []delivery) []string {
 // quarantined events, the applied log of stale versions) and classifies the
 // batch for projection r.
 func (p *Processor) planProjection(ctx context.Context, tx pgx.Tx, r *registered, valid []delivery, states map[string]aggState, outcome func(int, Outcome)) ([]*aggPlan, []conflict, error) {
-	var parkedAggs, blockedAggs, staleAggs []string
-	var staleVers []int64
-	for i, d := range valid {
-		st := states[d.ev.Aggregate]
-		first := i == 0 || valid[i-1].ev.Aggregate != d.ev.Aggregate
-		if first && st.parked > 0 {
-			parkedAggs = append(parkedAggs, d.ev.Aggregate)
+	// What the batch needs to know beyond the version rows: all parked
+	// events of an aggregate the batch can advance (its next version is in
+	// the batch); only the id and hash of parked versions the batch
+	// redelivers otherwise; the quarantined event of a blocked aggregate;
+	// the applied log of stale versions.
+	var parkedAggs, probeAggs, blockedAggs, staleAggs []string
+	var probeVers, staleVers []int64
+	for i := 0; i < len(valid); {
+		agg := valid[i].ev.Aggregate
+		st := states[agg]
+		j := i
+		advances := false
+		for j < len(valid) && valid[j].ev.Aggregate == agg {
+			advances = advances || valid[j].ev.Version == st.version+1
+			j++
 		}
-		if first && st.blocked {
-			blockedAggs = append(blockedAggs, d.ev.Aggregate)
+		if st.blocked {
+			blockedAggs = append(blockedAggs, agg)
 		}
-		if d.ev.Version <= st.version && (i == 0 || valid[i-1].ev.Aggregate != d.ev.Aggregate || valid[i-1].ev.Version != d.ev.Version) {
-			staleAggs = append(staleAggs, d.ev.Aggregate)
-			staleVers = append(staleVers, d.ev.Version)
+		if st.parked > 0 && advances && !st.blocked {
+			parkedAggs = append(parkedAggs, agg)
 		}
+		for k := i; k < j; k++ {
+			d := valid[k]
+			if k > i && valid[k-1].ev.Version == d.ev.Version {
+				continue
+			}
+			switch {
+			case d.ev.Version <= st.version:
+				staleAggs, staleVers = append(staleAggs, agg), append(staleVers, d.ev.Version)
+			case st.parked > 0 && (!advances || st.blocked) && d.ev.Version > st.version+1:
+				probeAggs, probeVers = append(probeAggs, agg), append(probeVers, d.ev.Version)
+			}
+		}
+		i = j
 	}
 	parked := map[string][]buffer.Parked{}
 	quarantined := map[string]quarantineRef{}
@@ -468,6 +552,13 @@ func (p *Processor) planProjection(ctx context.Context, tx pgx.Tx, r *registered
 	batch := &pgx.Batch{}
 	if len(parkedAggs) > 0 {
 		p.buf.QueueLoad(batch, r.name, parkedAggs, func(ps []buffer.Parked) {
+			for _, e := range ps {
+				parked[e.Aggregate] = append(parked[e.Aggregate], e)
+			}
+		})
+	}
+	if len(probeAggs) > 0 {
+		p.buf.QueueLoadKeys(batch, r.name, probeAggs, probeVers, func(ps []buffer.Parked) {
 			for _, e := range ps {
 				parked[e.Aggregate] = append(parked[e.Aggregate], e)
 			}
@@ -677,8 +768,9 @@ func (p *Processor) queueWrites(b *pgx.Batch, r *registered, plans []*aggPlan, c
 				}
 			}
 		}
-		after := pl.after()
-		if after != pl.before {
+		// casVersions wrote the planned state; a careful run that cut the
+		// plan short corrects it.
+		if after := pl.after(); after != pl.written && after != pl.before {
 			verAggs, verVers, verParked, verBlocked = append(verAggs, pl.agg), append(verVers, after.version), append(verParked, after.parked), append(verBlocked, after.blocked)
 		}
 	}
@@ -692,7 +784,7 @@ func (p *Processor) queueWrites(b *pgx.Batch, r *registered, plans []*aggPlan, c
 		b.Queue(p.sql.insertApplied, r.name, logAggs, logVers, logIDs, logHashes)
 	}
 	if len(verAggs) > 0 {
-		b.Queue(p.sql.updateVersions, r.name, verAggs, verVers, verParked, verBlocked)
+		b.Queue(p.sql.setVersions, r.name, verAggs, verVers, verParked, verBlocked)
 	}
 	if len(conflicts) > 0 {
 		p.queueConflicts(b, r.name, conflicts)

@@ -6,12 +6,13 @@ import "github.com/jackc/pgx/v5"
 type statements struct {
 	pauseShared, pauseExclusive, pauseRelease string
 
-	insertVersions, lockVersions, lockOne, updateVersions string
-	loadApplied, insertApplied                            string
-	loadQuarantineRefs, loadQuarantine                    string
-	upsertQuarantine, deleteQuarantine                    string
-	upsertConflicts, upsertRejected                       string
-	operatorLog                                           string
+	insertVersions, readVersions, lockVersions, lockOne string
+	casVersions, setVersions                            string
+	loadApplied, insertApplied                          string
+	loadQuarantineRefs, loadQuarantine                  string
+	upsertQuarantine, deleteQuarantine                  string
+	upsertConflicts, upsertRejected                     string
+	operatorLog                                         string
 }
 
 func newStatements(schema string) statements {
@@ -23,23 +24,36 @@ func newStatements(schema string) statements {
 		pauseRelease:   `SELECT pg_advisory_unlock($1)`,
 
 		insertVersions: `INSERT INTO ` + versions + ` (projection, aggregate)
-SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING`,
-		lockVersions: `SELECT v.projection, v.aggregate, v.version, v.parked, v.blocked
-FROM ` + versions + ` v JOIN unnest($1::text[], $2::text[]) AS k(projection, aggregate)
-  ON v.projection = k.projection AND v.aggregate = k.aggregate
-ORDER BY v.projection COLLATE "C", v.aggregate COLLATE "C"
-FOR UPDATE OF v`,
+SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING`,
+		readVersions: `SELECT aggregate, version, parked, blocked, rev FROM ` + versions + `
+WHERE projection = $1 AND aggregate = ANY($2::text[])`,
+		lockVersions: `SELECT aggregate, version, parked, blocked, rev FROM ` + versions + `
+WHERE projection = $1 AND aggregate = ANY($2::text[])
+ORDER BY aggregate COLLATE "C" FOR UPDATE`,
 		lockOne: `SELECT version, parked, blocked FROM ` + versions + `
 WHERE projection = $1 AND aggregate = $2 FOR UPDATE`,
-		updateVersions: `UPDATE ` + versions + ` v
-SET version = d.version, parked = d.parked, blocked = d.blocked, updated_at = now()
-FROM unnest($2::text[], $3::bigint[], $4::int[], $5::bool[]) AS d(aggregate, version, parked, blocked)
-WHERE v.projection = $1 AND v.aggregate = d.aggregate`,
+		// casVersions writes the new states of aggregates whose rev is still
+		// the one read (rev = new rev - 1); a missing row is inserted. Rows
+		// come sorted by aggregate, so concurrent writers lock in one order.
+		casVersions: `INSERT INTO ` + versions + ` AS v (projection, aggregate, version, parked, blocked, rev)
+SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::int[], $5::bool[], $6::bigint[])
+ON CONFLICT (projection, aggregate) DO UPDATE
+SET version = EXCLUDED.version, parked = EXCLUDED.parked, blocked = EXCLUDED.blocked,
+    rev = EXCLUDED.rev, updated_at = now()
+WHERE v.rev = EXCLUDED.rev - 1`,
+		// setVersions overwrites the states of rows this transaction holds.
+		setVersions: `INSERT INTO ` + versions + ` AS v (projection, aggregate, version, parked, blocked)
+SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::int[], $5::bool[])
+ON CONFLICT (projection, aggregate) DO UPDATE
+SET version = EXCLUDED.version, parked = EXCLUDED.parked, blocked = EXCLUDED.blocked,
+    rev = v.rev + 1, updated_at = now()`,
 
-		loadApplied: `SELECT a.aggregate, a.version, a.event_id, a.hash
-FROM ` + applied + ` a JOIN unnest($2::text[], $3::bigint[]) AS k(aggregate, version)
-  ON a.aggregate = k.aggregate AND a.version = k.version
-WHERE a.projection = $1`,
+		// loadApplied probes the applied log once per (aggregate, version);
+		// OFFSET 0 keeps the planner from turning the probes into a scan.
+		loadApplied: `SELECT k.aggregate, k.version, a.event_id, a.hash
+FROM unnest($2::text[], $3::bigint[]) AS k(aggregate, version)
+CROSS JOIN LATERAL (SELECT event_id, hash FROM ` + applied + `
+  WHERE projection = $1 AND aggregate = k.aggregate AND version = k.version OFFSET 0) a`,
 		insertApplied: `INSERT INTO ` + applied + ` (projection, aggregate, version, event_id, hash)
 SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::bytea[])`,
 

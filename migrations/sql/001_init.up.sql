@@ -1,14 +1,18 @@
 -- inorder core tables. The migrator runs this with search_path set to the
 -- configured schema (default "inorder"), so names are unqualified.
 
--- versions holds, per (projection, aggregate), the last applied version. Its
--- row is the lock that serialises every writer of that aggregate.
+-- versions holds, per (projection, aggregate), the last applied version, how
+-- many events are parked and whether one is quarantined. rev counts the row's
+-- changes: a writer that read rev r may only write where rev is still r (a
+-- compare-and-set), so every change to an aggregate's gate state is
+-- serialised through this row.
 CREATE TABLE versions (
     projection  text NOT NULL,
     aggregate   text NOT NULL,
     version     bigint NOT NULL DEFAULT 0,
     parked      integer NOT NULL DEFAULT 0,
     blocked     boolean NOT NULL DEFAULT false,
+    rev         bigint NOT NULL DEFAULT 0,
     updated_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (projection, aggregate)
 );
@@ -37,7 +41,8 @@ CREATE TABLE parked (
     parked_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (projection, aggregate, version)
 );
-CREATE INDEX parked_age_idx ON parked (projection, parked_at);
+-- No index on parked_at: every park would pay for it, while the operator
+-- views that sort by age scan a table that is small in steady state.
 
 -- quarantine holds the one event per (projection, aggregate) whose handler
 -- failed for good; the aggregate's later versions park behind it.

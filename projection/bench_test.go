@@ -1,0 +1,925 @@
+package projection_test
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"reflect"
+	"regexp"
+	"runtime/pprof"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/projection"
+)
+
+var ledgerPGLog = flag.String("ledger.pglog", "",
+	"BenchmarkLedger: path of the PostgreSQL server log (the server must be local and log_line_prefix must "+
+		"contain [%p]); when set, the benchmark's sessions set log_min_duration_statement=0 and each run logs "+
+		"the server time of every statement type")
+
+var ledgerExplain = flag.Duration("ledger.explain", 0,
+	"BenchmarkLedger: if positive, the benchmark's sessions load auto_explain (superuser) and the server logs the "+
+		"plan of every statement slower than this")
+
+// The BenchmarkLedger workload.
+const (
+	benchPayments    = 10_000 // aggregates
+	benchVersions    = 10     // events per aggregate: 100k events
+	benchBatch       = 1_000  // deliveries per Process call, events per set-based transaction
+	benchDuplicates  = 0.2    // exact copies added to the shuffled stream, as a share of its events
+	benchNaiveSubset = 5_000  // naive runs on the stream's first 5k events (it is ~70× slower)
+	benchProjection  = "ledger"
+)
+
+// BenchmarkLedger measures the ledger projection on 100k events over 10k
+// payments, side by side:
+//
+//   - naive: one transaction per event, no gate library: lock a version row,
+//     read the payment, write legs, payment and balances one statement at a
+//     time, bump the version. Runs on the first 5k events of the stream.
+//   - setbased: the ledger's set-based handler called directly, 1000 events
+//     per transaction in stream order, no gate at all — the hand-written
+//     baseline. Needs in-order delivery: with several workers the stream is
+//     partitioned by aggregate hash.
+//   - inorder-ordered: Processor.Process on batches of 1000 consecutive
+//     deliveries of the stream; the workers share one queue of batches, so
+//     concurrent batches hold the same aggregates and the gate orders them.
+//   - inorder-ordered-partitioned: the same, each worker owning the
+//     aggregates of one hash partition (what a keyed broker delivers).
+//   - inorder-shuffled: the stream fully shuffled plus 20% exact duplicates
+//     at random positions, batches of 1000, shared queue.
+//   - inorder-shuffled-partitioned: the shuffled stream, partitioned.
+//
+// Every run uses a fresh schema and read model, and fails unless the read
+// model equals ledger.Fold of the events. Metrics: events/s (deliveries,
+// duplicates included, per second), unique-events/s for the shuffled streams,
+// and, in percent of one core over the timed run, client-cpu-% (this
+// process), pg-cpu-% (its server backends, when the server is local) and
+// other-cpu-% (the rest of the machine, Postgres' background writers
+// included; approximate: /proc/stat and per-process accounting disagree by
+// up to ~15 points on round-trip-heavy runs, so it can dip below 0): a run
+// with a high other-cpu-% shared the machine and is noise. Run with -v to
+// see the gate's counts per run and, at the end, the ratio table:
+//
+//	go test -run '^$' -bench BenchmarkLedger -benchtime=1x -count=3 -v ./projection/
+//
+// scripts/bench-ratios.sh runs rounds of every variant in separate processes
+// (interleaved in time) and prints the same table over all rounds.
+//
+// Profiling: -ledger.pglog=/var/log/postgresql/postgresql-15-main.log logs
+// the server time per statement type of each run, -ledger.explain=20ms has
+// the server log the plans of slow statements, and -cpuprofile shows the
+// client's CPU (timed runs carry the label ledger=<variant>/workers=<n>, for
+// go tool pprof -tagfocus). These flags follow the package on the go test
+// command line. docs/benchmarks.md has the figures and where the time goes.
+func BenchmarkLedger(b *testing.B) {
+	events := ledger.Generate(rand.New(rand.NewPCG(2024, 1)), benchPayments, benchVersions)
+	shuffled := benchShuffle(rand.New(rand.NewPCG(2024, 2)), events, benchDuplicates)
+	subset := events[:benchNaiveSubset]
+	all := newBenchExpectation(b, events)
+	first := newBenchExpectation(b, subset)
+
+	workloads := []*benchWorkload{
+		{name: "naive", kind: benchKindNaive, workers: []int{1, 4}, partitioned: true, deliveries: subset, want: first},
+		{name: "setbased", kind: benchKindSetBased, workers: []int{1, 4}, partitioned: true, deliveries: events, want: all},
+		{name: "inorder-ordered", kind: benchKindInorder, workers: []int{1, 4}, deliveries: events, want: all},
+		{name: "inorder-ordered-partitioned", kind: benchKindInorder, workers: []int{4}, partitioned: true, deliveries: events, want: all},
+		{name: "inorder-shuffled", kind: benchKindInorder, workers: []int{1, 4}, deliveries: shuffled, want: all},
+		{name: "inorder-shuffled-partitioned", kind: benchKindInorder, workers: []int{4}, partitioned: true, deliveries: shuffled, want: all},
+	}
+	results := &benchResults{runs: map[string][]benchRun{}}
+	for _, w := range workloads {
+		b.Run(w.name, func(b *testing.B) {
+			for _, n := range w.workers {
+				b.Run(fmt.Sprintf("workers=%d", n), func(b *testing.B) {
+					w.bench(b, n, results)
+				})
+			}
+		})
+	}
+	if table := results.table(workloads); table != "" {
+		b.Log("\n" + table)
+	}
+}
+
+type benchKind int
+
+const (
+	benchKindNaive benchKind = iota
+	benchKindSetBased
+	benchKindInorder
+)
+
+// benchWorkload is one sub-benchmark family.
+type benchWorkload struct {
+	name        string
+	kind        benchKind
+	workers     []int
+	partitioned bool              // each worker owns a hash partition of the aggregates
+	deliveries  []aggregate.Event // in delivery order, duplicates included
+	want        *benchExpectation
+}
+
+// benchExpectation is what a run must leave behind.
+type benchExpectation struct {
+	events   int // distinct events
+	model    *ledger.Model
+	versions map[string]int64
+}
+
+func newBenchExpectation(b *testing.B, events []aggregate.Event) *benchExpectation {
+	b.Helper()
+	m, err := ledger.Fold(events)
+	require.NoError(b, err)
+	versions := map[string]int64{}
+	for _, e := range events {
+		versions[e.Aggregate] = max(versions[e.Aggregate], e.Version)
+	}
+	return &benchExpectation{events: len(events), model: m, versions: versions}
+}
+
+// benchShuffle returns events in random order, plus share×len
+// exact copies of random events at random positions.
+func benchShuffle(rng *rand.Rand, events []aggregate.Event, share float64) []aggregate.Event {
+	extra := int(float64(len(events)) * share)
+	out := make([]aggregate.Event, 0, len(events)+extra)
+	out = append(out, events...)
+	for range extra {
+		out = append(out, events[rng.IntN(len(events))])
+	}
+	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+// bench runs the workload with n workers, b.N times, each time on a fresh
+// schema, timing only the processing of the stream.
+func (w *benchWorkload) bench(b *testing.B, workers int, results *benchResults) {
+	b.StopTimer()
+	b.ResetTimer()
+	key := fmt.Sprintf("%s/workers=%d", w.name, workers)
+	var elapsed, clientCPU, pgCPU, machineBusy time.Duration
+	pgCPUKnown, machineCPUKnown := true, true
+	for range b.N {
+		env := newBenchEnv(b, w.kind, workers)
+		ctx := b.Context()
+		var logFrom int64
+		if *ledgerPGLog != "" {
+			st, err := os.Stat(*ledgerPGLog)
+			require.NoError(b, err)
+			logFrom = st.Size()
+		}
+		before := benchSampleCPU(env.pids.list())
+
+		b.StartTimer()
+		began := time.Now()
+		var err error
+		pprof.Do(ctx, pprof.Labels("ledger", key), func(ctx context.Context) {
+			err = w.run(ctx, env, workers)
+		})
+		took := time.Since(began)
+		b.StopTimer()
+
+		after := benchSampleCPU(env.pids.list())
+		require.NoError(b, err, key)
+		elapsed += took
+		clientCPU += after.client - before.client
+		if d, ok := after.pgSince(before); ok {
+			pgCPU += d
+		} else {
+			pgCPUKnown = false
+		}
+		if after.machineOK && before.machineOK {
+			machineBusy += after.machine - before.machine
+		} else {
+			machineCPUKnown = false
+		}
+		if *ledgerPGLog != "" {
+			b.Log(benchStatementReport(b, *ledgerPGLog, logFrom, env.pids.set(), took, workers))
+		}
+		w.verify(b, env)
+		results.add(key, benchRun{
+			eps:       float64(len(w.deliveries)) / took.Seconds(),
+			uniqueEPS: float64(w.want.events) / took.Seconds(),
+		})
+	}
+	secs := elapsed.Seconds()
+	b.ReportMetric(float64(b.N*len(w.deliveries))/secs, "events/s")
+	if len(w.deliveries) != w.want.events {
+		b.ReportMetric(float64(b.N*w.want.events)/secs, "unique-events/s")
+	}
+	b.ReportMetric(100*clientCPU.Seconds()/secs, "client-cpu-%")
+	if pgCPUKnown {
+		b.ReportMetric(100*pgCPU.Seconds()/secs, "pg-cpu-%")
+		if machineCPUKnown {
+			b.ReportMetric(100*(machineBusy-clientCPU-pgCPU).Seconds()/secs, "other-cpu-%")
+		}
+	}
+}
+
+// benchEnv is one run's fresh schema, pool and projection.
+type benchEnv struct {
+	db     *pgtest.DB
+	pool   *pgxpool.Pool
+	pids   *benchPIDs
+	ledger *ledger.Projection
+	proc   *projection.Processor
+	warns  *benchWarnings
+}
+
+func newBenchEnv(b *testing.B, kind benchKind, workers int) *benchEnv {
+	b.Helper()
+	ctx := b.Context()
+	db := pgtest.NewMigrated(b)
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(b, err)
+	cfg.MaxConns = int32(workers + 1)
+	env := &benchEnv{db: db, pids: &benchPIDs{}, ledger: ledger.New(nil), warns: &benchWarnings{}}
+	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		env.pids.add(c.PgConn().PID())
+		return nil
+	}
+	if *ledgerPGLog != "" {
+		// Session settings of these connections only (superuser); the
+		// server's configuration is left alone.
+		cfg.ConnConfig.RuntimeParams["log_min_duration_statement"] = "0"
+		cfg.ConnConfig.RuntimeParams["log_parameter_max_length"] = "0"
+	}
+	if *ledgerExplain > 0 {
+		cfg.ConnConfig.RuntimeParams["session_preload_libraries"] = "auto_explain"
+		cfg.ConnConfig.RuntimeParams["auto_explain.log_min_duration"] = strconv.FormatInt(ledgerExplain.Milliseconds(), 10)
+	}
+	env.pool, err = pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(b, err)
+	b.Cleanup(env.pool.Close) // before pgtest drops the schema
+
+	switch kind {
+	case benchKindInorder:
+		env.proc, err = projection.New(env.pool, &projection.Config{Schema: db.Schema, Logger: slog.New(env.warns)}, env.ledger)
+		require.NoError(b, err)
+		require.NoError(b, env.proc.Setup(ctx))
+	default:
+		require.NoError(b, pgx.BeginFunc(ctx, env.pool, func(tx pgx.Tx) error { return env.ledger.Setup(ctx, tx) }))
+		if kind == benchKindNaive {
+			_, err := env.pool.Exec(ctx, `CREATE TABLE naive_versions (aggregate text PRIMARY KEY, version bigint NOT NULL DEFAULT 0)`)
+			require.NoError(b, err)
+		}
+	}
+	// Open every connection the run uses now, so connecting is not timed.
+	conns := make([]*pgxpool.Conn, 0, workers)
+	for range workers {
+		c, err := env.pool.Acquire(ctx)
+		require.NoError(b, err)
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	return env
+}
+
+// run processes the whole stream once.
+func (w *benchWorkload) run(ctx context.Context, env *benchEnv, workers int) error {
+	switch w.kind {
+	case benchKindNaive:
+		return benchFanOut(ctx, w.deliveries, 1, workers, w.partitioned, func(ctx context.Context, es []aggregate.Event) error {
+			return benchNaiveApply(ctx, env.pool, es[0])
+		})
+	case benchKindSetBased:
+		return benchFanOut(ctx, w.deliveries, benchBatch, workers, w.partitioned, func(ctx context.Context, es []aggregate.Event) error {
+			return benchSetBasedApply(ctx, env.pool, env.ledger, es)
+		})
+	default:
+		return benchFanOut(ctx, w.deliveries, benchBatch, workers, w.partitioned, func(ctx context.Context, es []aggregate.Event) error {
+			_, err := env.proc.Process(ctx, projection.Batch{Events: es, Source: "bench"})
+			return err
+		})
+	}
+}
+
+// benchFanOut calls fn on consecutive chunks of events from workers goroutines.
+// Partitioned, worker i handles, in order, the chunks of the events whose
+// aggregate hashes to i; otherwise the workers take the chunks of the whole
+// stream from one queue, in order, as they become free.
+func benchFanOut(ctx context.Context, events []aggregate.Event, size, workers int, partitioned bool, fn func(context.Context, []aggregate.Event) error) error {
+	g, ctx := errgroup.WithContext(ctx)
+	if partitioned {
+		for _, part := range benchPartition(events, workers) {
+			g.Go(func() error {
+				for chunk := range slices.Chunk(part, size) {
+					if err := fn(ctx, chunk); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+		return g.Wait()
+	}
+	queue := make(chan []aggregate.Event)
+	g.Go(func() error {
+		defer close(queue)
+		for chunk := range slices.Chunk(events, size) {
+			select {
+			case queue <- chunk:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+	for range workers {
+		g.Go(func() error {
+			for chunk := range queue {
+				if err := fn(ctx, chunk); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+func benchPartition(events []aggregate.Event, n int) [][]aggregate.Event {
+	parts := make([][]aggregate.Event, n)
+	for _, e := range events {
+		h := fnv.New32a()
+		h.Write([]byte(e.Aggregate))
+		i := int(h.Sum32() % uint32(n))
+		parts[i] = append(parts[i], e)
+	}
+	return parts
+}
+
+// benchSetBasedApply is the hand-written baseline: the ledger's set-based handler
+// in a plain transaction, no gate. The handler wants each aggregate's events
+// together, in version order.
+func benchSetBasedApply(ctx context.Context, pool *pgxpool.Pool, l *ledger.Projection, chunk []aggregate.Event) error {
+	events := slices.Clone(chunk)
+	slices.SortStableFunc(events, func(a, b aggregate.Event) int {
+		return cmp.Or(strings.Compare(a.Aggregate, b.Aggregate), cmp.Compare(a.Version, b.Version))
+	})
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		t := projection.NewTx(tx)
+		if err := l.ApplyBatch(ctx, t, events); err != nil {
+			return err
+		}
+		return t.Flush(ctx)
+	})
+}
+
+// benchNaiveApply is the naive consumer: one transaction per event, one
+// statement per round trip.
+func benchNaiveApply(ctx context.Context, pool *pgxpool.Pool, e aggregate.Event) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO naive_versions (aggregate) VALUES ($1) ON CONFLICT DO NOTHING`, e.Aggregate); err != nil {
+			return fmt.Errorf("naive: insert version: %w", err)
+		}
+		var version int64
+		if err := tx.QueryRow(ctx, `SELECT version FROM naive_versions WHERE aggregate = $1 FOR UPDATE`, e.Aggregate).Scan(&version); err != nil {
+			return fmt.Errorf("naive: lock version: %w", err)
+		}
+		switch {
+		case e.Version <= version:
+			return nil // a duplicate
+		case e.Version > version+1:
+			return fmt.Errorf("naive: %s v%d arrived at version %d: the naive consumer needs in-order delivery", e.Aggregate, e.Version, version)
+		}
+		var pm ledger.Payment
+		var p *ledger.Payment
+		err := tx.QueryRow(ctx, `SELECT payer, payee, status, authorized, captured, refunded, version FROM ledger_payments WHERE payment_id = $1`, e.Aggregate).
+			Scan(&pm.Payer, &pm.Payee, &pm.Status, &pm.Authorized, &pm.Captured, &pm.Refunded, &pm.Version)
+		switch {
+		case err == nil:
+			pm.ID = e.Aggregate
+			p = &pm
+		case !errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("naive: read payment: %w", err)
+		}
+		next, legs, err := ledger.Step(p, e)
+		if err != nil {
+			return err
+		}
+		deltas := map[string]int64{}
+		for _, l := range legs {
+			if _, err := tx.Exec(ctx, `INSERT INTO ledger_legs (payment_id, version, leg, account, amount) VALUES ($1, $2, $3, $4, $5)`,
+				l.Payment, l.Version, l.Leg, l.Account, l.Amount); err != nil {
+				return fmt.Errorf("naive: insert leg: %w", err)
+			}
+			deltas[l.Account] += l.Amount
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO ledger_payments (payment_id, payer, payee, status, authorized, captured, refunded, version) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status, authorized = EXCLUDED.authorized, captured = EXCLUDED.captured, refunded = EXCLUDED.refunded, version = EXCLUDED.version, updated_at = now()`,
+			next.ID, next.Payer, next.Payee, next.Status, next.Authorized, next.Captured, next.Refunded, next.Version); err != nil {
+			return fmt.Errorf("naive: upsert payment: %w", err)
+		}
+		for _, acct := range slices.Sorted(maps.Keys(deltas)) { // one lock order for every worker
+			if _, err := tx.Exec(ctx, `INSERT INTO ledger_balances AS b (account, balance) VALUES ($1, $2) ON CONFLICT (account) DO UPDATE SET balance = b.balance + EXCLUDED.balance`,
+				acct, deltas[acct]); err != nil {
+				return fmt.Errorf("naive: upsert balance: %w", err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `UPDATE naive_versions SET version = $2 WHERE aggregate = $1`, e.Aggregate, e.Version); err != nil {
+			return fmt.Errorf("naive: bump version: %w", err)
+		}
+		return nil
+	})
+}
+
+// verify fails the benchmark unless the run left the expected read model
+// and version state (and, for inorder, the expected outcome counts).
+func (w *benchWorkload) verify(b *testing.B, env *benchEnv) {
+	b.Helper()
+	ctx := b.Context()
+	got, err := env.ledger.Load(ctx, env.pool)
+	require.NoError(b, err)
+	benchRequireModel(b, w.want.model, got)
+
+	versionsSQL := `SELECT aggregate, version FROM naive_versions`
+	if w.kind == benchKindInorder {
+		versionsSQL = `SELECT aggregate, version FROM versions WHERE projection = '` + benchProjection + `'`
+	}
+	if w.kind != benchKindSetBased {
+		rows, err := env.pool.Query(ctx, versionsSQL)
+		require.NoError(b, err)
+		versions := map[string]int64{}
+		var agg string
+		var v int64
+		_, err = pgx.ForEachRow(rows, []any{&agg, &v}, func() error {
+			versions[agg] = v
+			return nil
+		})
+		require.NoError(b, err)
+		require.True(b, reflect.DeepEqual(w.want.versions, versions), "versions differ from the stream's last versions")
+	}
+	if w.kind != benchKindInorder {
+		return
+	}
+	var parked, blocked int
+	require.NoError(b, env.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM parked), (SELECT count(*) FROM versions WHERE blocked OR parked <> 0)`).Scan(&parked, &blocked))
+	require.Zero(b, parked, "events left parked")
+	require.Zero(b, blocked, "version rows left blocked or with parked events")
+	c := env.proc.Counts()[benchProjection]
+	d := c.Deliveries
+	require.EqualValues(b, w.want.events, c.Applied(), "events applied")
+	require.EqualValues(b, len(w.deliveries)-w.want.events, d[projection.Duplicate], "duplicates")
+	require.EqualValues(b, d[projection.Parked], c.Drained, "parked events drained")
+	require.Zero(b, d[projection.Conflict]+d[projection.Quarantined]+d[projection.Rejected], "conflicts, quarantines, rejections")
+	b.Logf("%d batches: applied on arrival %d, parked %d (all drained), duplicates %d; warnings: %s",
+		c.Batches, d[projection.Applied], d[projection.Parked], d[projection.Duplicate], env.warns)
+}
+
+// benchRequireModel compares read models and, when they differ, reports a short
+// summary instead of a diff of 100k rows.
+func benchRequireModel(b *testing.B, want, got *ledger.Model) {
+	b.Helper()
+	if reflect.DeepEqual(want, got) {
+		return
+	}
+	var diffs []string
+	payments := 0
+	for id, p := range want.Payments {
+		if g, ok := got.Payments[id]; !ok || g != p {
+			if payments == 0 {
+				diffs = append(diffs, fmt.Sprintf("payment %s: want %+v, got %+v", id, p, g))
+			}
+			payments++
+		}
+	}
+	diffs = append(diffs,
+		fmt.Sprintf("%d/%d payments differ (%d read)", payments, len(want.Payments), len(got.Payments)),
+		fmt.Sprintf("legs: want %d, got %d", len(want.Legs), len(got.Legs)),
+		fmt.Sprintf("balances: want %d non-zero, got %d", len(want.Balances), len(got.Balances)))
+	require.Fail(b, "read model differs from ledger.Fold", strings.Join(diffs, "\n"))
+}
+
+// benchPIDs holds the server process ids of a pool's connections.
+type benchPIDs struct {
+	mu   sync.Mutex
+	pids map[uint32]bool
+}
+
+func (s *benchPIDs) add(pid uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pids == nil {
+		s.pids = map[uint32]bool{}
+	}
+	s.pids[pid] = true
+}
+
+func (s *benchPIDs) set() map[uint32]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.pids)
+}
+
+func (s *benchPIDs) list() []uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]uint32, 0, len(s.pids))
+	for p := range s.pids {
+		out = append(out, p)
+	}
+	return out
+}
+
+// benchCPU is the CPU time used so far by this process, by the server
+// backends of a pool (when they are local processes) and by the whole
+// machine.
+type benchCPU struct {
+	client    time.Duration
+	pg        map[uint32]time.Duration
+	pgOK      bool
+	machine   time.Duration
+	machineOK bool
+}
+
+func benchSampleCPU(pids []uint32) benchCPU {
+	var s benchCPU
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
+		s.client = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	s.pg = map[uint32]time.Duration{}
+	s.pgOK = true
+	for _, pid := range pids {
+		d, ok := benchBackendCPU(pid)
+		if !ok {
+			s.pgOK = false
+			break
+		}
+		s.pg[pid] = d
+	}
+	s.machine, s.machineOK = benchMachineCPU()
+	return s
+}
+
+// benchMachineCPU reads the CPU time every core spent busy (neither idle nor
+// waiting for I/O) from /proc/stat.
+func benchMachineCPU() (time.Duration, bool) {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, false
+	}
+	var busy int64
+	for i, v := range f[1:8] { // user nice system idle iowait irq softirq
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		if i != 3 && i != 4 {
+			busy += n
+		}
+	}
+	return time.Duration(busy) * 10 * time.Millisecond, true
+}
+
+// pgSince returns the backends' CPU time between before and s.
+func (s benchCPU) pgSince(before benchCPU) (time.Duration, bool) {
+	if !s.pgOK || !before.pgOK {
+		return 0, false
+	}
+	var d time.Duration
+	for pid, t := range s.pg {
+		d += t - before.pg[pid]
+	}
+	return d, true
+}
+
+// benchBackendCPU reads a local postgres process's user+system CPU time from
+// /proc (in clock ticks of 10 ms).
+func benchBackendCPU(pid uint32) (time.Duration, bool) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	s := string(raw)
+	end := strings.LastIndexByte(s, ')')
+	if !strings.Contains(s[:max(end, 0)], "(postgres") {
+		return 0, false // not a local server process
+	}
+	f := strings.Fields(s[end+1:])
+	if len(f) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, true
+}
+
+// benchWarnings is a slog handler that counts the processor's warnings
+// (retried batches) by message.
+type benchWarnings struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (h *benchWarnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (h *benchWarnings) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == nil {
+		h.n = map[string]int{}
+	}
+	h.n[r.Message]++
+	return nil
+}
+
+func (h *benchWarnings) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *benchWarnings) WithGroup(string) slog.Handler      { return h }
+
+func (h *benchWarnings) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.n) == 0 {
+		return "none"
+	}
+	var parts []string
+	for m, n := range h.n {
+		parts = append(parts, fmt.Sprintf("%d× %q", n, m))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+// benchRun is one timed pass over a stream.
+type benchRun struct{ eps, uniqueEPS float64 }
+
+// benchResults collects every run of every sub-benchmark, for the ratio
+// table.
+type benchResults struct {
+	mu   sync.Mutex
+	runs map[string][]benchRun
+}
+
+func (r *benchResults) add(key string, run benchRun) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.runs[key] = append(r.runs[key], run)
+}
+
+func benchMedian(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// table returns the medians and the ratios of every variant to the setbased
+// and naive runs with the same number of workers, against the targets.
+func (r *benchResults) table(ws []*benchWorkload) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.runs) == 0 {
+		return ""
+	}
+	med := func(key string, unique bool) (float64, bool) {
+		runs := r.runs[key]
+		if len(runs) == 0 {
+			return 0, false
+		}
+		xs := make([]float64, len(runs))
+		for i, run := range runs {
+			xs[i] = run.eps
+			if unique {
+				xs[i] = run.uniqueEPS
+			}
+		}
+		return benchMedian(xs), true
+	}
+	ratio := func(x float64, base string) string {
+		y, ok := med(base, false)
+		if !ok {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f×", x/y)
+	}
+	var sb strings.Builder
+	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "variant\truns\tevents/s\tunique-events/s\tvs setbased\tvs setbased (unique)\tvs naive\ttarget\t")
+	for _, w := range ws {
+		for _, n := range w.workers {
+			key := fmt.Sprintf("%s/workers=%d", w.name, n)
+			eps, ok := med(key, false)
+			if !ok {
+				continue
+			}
+			ueps, _ := med(key, true)
+			setbased, naive := fmt.Sprintf("setbased/workers=%d", n), fmt.Sprintf("naive/workers=%d", n)
+			target := "-"
+			switch {
+			case strings.HasPrefix(w.name, "inorder-ordered"):
+				target = "≥0.9× setbased"
+			case strings.HasPrefix(w.name, "inorder-shuffled"):
+				target = "≥0.8× setbased, ≥25× naive"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t\n", key, len(r.runs[key]), eps, ueps,
+				ratio(eps, setbased), ratio(ueps, setbased), ratio(eps, naive), target)
+		}
+	}
+	tw.Flush()
+	return "medians over runs; ratios against the baseline with the same number of workers\n" + sb.String()
+}
+
+// benchStmtStat is the server time of one statement type.
+type benchStmtStat struct {
+	calls int
+	total time.Duration
+}
+
+var benchDurationLine = regexp.MustCompile(`\[(\d+)\] .*?LOG:  duration: ([0-9.]+) ms  (parse|bind|execute|statement)[^:]*: (.*)$`)
+
+// benchStatementReport reads the server log written since offset from and sums,
+// per statement type, the parse+bind+execute durations the sessions pids
+// logged.
+func benchStatementReport(b *testing.B, path string, from int64, pids map[uint32]bool, wall time.Duration, conns int) string {
+	b.Helper()
+	f, err := os.Open(path)
+	require.NoError(b, err)
+	defer f.Close()
+	_, err = f.Seek(from, 0)
+	require.NoError(b, err)
+	stats := map[string]*benchStmtStat{}
+	type entry struct {
+		ms    float64
+		phase string
+		sql   string
+	}
+	var cur *entry
+	done := func() {
+		if cur == nil {
+			return
+		}
+		class := benchClassify(cur.sql)
+		st := stats[class]
+		if st == nil {
+			st = &benchStmtStat{}
+			stats[class] = st
+		}
+		st.total += time.Duration(cur.ms * float64(time.Millisecond))
+		if cur.phase == "execute" || cur.phase == "statement" {
+			st.calls++
+		}
+		cur = nil
+	}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 16<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "\t") { // a continuation of the statement's text
+			if cur != nil {
+				cur.sql += "\n" + line[1:]
+			}
+			continue
+		}
+		done()
+		m := benchDurationLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		pid, _ := strconv.ParseUint(m[1], 10, 32)
+		if !pids[uint32(pid)] {
+			continue
+		}
+		ms, _ := strconv.ParseFloat(m[2], 64)
+		cur = &entry{ms: ms, phase: m[3], sql: m[4]}
+	}
+	done()
+	require.NoError(b, sc.Err())
+	classes := make([]string, 0, len(stats))
+	var server time.Duration
+	for c, st := range stats {
+		classes = append(classes, c)
+		server += st.total
+	}
+	slices.SortFunc(classes, func(x, y string) int { return cmp.Compare(stats[y].total, stats[x].total) })
+	txns := max(stats["commit"].callsOrZero(), 1)
+	connTime := wall * time.Duration(conns)
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\nserver time per statement type: %v wall × %d connection(s) = %v connection time, %d transactions\n",
+		wall.Round(time.Millisecond), conns, connTime.Round(time.Millisecond), txns)
+	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "statement\tcalls\ttotal ms\tms/call\tms/txn\t% conn time\t")
+	row := func(name string, calls int, total time.Duration) {
+		ms := total.Seconds() * 1000
+		perCall := "-"
+		if calls > 0 {
+			perCall = fmt.Sprintf("%.3f", ms/float64(calls))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%.3f\t%.1f\t\n", name, calls, ms, perCall, ms/float64(txns), 100*total.Seconds()/connTime.Seconds())
+	}
+	for _, c := range classes {
+		row(c, stats[c].calls, stats[c].total)
+	}
+	row("= all statements (server)", 0, server)
+	row("= outside the server (client, network)", 0, connTime-server)
+	tw.Flush()
+	return sb.String()
+}
+
+func (s *benchStmtStat) callsOrZero() int {
+	if s == nil {
+		return 0
+	}
+	return s.calls
+}
+
+// benchClassify names the statement sql (its whole text, as logged).
+func benchClassify(sql string) string {
+	first, _, _ := strings.Cut(sql, "\n")
+	verb, _, _ := strings.Cut(strings.TrimSpace(first), " ")
+	verb = strings.ToUpper(verb)
+	has := func(s string) bool { return strings.Contains(sql, s) }
+	switch {
+	case verb == "BEGIN", verb == "COMMIT":
+		return strings.ToLower(verb)
+	case has("pg_advisory_xact_lock_shared"):
+		return "gate: rebuild lock (advisory, shared)"
+	case has(`"versions"`):
+		switch {
+		case verb == "SELECT" && has("FOR UPDATE"):
+			return "gate: lock version rows"
+		case verb == "SELECT":
+			return "gate: read version rows"
+		case verb == "INSERT" && has("DO NOTHING"):
+			return "gate: insert missing version rows"
+		case verb == "INSERT" && has("rev - 1"):
+			return "gate: write version rows (compare-and-set)"
+		case verb == "INSERT", verb == "UPDATE":
+			return "gate: write version rows"
+		}
+	case has(`"parked"`):
+		switch verb {
+		case "SELECT":
+			return "gate: load parked"
+		case "INSERT":
+			return "gate: park"
+		case "DELETE":
+			return "gate: delete drained"
+		}
+	case has(`"applied"`):
+		switch verb {
+		case "SELECT":
+			return "gate: load applied log (stale versions)"
+		case "INSERT":
+			return "gate: insert applied log"
+		}
+	case has(`"quarantine"`), has(`"conflicts"`), has(`"rejected"`):
+		return "gate: quarantine, conflicts, rejected"
+	case has("naive_versions"):
+		switch verb {
+		case "INSERT":
+			return "naive: insert missing version row"
+		case "SELECT":
+			return "naive: lock version row"
+		default:
+			return "naive: bump version"
+		}
+	case has("ledger_payments") && verb == "SELECT":
+		return "ledger: read payments"
+	case has("ledger_payments"):
+		return "ledger: upsert payments"
+	case has("ledger_legs"):
+		return "ledger: insert legs"
+	case has("ledger_balances"):
+		return "ledger: upsert balances"
+	}
+	if len(first) > 40 {
+		first = first[:40] + "…"
+	}
+	return "other: " + first
+}

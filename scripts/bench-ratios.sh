@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# bench-ratios.sh runs BenchmarkLedger (projection/bench_test.go) several
+# times, one whole round of every variant per `go test` process so that the
+# variants are interleaved in time, and prints the median events/s of each
+# variant and its ratios to the setbased and naive baselines with the same
+# number of workers. It only reads: nothing is written but the raw output
+# file.
+#
+# Usage: scripts/bench-ratios.sh [go test flags...]
+#
+# Environment:
+#   ROUNDS=3           rounds (go test processes); 0 only summarises OUT again
+#   MAX_LOAD=          if set, wait (at most 10 min) before each round until
+#                      the 1-minute load average is below it
+#   MAX_OTHER_CPU=     if set, ignore runs during which other processes used
+#                      more than this % of a core (the other-cpu-% metric)
+#   OUT=bench-ledger.txt  raw benchmark output
+#   BENCH=BenchmarkLedger the -bench pattern
+#
+# Example (quiet runs only, on a shared machine):
+#   ROUNDS=5 MAX_LOAD=1 MAX_OTHER_CPU=25 scripts/bench-ratios.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds=${ROUNDS:-3}
+out=${OUT:-bench-ledger.txt}
+bench=${BENCH:-BenchmarkLedger}
+if [[ "$rounds" != 0 ]]; then
+	: >"$out"
+fi
+
+for r in $(seq 1 "$rounds"); do
+	if [[ -n "${MAX_LOAD:-}" ]]; then
+		for _ in $(seq 1 60); do
+			load=$(cut -d' ' -f1 /proc/loadavg)
+			awk -v l="$load" -v m="$MAX_LOAD" 'BEGIN { exit !(l < m) }' && break
+			sleep 10
+		done
+	fi
+	echo "round $r/$rounds ($(date +%T), load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+	go test -run '^$' -bench "$bench" -benchtime=1x -count=1 -timeout 30m "$@" ./projection/ | tee -a "$out" >&2
+done
+
+# One line per run: variant events/s unique-events/s other-cpu-%.
+runs=$(awk -v maxother="${MAX_OTHER_CPU:-}" '
+	$1 ~ /^BenchmarkLedger\// && $3 ~ /^[0-9]+$/ {
+		name = $1; sub(/^BenchmarkLedger\//, "", name); sub(/-[0-9]+$/, "", name)
+		eps = ""; ueps = ""; other = ""
+		for (i = 3; i < NF; i += 2) {
+			if ($(i+1) == "events/s") eps = $i
+			if ($(i+1) == "unique-events/s") ueps = $i
+			if ($(i+1) == "other-cpu-%") other = $i
+		}
+		if (ueps == "") ueps = eps
+		if (maxother != "" && other != "" && other + 0 > maxother + 0) next
+		print name, eps, ueps, other
+	}' "$out")
+if [[ -z "$runs" ]]; then
+	echo "no benchmark results in $out" >&2
+	exit 1
+fi
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+declare -A eps ueps n
+names=()
+while read -r name; do
+	names+=("$name")
+	eps[$name]=$(awk -v k="$name" '$1 == k { print $2 }' <<<"$runs" | median)
+	ueps[$name]=$(awk -v k="$name" '$1 == k { print $3 }' <<<"$runs" | median)
+	n[$name]=$(awk -v k="$name" '$1 == k' <<<"$runs" | wc -l)
+done < <(awk '!seen[$1]++ { print $1 }' <<<"$runs")
+
+ratio() { # ratio value baseline-variant
+	local base=${eps[$2]:-}
+	if [[ -z "$base" ]]; then echo "-"; else awk -v x="$1" -v y="$base" 'BEGIN { printf "%.2fx", x / y }'; fi
+}
+
+printf '%-42s %5s %10s %16s %12s %21s %9s  %s\n' variant runs events/s unique-events/s "vs setbased" "vs setbased (unique)" "vs naive" target
+for name in "${names[@]}"; do
+	workers=${name##*/}
+	target=-
+	case $name in
+	inorder-ordered*) target=">=0.9x setbased" ;;
+	inorder-shuffled*) target=">=0.8x setbased, >=25x naive" ;;
+	esac
+	printf '%-42s %5s %10.0f %16.0f %12s %21s %9s  %s\n' "$name" "${n[$name]}" "${eps[$name]}" "${ueps[$name]}" \
+		"$(ratio "${eps[$name]}" "setbased/$workers")" "$(ratio "${ueps[$name]}" "setbased/$workers")" \
+		"$(ratio "${eps[$name]}" "naive/$workers")" "$target"
+done
