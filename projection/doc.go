@@ -23,16 +23,23 @@
 // transaction:
 //
 //  1. validate every envelope; record invalid ones in the rejected table;
-//  2. lock the version rows of every (projection, aggregate) of the batch, in
-//     one deterministic order (so concurrent workers never deadlock);
+//  2. read the version rows of every (projection, aggregate) of the batch;
 //  3. classify each event: version current+1 and the contiguous run after it
 //     (from the batch and from the parked table) is applied; a later version
 //     is parked; an earlier one is a duplicate, or a conflict when its id or
 //     payload differ from the applied event's (recorded in the conflicts
 //     table);
-//  4. call the handler with the run, write the applied log, park, delete
-//     drained parked events and bump the version rows;
-//  5. run the batch's BeforeCommit hook (a source's checkpoint) and commit.
+//  4. write the new version rows with a compare-and-set on their revision,
+//     in one deterministic order — if another transaction changed one since
+//     step 2, the batch starts again with the rows locked up front (and keeps
+//     locking up front for a while, since writers are competing);
+//  5. call the handler with the run, write the applied log, park, delete
+//     drained parked events;
+//  6. run the batch's BeforeCommit hook (a source's checkpoint) and commit.
+//
+// Every change to an aggregate's gate state goes through its version row, so
+// two transactions can never both apply, park or drain the same version: the
+// second one's compare-and-set fails, or it waits for the first one's lock.
 //
 // Only then does Process return each delivery's [Outcome], so a source
 // acknowledges after the commit and never before. Any delivery order, any
