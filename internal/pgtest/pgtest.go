@@ -63,77 +63,116 @@ type DB struct {
 // made with it use the server's default search_path.
 func BaseURL(t testing.TB) string {
 	t.Helper()
-	var took time.Duration
-	base.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-		defer cancel()
-		began := time.Now()
-		base.url, base.source, base.err = resolve(ctx)
-		took = time.Since(began)
-	})
-	if base.err != nil {
-		t.Fatalf("pgtest: %v", base.err)
+	began := time.Now()
+	u, source, err := chooseOnce()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
-	if took > 0 {
-		t.Logf("pgtest: using %s (set up in %v)", base.source, took.Round(time.Millisecond))
+	if took := time.Since(began); took > time.Millisecond {
+		t.Logf("pgtest: using %s (set up in %v)", source, took.Round(time.Millisecond))
 	}
-	return base.url
+	return u
 }
 
 // New returns a fresh, empty schema for t on the test database, with a pool
 // whose connections use it. Both are removed when t ends.
 func New(t testing.TB) *DB {
 	t.Helper()
-	baseURL := BaseURL(t)
+	db, cleanup, err := open(BaseURL(t))
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := cleanup(); err != nil {
+			t.Errorf("pgtest: %v", err)
+		}
+	})
+	return db
+}
+
+// Open is New for code without a testing.TB — runnable examples: it returns
+// a fresh schema with inorder's migrations applied, and a cleanup that
+// closes the pool and drops the schema. It panics if no server can be had.
+func Open() (*DB, func()) {
+	url, _, err := chooseOnce()
+	if err == nil {
+		var db *DB
+		var cleanup func() error
+		if db, cleanup, err = open(url); err == nil {
+			if err = migrate(db); err == nil {
+				return db, func() { _ = cleanup() }
+			}
+			_ = cleanup()
+		}
+	}
+	panic(fmt.Sprintf("pgtest: %v", err))
+}
+
+func chooseOnce() (string, string, error) {
+	base.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+		defer cancel()
+		base.url, base.source, base.err = resolve(ctx)
+	})
+	return base.url, base.source, base.err
+}
+
+// open creates a schema and a pool on it; cleanup closes the pool, then drops
+// the schema.
+func open(baseURL string) (*DB, func() error, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 
 	schema := "t_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
 	ident := pgx.Identifier{schema}.Sanitize()
 	if err := adminExec(ctx, baseURL, "CREATE SCHEMA "+ident); err != nil {
-		t.Fatalf("pgtest: create schema: %v", err)
+		return nil, nil, fmt.Errorf("create schema: %w", err)
 	}
-	t.Cleanup(func() {
+	drop := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		defer cancel()
 		// A bounded lock wait turns a connection the test leaked while
 		// holding locks in the schema into an error instead of a hang.
 		if err := adminExec(ctx, baseURL, "SET lock_timeout = '20s'", "DROP SCHEMA "+ident+" CASCADE"); err != nil {
-			t.Errorf("pgtest: drop schema %s: %v", schema, err)
+			return fmt.Errorf("drop schema %s: %w", schema, err)
 		}
-	})
-
+		return nil
+	}
 	dbURL, err := withSearchPath(baseURL, schema)
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
+	if err == nil {
+		var cfg *pgxpool.Config
+		if cfg, err = pgxpool.ParseConfig(dbURL); err == nil {
+			cfg.MaxConns = MaxConns
+			var pool *pgxpool.Pool
+			if pool, err = pgxpool.NewWithConfig(ctx, cfg); err == nil {
+				// The pool's connections must be gone before the schema is
+				// dropped.
+				return &DB{Pool: pool, Schema: schema, URL: dbURL}, func() error { pool.Close(); return drop() }, nil
+			}
+		}
 	}
-	cfg, err := pgxpool.ParseConfig(dbURL)
+	return nil, nil, errors.Join(fmt.Errorf("create pool: %w", err), drop())
+}
+
+func migrate(db *DB) error {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	m, err := migrations.New(db.Pool, &migrations.Options{Schema: db.Schema})
 	if err != nil {
-		t.Fatalf("pgtest: parse URL: %v", err)
+		return err
 	}
-	cfg.MaxConns = MaxConns
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("pgtest: create pool: %v", err)
+	if _, err := m.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate schema %s: %w", db.Schema, err)
 	}
-	// Registered after the drop, so it runs before it: the pool's
-	// connections must be gone before the schema is dropped.
-	t.Cleanup(pool.Close)
-	return &DB{Pool: pool, Schema: schema, URL: dbURL}
+	return nil
 }
 
 // NewMigrated is New with the inorder migrations applied to the schema.
 func NewMigrated(t testing.TB) *DB {
 	t.Helper()
 	db := New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	m, err := migrations.New(db.Pool, &migrations.Options{Schema: db.Schema})
-	if err != nil {
+	if err := migrate(db); err != nil {
 		t.Fatalf("pgtest: %v", err)
-	}
-	if _, err := m.Migrate(ctx); err != nil {
-		t.Fatalf("pgtest: migrate schema %s: %v", db.Schema, err)
 	}
 	return db
 }
