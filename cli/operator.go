@@ -52,6 +52,125 @@ func (a *app) open(ctx context.Context, o *opOptions) (proc *projection.Processo
 	return proc, pool.Close, nil
 }
 
+// listOptions are the flags of the list commands: the operator flags and
+// the filters.
+type listOptions struct {
+	opOptions
+	a          *app
+	Projection string
+	Aggregate  string
+	Limit      int
+}
+
+// check validates the filters: --projection, when set, and --limit.
+func (o *listOptions) check() error {
+	if o.Projection != "" {
+		if _, err := o.a.pickProjection(o.Projection); err != nil {
+			return err
+		}
+	}
+	if o.Limit < 1 {
+		return usageErrorf("--limit must be at least 1")
+	}
+	return nil
+}
+
+// validate is the validate step of the list commands without positional
+// arguments.
+func (o *listOptions) validate(args []string) error {
+	if err := noArgs(args); err != nil {
+		return err
+	}
+	if err := o.check(); err != nil {
+		return err
+	}
+	return o.opOptions.validate()
+}
+
+// listing says how a list command prints its rows: with --json, an array
+// of reports; else a table.
+type listing[T, R any] struct {
+	headers []string
+	report  func(T) R     // a row's --json element
+	cells   func(T) []any // a row's table cells
+	empty   string        // if set, printed instead of an empty table
+}
+
+// runList opens the processor, reads the rows with read and prints them.
+func runList[T, R any](ctx context.Context, a *app, o *opOptions, read func(context.Context, *projection.Processor) ([]T, error), l listing[T, R]) error {
+	proc, closeFn, err := a.open(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	rows, err := read(ctx, proc)
+	if err != nil {
+		return err
+	}
+	if o.out.JSON {
+		out := make([]R, 0, len(rows))
+		for _, r := range rows {
+			out = append(out, l.report(r))
+		}
+		return writeJSON(a.stdout, out)
+	}
+	if len(rows) == 0 && l.empty != "" {
+		fmt.Fprintln(a.stdout, l.empty)
+		return nil
+	}
+	t := newTable(a.stdout, l.headers...)
+	for _, r := range rows {
+		t.row(l.cells(r)...)
+	}
+	return t.flush()
+}
+
+// actionOptions are the flags of the commands that act on one aggregate of
+// one projection.
+type actionOptions struct {
+	opOptions
+	a          *app
+	Projection string
+	Reason     string
+	Aggregate  string
+}
+
+// check takes the aggregate argument and picks the projection.
+func (o *actionOptions) check(args []string) error {
+	agg, err := oneArg(args, "aggregate")
+	if err != nil {
+		return err
+	}
+	o.Aggregate = agg
+	o.Projection, err = o.a.pickProjection(o.Projection)
+	return err
+}
+
+// runAction opens the processor, runs act on o's aggregate and prints what
+// it did with the aggregate's applied version before and after.
+func (a *app) runAction(ctx context.Context, o *actionOptions, action string, act func(ctx context.Context, proc *projection.Processor, before int64) (message string, err error)) error {
+	proc, closeFn, err := a.open(ctx, &o.opOptions)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	r := ActionReport{Action: action, Projection: o.Projection, Aggregate: o.Aggregate}
+	if r.Before, err = proc.Version(ctx, o.Projection, o.Aggregate); err != nil {
+		return err
+	}
+	if r.Message, err = act(ctx, proc, r.Before); err != nil {
+		return err
+	}
+	if r.After, err = proc.Version(ctx, o.Projection, o.Aggregate); err != nil {
+		return err
+	}
+	if o.out.JSON {
+		return writeJSON(a.stdout, r)
+	}
+	fmt.Fprintf(a.stdout, "%s: %s %s: %s; version %d -> %d\n", r.Action, r.Projection, r.Aggregate, r.Message, r.Before, r.After)
+	return nil
+}
+
 // jsonData renders an event payload in JSON output: as JSON when it is,
 // else as a string.
 func jsonData(b []byte) any {
@@ -174,25 +293,16 @@ func statusReport(ctx context.Context, proc *projection.Processor) (*StatusRepor
 
 // parkedListOptions configures parked list.
 type parkedListOptions struct {
-	opOptions
-	a          *app
-	Projection string
-	Aggregate  string
-	OlderThan  time.Duration
-	Limit      int
+	listOptions
+	OlderThan time.Duration
 }
 
 func (o *parkedListOptions) validate(args []string) error {
 	if err := noArgs(args); err != nil {
 		return err
 	}
-	if o.Projection != "" {
-		if _, err := o.a.pickProjection(o.Projection); err != nil {
-			return err
-		}
-	}
-	if o.Limit < 1 {
-		return usageErrorf("--limit must be at least 1")
+	if err := o.check(); err != nil {
+		return err
 	}
 	if o.OlderThan < 0 {
 		return usageErrorf("--older-than must not be negative")
@@ -235,7 +345,7 @@ An aggregate that waits long usually lacks an event the source has not
 delivered: try 'parked repair', then, if the versions really do not exist,
 'parked declare-gap'.`,
 		func(fs *flagSet) *parkedListOptions {
-			o := &parkedListOptions{a: c.a}
+			o := &parkedListOptions{listOptions: listOptions{a: c.a}}
 			bindOp(fs, &o.opOptions)
 			fs.StringVar(&o.Projection, "projection", "", "only this `projection`")
 			fs.StringVar(&o.Aggregate, "aggregate", "", "only this `aggregate`")
@@ -247,42 +357,24 @@ delivered: try 'parked repair', then, if the versions really do not exist,
 
 // Run lists waiting aggregates.
 func (c *parkedListCmd) Run(ctx context.Context, o *parkedListOptions) error {
-	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	ws, err := proc.Buffer().Waiting(ctx, proc.Pool(), buffer.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, OlderThan: o.OlderThan, Limit: o.Limit})
-	if err != nil {
-		return err
-	}
-	if o.out.JSON {
-		out := make([]WaitingReport, 0, len(ws))
-		for _, w := range ws {
-			out = append(out, waitingReport(w))
-		}
-		return writeJSON(c.a.stdout, out)
-	}
-	t := newTable(c.a.stdout, "PROJECTION", "AGGREGATE", "APPLIED", "WAITING FOR", "PARKED", "VERSIONS", "OLDEST")
-	for _, w := range ws {
-		from, to := w.Missing()
-		missing := strconv.FormatInt(from, 10)
-		if to > from {
-			missing += "-" + strconv.FormatInt(to, 10)
-		}
-		t.row(w.Projection, w.Aggregate, w.Current, missing, w.Count, fmt.Sprintf("%d-%d", w.MinVersion, w.MaxVersion), ageOf(w.Oldest))
-	}
-	return t.flush()
+	return runList(ctx, c.a, &o.opOptions, func(ctx context.Context, proc *projection.Processor) ([]buffer.Waiting, error) {
+		return proc.Buffer().Waiting(ctx, proc.Pool(), buffer.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, OlderThan: o.OlderThan, Limit: o.Limit})
+	}, listing[buffer.Waiting, WaitingReport]{
+		headers: []string{"PROJECTION", "AGGREGATE", "APPLIED", "WAITING FOR", "PARKED", "VERSIONS", "OLDEST"},
+		report:  waitingReport,
+		cells: func(w buffer.Waiting) []any {
+			from, to := w.Missing()
+			missing := strconv.FormatInt(from, 10)
+			if to > from {
+				missing += "-" + strconv.FormatInt(to, 10)
+			}
+			return []any{w.Projection, w.Aggregate, w.Current, missing, w.Count, fmt.Sprintf("%d-%d", w.MinVersion, w.MaxVersion), ageOf(w.Oldest)}
+		},
+	})
 }
 
 // parkedShowOptions configures parked show.
-type parkedShowOptions struct {
-	opOptions
-	a          *app
-	Projection string
-	Limit      int
-	Aggregate  string
-}
+type parkedShowOptions struct{ listOptions }
 
 func (o *parkedShowOptions) validate(args []string) error {
 	agg, err := oneArg(args, "aggregate")
@@ -290,13 +382,8 @@ func (o *parkedShowOptions) validate(args []string) error {
 		return err
 	}
 	o.Aggregate = agg
-	if o.Projection != "" {
-		if _, err := o.a.pickProjection(o.Projection); err != nil {
-			return err
-		}
-	}
-	if o.Limit < 1 {
-		return usageErrorf("--limit must be at least 1")
+	if err := o.check(); err != nil {
+		return err
 	}
 	return o.opOptions.validate()
 }
@@ -322,7 +409,7 @@ func (c *parkedShowCmd) command() *command {
 		`Shows the parked events of one aggregate, in every projection (or in
 --projection), with the applied version they wait behind. Read-only.`,
 		func(fs *flagSet) *parkedShowOptions {
-			o := &parkedShowOptions{a: c.a}
+			o := &parkedShowOptions{listOptions{a: c.a}}
 			bindOp(fs, &o.opOptions)
 			fs.StringVar(&o.Projection, "projection", "", "only this `projection`")
 			fs.IntVar(&o.Limit, "limit", 1000, "at most this many `events`")
@@ -332,51 +419,29 @@ func (c *parkedShowCmd) command() *command {
 
 // Run shows the parked events.
 func (c *parkedShowCmd) Run(ctx context.Context, o *parkedShowOptions) error {
-	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	es, err := proc.Buffer().List(ctx, proc.Pool(), buffer.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, Limit: o.Limit})
-	if err != nil {
-		return err
-	}
-	if o.out.JSON {
-		out := make([]ParkedReport, 0, len(es))
-		for _, e := range es {
-			out = append(out, ParkedReport{Projection: e.Projection, Aggregate: e.Aggregate, Applied: e.Current, Version: e.Version,
-				EventID: e.ID, Type: e.Type, Data: jsonData(e.Data), Metadata: jsonData(e.Metadata), ParkedAt: e.ParkedAt})
-		}
-		return writeJSON(c.a.stdout, out)
-	}
-	if len(es) == 0 {
-		fmt.Fprintf(c.a.stdout, "aggregate %s has no parked events\n", o.Aggregate)
-		return nil
-	}
-	t := newTable(c.a.stdout, "PROJECTION", "APPLIED", "VERSION", "EVENT ID", "TYPE", "PARKED", "DATA")
-	for _, e := range es {
-		t.row(e.Projection, e.Current, e.Version, e.ID, e.Type, ageOf(e.ParkedAt)+" ago", e.Data)
-	}
-	return t.flush()
+	return runList(ctx, c.a, &o.opOptions, func(ctx context.Context, proc *projection.Processor) ([]buffer.Entry, error) {
+		return proc.Buffer().List(ctx, proc.Pool(), buffer.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, Limit: o.Limit})
+	}, listing[buffer.Entry, ParkedReport]{
+		headers: []string{"PROJECTION", "APPLIED", "VERSION", "EVENT ID", "TYPE", "PARKED", "DATA"},
+		report: func(e buffer.Entry) ParkedReport {
+			return ParkedReport{Projection: e.Projection, Aggregate: e.Aggregate, Applied: e.Current, Version: e.Version,
+				EventID: e.ID, Type: e.Type, Data: jsonData(e.Data), Metadata: jsonData(e.Metadata), ParkedAt: e.ParkedAt}
+		},
+		cells: func(e buffer.Entry) []any {
+			return []any{e.Projection, e.Current, e.Version, e.ID, e.Type, ageOf(e.ParkedAt) + " ago", e.Data}
+		},
+		empty: fmt.Sprintf("aggregate %s has no parked events", o.Aggregate),
+	})
 }
 
 // declareGapOptions configures parked declare-gap.
 type declareGapOptions struct {
-	opOptions
-	a          *app
-	Projection string
-	To         int64
-	Reason     string
-	Aggregate  string
+	actionOptions
+	To int64
 }
 
 func (o *declareGapOptions) validate(args []string) error {
-	agg, err := oneArg(args, "aggregate")
-	if err != nil {
-		return err
-	}
-	o.Aggregate = agg
-	if o.Projection, err = o.a.pickProjection(o.Projection); err != nil {
+	if err := o.check(args); err != nil {
 		return err
 	}
 	if o.To < 1 {
@@ -403,7 +468,7 @@ drained events are applied) and the operator log (with --reason). It cannot
 be undone except by a rebuild. --to must be below the first parked version;
 an aggregate in quarantine is refused (use 'quarantine').`,
 		func(fs *flagSet) *declareGapOptions {
-			o := &declareGapOptions{a: c.a}
+			o := &declareGapOptions{actionOptions: actionOptions{a: c.a}}
 			bindOp(fs, &o.opOptions)
 			fs.StringVar(&o.Projection, "projection", "", "the `projection` (default: the only one)")
 			fs.Int64Var(&o.To, "to", 0, "the last missing `version` (required)")
@@ -414,24 +479,12 @@ an aggregate in quarantine is refused (use 'quarantine').`,
 
 // Run declares the gap.
 func (c *declareGapCmd) Run(ctx context.Context, o *declareGapOptions) error {
-	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	before, err := proc.Version(ctx, o.Projection, o.Aggregate)
-	if err != nil {
-		return err
-	}
-	if err := proc.DeclareGap(ctx, o.Projection, o.Aggregate, o.To, o.Reason); err != nil {
-		return err
-	}
-	after, err := proc.Version(ctx, o.Projection, o.Aggregate)
-	if err != nil {
-		return err
-	}
-	return c.a.actionResult(o.out.JSON, ActionReport{Action: "declare-gap", Projection: o.Projection, Aggregate: o.Aggregate,
-		Before: before, After: after, Message: fmt.Sprintf("versions %d-%d declared missing", before+1, o.To)})
+	return c.a.runAction(ctx, &o.actionOptions, "declare-gap", func(ctx context.Context, proc *projection.Processor, before int64) (string, error) {
+		if err := proc.DeclareGap(ctx, o.Projection, o.Aggregate, o.To, o.Reason); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("versions %d-%d declared missing", before+1, o.To), nil
+	})
 }
 
 // ActionReport is what an operator action (declare-gap, quarantine retry
@@ -447,39 +500,10 @@ type ActionReport struct {
 	Message string `json:"message"`
 }
 
-func (a *app) actionResult(asJSON bool, r ActionReport) error {
-	if asJSON {
-		return writeJSON(a.stdout, r)
-	}
-	fmt.Fprintf(a.stdout, "%s: %s %s: %s; version %d -> %d\n", r.Action, r.Projection, r.Aggregate, r.Message, r.Before, r.After)
-	return nil
-}
-
 // --- quarantine ---
 
 // quarantineListOptions configures quarantine list.
-type quarantineListOptions struct {
-	opOptions
-	a          *app
-	Projection string
-	Aggregate  string
-	Limit      int
-}
-
-func (o *quarantineListOptions) validate(args []string) error {
-	if err := noArgs(args); err != nil {
-		return err
-	}
-	if o.Projection != "" {
-		if _, err := o.a.pickProjection(o.Projection); err != nil {
-			return err
-		}
-	}
-	if o.Limit < 1 {
-		return usageErrorf("--limit must be at least 1")
-	}
-	return o.opOptions.validate()
-}
+type quarantineListOptions struct{ listOptions }
 
 // QuarantineReport is one entry of quarantine list --json.
 type QuarantineReport struct {
@@ -505,7 +529,7 @@ func (c *quarantineListCmd) command() *command {
 with the last error and the attempts. Each blocks its aggregate: later
 versions park behind it until an operator retries or skips it. Read-only.`,
 		func(fs *flagSet) *quarantineListOptions {
-			o := &quarantineListOptions{a: c.a}
+			o := &quarantineListOptions{listOptions{a: c.a}}
 			bindOp(fs, &o.opOptions)
 			fs.StringVar(&o.Projection, "projection", "", "only this `projection`")
 			fs.StringVar(&o.Aggregate, "aggregate", "", "only this `aggregate`")
@@ -516,48 +540,29 @@ versions park behind it until an operator retries or skips it. Read-only.`,
 
 // Run lists the quarantine.
 func (c *quarantineListCmd) Run(ctx context.Context, o *quarantineListOptions) error {
-	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	qs, err := proc.Quarantined(ctx, projection.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, Limit: o.Limit})
-	if err != nil {
-		return err
-	}
-	if o.out.JSON {
-		out := make([]QuarantineReport, 0, len(qs))
-		for _, q := range qs {
-			out = append(out, QuarantineReport{Projection: q.Projection, Aggregate: q.Aggregate, Version: q.Version, EventID: q.EventID,
+	return runList(ctx, c.a, &o.opOptions, func(ctx context.Context, proc *projection.Processor) ([]projection.QuarantineEntry, error) {
+		return proc.Quarantined(ctx, projection.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, Limit: o.Limit})
+	}, listing[projection.QuarantineEntry, QuarantineReport]{
+		headers: []string{"PROJECTION", "AGGREGATE", "VERSION", "TYPE", "ATTEMPTS", "QUARANTINED", "ERROR"},
+		report: func(q projection.QuarantineEntry) QuarantineReport {
+			return QuarantineReport{Projection: q.Projection, Aggregate: q.Aggregate, Version: q.Version, EventID: q.EventID,
 				Type: q.Type, Data: jsonData(q.Data), Metadata: jsonData(q.Metadata), Error: q.Error, Attempts: q.Attempts,
-				QuarantinedAt: q.QuarantinedAt, LastAttemptAt: q.LastAttemptAt})
-		}
-		return writeJSON(c.a.stdout, out)
-	}
-	t := newTable(c.a.stdout, "PROJECTION", "AGGREGATE", "VERSION", "TYPE", "ATTEMPTS", "QUARANTINED", "ERROR")
-	for _, q := range qs {
-		t.row(q.Projection, q.Aggregate, q.Version, q.Type, q.Attempts, ageOf(q.QuarantinedAt)+" ago", q.Error)
-	}
-	return t.flush()
+				QuarantinedAt: q.QuarantinedAt, LastAttemptAt: q.LastAttemptAt}
+		},
+		cells: func(q projection.QuarantineEntry) []any {
+			return []any{q.Projection, q.Aggregate, q.Version, q.Type, q.Attempts, ageOf(q.QuarantinedAt) + " ago", q.Error}
+		},
+	})
 }
 
 // quarantineActionOptions configures quarantine retry and skip.
 type quarantineActionOptions struct {
-	opOptions
-	a          *app
-	skip       bool
-	Projection string
-	Reason     string
-	Aggregate  string
+	actionOptions
+	skip bool
 }
 
 func (o *quarantineActionOptions) validate(args []string) error {
-	agg, err := oneArg(args, "aggregate")
-	if err != nil {
-		return err
-	}
-	o.Aggregate = agg
-	if o.Projection, err = o.a.pickProjection(o.Projection); err != nil {
+	if err := o.check(args); err != nil {
 		return err
 	}
 	if o.skip && o.Reason == "" {
@@ -574,7 +579,7 @@ type quarantineActionCmd struct {
 
 func (c *quarantineActionCmd) command() *command {
 	bind := func(fs *flagSet) *quarantineActionOptions {
-		o := &quarantineActionOptions{a: c.a, skip: c.skip}
+		o := &quarantineActionOptions{actionOptions: actionOptions{a: c.a}, skip: c.skip}
 		bindOp(fs, &o.opOptions)
 		fs.StringVar(&o.Projection, "projection", "", "the `projection` (default: the only one)")
 		if c.skip {
@@ -603,65 +608,34 @@ Changes: the read model, the aggregate's version and the operator log.`, bind, c
 
 // Run retries or skips.
 func (c *quarantineActionCmd) Run(ctx context.Context, o *quarantineActionOptions) error {
-	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	before, err := proc.Version(ctx, o.Projection, o.Aggregate)
-	if err != nil {
-		return err
-	}
 	action, msg := "retry", "quarantined event applied"
 	if o.skip {
 		action, msg = "skip", "quarantined event skipped"
-		err = proc.SkipQuarantined(ctx, o.Projection, o.Aggregate, o.Reason)
-	} else {
-		err = proc.RetryQuarantined(ctx, o.Projection, o.Aggregate)
 	}
-	var herr *projection.HandlerError
-	if errors.As(err, &herr) {
-		return fmt.Errorf("quarantine %s: the event still fails and stays quarantined: %w", action, err)
-	}
-	if errors.Is(err, projection.ErrNotQuarantined) {
-		return fmt.Errorf("quarantine %s: %s %s: %w", action, o.Projection, o.Aggregate, err)
-	}
-	if err != nil {
-		return err
-	}
-	after, err := proc.Version(ctx, o.Projection, o.Aggregate)
-	if err != nil {
-		return err
-	}
-	return c.a.actionResult(o.out.JSON, ActionReport{Action: action, Projection: o.Projection, Aggregate: o.Aggregate,
-		Before: before, After: after, Message: msg})
+	return c.a.runAction(ctx, &o.actionOptions, action, func(ctx context.Context, proc *projection.Processor, _ int64) (string, error) {
+		var err error
+		if o.skip {
+			err = proc.SkipQuarantined(ctx, o.Projection, o.Aggregate, o.Reason)
+		} else {
+			err = proc.RetryQuarantined(ctx, o.Projection, o.Aggregate)
+		}
+		var herr *projection.HandlerError
+		if errors.As(err, &herr) {
+			return "", fmt.Errorf("quarantine %s: the event still fails and stays quarantined: %w", action, err)
+		}
+		if errors.Is(err, projection.ErrNotQuarantined) {
+			return "", fmt.Errorf("quarantine %s: %s %s: %w", action, o.Projection, o.Aggregate, err)
+		}
+		return msg, err
+	})
 }
 
 // --- conflicts ---
 
 // conflictsListOptions configures conflicts list.
 type conflictsListOptions struct {
-	opOptions
-	a          *app
-	Projection string
-	Aggregate  string
-	AfterID    int64
-	Limit      int
-}
-
-func (o *conflictsListOptions) validate(args []string) error {
-	if err := noArgs(args); err != nil {
-		return err
-	}
-	if o.Projection != "" {
-		if _, err := o.a.pickProjection(o.Projection); err != nil {
-			return err
-		}
-	}
-	if o.Limit < 1 {
-		return usageErrorf("--limit must be at least 1")
-	}
-	return o.opOptions.validate()
+	listOptions
+	AfterID int64
 }
 
 // ConflictReport is one entry of conflicts list --json.
@@ -693,7 +667,7 @@ history or two producers wrote the same version: fix the source; if the
 applied event was the wrong one, rebuild the projection. Read-only; page
 with --after-id.`,
 		func(fs *flagSet) *conflictsListOptions {
-			o := &conflictsListOptions{a: c.a}
+			o := &conflictsListOptions{listOptions: listOptions{a: c.a}}
 			bindOp(fs, &o.opOptions)
 			fs.StringVar(&o.Projection, "projection", "", "only this `projection`")
 			fs.StringVar(&o.Aggregate, "aggregate", "", "only this `aggregate`")
@@ -705,49 +679,28 @@ with --after-id.`,
 
 // Run lists conflicts.
 func (c *conflictsListCmd) Run(ctx context.Context, o *conflictsListOptions) error {
-	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	cs, err := proc.Conflicts(ctx, projection.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, AfterID: o.AfterID, Limit: o.Limit})
-	if err != nil {
-		return err
-	}
-	if o.out.JSON {
-		out := make([]ConflictReport, 0, len(cs))
-		for _, x := range cs {
-			out = append(out, ConflictReport{ID: x.ID, Projection: x.Projection, Aggregate: x.Aggregate, Version: x.Version,
+	return runList(ctx, c.a, &o.opOptions, func(ctx context.Context, proc *projection.Processor) ([]projection.ConflictEntry, error) {
+		return proc.Conflicts(ctx, projection.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, AfterID: o.AfterID, Limit: o.Limit})
+	}, listing[projection.ConflictEntry, ConflictReport]{
+		headers: []string{"ID", "PROJECTION", "AGGREGATE", "VERSION", "HELD BY", "EXISTING ID", "INCOMING ID", "TYPE", "COUNT", "LAST SEEN"},
+		report: func(x projection.ConflictEntry) ConflictReport {
+			return ConflictReport{ID: x.ID, Projection: x.Projection, Aggregate: x.Aggregate, Version: x.Version,
 				ExistingState: x.ExistingState, ExistingEventID: x.ExistingEventID, IncomingEventID: x.IncomingEventID,
-				Type: x.Type, Data: jsonData(x.Data), Metadata: jsonData(x.Metadata), Count: x.Count, FirstSeen: x.FirstSeen, LastSeen: x.LastSeen})
-		}
-		return writeJSON(c.a.stdout, out)
-	}
-	t := newTable(c.a.stdout, "ID", "PROJECTION", "AGGREGATE", "VERSION", "HELD BY", "EXISTING ID", "INCOMING ID", "TYPE", "COUNT", "LAST SEEN")
-	for _, x := range cs {
-		t.row(x.ID, x.Projection, x.Aggregate, x.Version, x.ExistingState, x.ExistingEventID, x.IncomingEventID, x.Type, x.Count, ageOf(x.LastSeen)+" ago")
-	}
-	return t.flush()
+				Type: x.Type, Data: jsonData(x.Data), Metadata: jsonData(x.Metadata), Count: x.Count, FirstSeen: x.FirstSeen, LastSeen: x.LastSeen}
+		},
+		cells: func(x projection.ConflictEntry) []any {
+			return []any{x.ID, x.Projection, x.Aggregate, x.Version, x.ExistingState, x.ExistingEventID, x.IncomingEventID, x.Type, x.Count, ageOf(x.LastSeen) + " ago"}
+		},
+	})
 }
 
 // --- rejected ---
 
-// rejectedListOptions configures rejected list.
+// rejectedListOptions configures rejected list (no --projection: rejected
+// deliveries belong to none).
 type rejectedListOptions struct {
-	opOptions
-	Aggregate string
-	AfterID   int64
-	Limit     int
-}
-
-func (o *rejectedListOptions) validate(args []string) error {
-	if err := noArgs(args); err != nil {
-		return err
-	}
-	if o.Limit < 1 {
-		return usageErrorf("--limit must be at least 1")
-	}
-	return o.opOptions.validate()
+	listOptions
+	AfterID int64
 }
 
 // RejectedReport is one entry of rejected list --json.
@@ -790,33 +743,23 @@ Read-only; page with --after-id.`,
 
 // Run lists rejected deliveries.
 func (c *rejectedListCmd) Run(ctx context.Context, o *rejectedListOptions) error {
-	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	rs, err := proc.Rejected(ctx, projection.ListOptions{Aggregate: o.Aggregate, AfterID: o.AfterID, Limit: o.Limit})
-	if err != nil {
-		return err
-	}
-	if o.out.JSON {
-		out := make([]RejectedReport, 0, len(rs))
-		for _, r := range rs {
-			out = append(out, RejectedReport{ID: r.ID, Source: r.Source, EventID: r.EventID, Aggregate: r.Aggregate, Version: r.Version,
+	return runList(ctx, c.a, &o.opOptions, func(ctx context.Context, proc *projection.Processor) ([]projection.RejectedEntry, error) {
+		return proc.Rejected(ctx, projection.ListOptions{Aggregate: o.Aggregate, AfterID: o.AfterID, Limit: o.Limit})
+	}, listing[projection.RejectedEntry, RejectedReport]{
+		headers: []string{"ID", "AGGREGATE", "VERSION", "TYPE", "REASON", "COUNT", "LAST SEEN", "REPLAYED", "ERROR"},
+		report: func(r projection.RejectedEntry) RejectedReport {
+			return RejectedReport{ID: r.ID, Source: r.Source, EventID: r.EventID, Aggregate: r.Aggregate, Version: r.Version,
 				Type: r.Type, Data: jsonData(r.Data), Metadata: jsonData(r.Metadata), Reason: r.Reason, Error: r.Error, Count: r.Count,
-				FirstSeen: r.FirstSeen, LastSeen: r.LastSeen, ReplayedAt: r.ReplayedAt})
-		}
-		return writeJSON(c.a.stdout, out)
-	}
-	t := newTable(c.a.stdout, "ID", "AGGREGATE", "VERSION", "TYPE", "REASON", "COUNT", "LAST SEEN", "REPLAYED", "ERROR")
-	for _, r := range rs {
-		replayed := "no"
-		if !r.ReplayedAt.IsZero() {
-			replayed = ageOf(r.ReplayedAt) + " ago"
-		}
-		t.row(r.ID, r.Aggregate, r.Version, r.Type, r.Reason, r.Count, ageOf(r.LastSeen)+" ago", replayed, r.Error)
-	}
-	return t.flush()
+				FirstSeen: r.FirstSeen, LastSeen: r.LastSeen, ReplayedAt: r.ReplayedAt}
+		},
+		cells: func(r projection.RejectedEntry) []any {
+			replayed := "no"
+			if !r.ReplayedAt.IsZero() {
+				replayed = ageOf(r.ReplayedAt) + " ago"
+			}
+			return []any{r.ID, r.Aggregate, r.Version, r.Type, r.Reason, r.Count, ageOf(r.LastSeen) + " ago", replayed, r.Error}
+		},
+	})
 }
 
 // rejectedReplayOptions configures rejected replay.

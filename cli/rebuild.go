@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source/esdb"
 )
 
 // rebuildOptions configures rebuild.
@@ -111,12 +112,15 @@ func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
 	if err := proc.Setup(ctx); err != nil {
 		return fmt.Errorf("create the read-model tables: %w", err)
 	}
-	r := &replayer{opts: &o.es, workers: o.Workers, batchSize: o.BatchSize, logger: logger}
-	bar := newPositionBar(c.a.stderr, "rebuild "+o.Projection, r.fraction)
+	r, err := esdb.NewReplayer(o.es.config(esdb.Config{Workers: o.Workers, BatchSize: o.BatchSize, Logger: logger}))
+	if err != nil {
+		return err
+	}
+	bar := newPositionBar(c.a.stderr, "rebuild "+o.Projection, func() float64 { return r.Progress().Fraction })
 	fmt.Fprintf(c.a.stderr, "rebuilding %s: waiting for the projection's lock (live workers pause)\n", o.Projection)
 	start := time.Now()
 	var events int64
-	err = proc.Rebuild(ctx, o.Projection, r.replay, &projection.RebuildOptions{Progress: func(p projection.RebuildProgress) {
+	err = proc.Rebuild(ctx, o.Projection, r.Replay, &projection.RebuildOptions{Progress: func(p projection.RebuildProgress) {
 		events = p.Events
 		bar.update(p.Events)
 	}})
@@ -125,7 +129,8 @@ func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
 		return err
 	}
 	elapsed := time.Since(start)
-	rep := RebuildReport{Projection: o.Projection, Events: events, Read: r.nread.Load(), Skipped: r.skipped.Load(), Seconds: elapsed.Seconds()}
+	prog := r.Progress()
+	rep := RebuildReport{Projection: o.Projection, Events: events, Read: prog.Read, Skipped: prog.Skipped, Seconds: elapsed.Seconds()}
 	if s := elapsed.Seconds(); s > 0 {
 		rep.Rate = float64(events) / s
 	}

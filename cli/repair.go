@@ -2,31 +2,18 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"time"
 
-	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
-
-	"github.com/inorder/inorder/aggregate"
-	"github.com/inorder/inorder/buffer"
-	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/esdb"
 )
 
 // repairOptions configures parked repair.
 type repairOptions struct {
-	log        logOptions
-	db         dbOptions
-	es         esdbOptions
-	out        outputOptions
-	a          *app
-	Projection string
-	OlderThan  time.Duration
-	Limit      int
-	Aggregate  string
+	listOptions
+	es        esdbOptions
+	OlderThan time.Duration
 }
 
 func (o *repairOptions) validate(args []string) error {
@@ -40,23 +27,16 @@ func (o *repairOptions) validate(args []string) error {
 	default:
 		return usageErrorf("unexpected argument %q", args[1])
 	}
-	if o.Projection != "" {
-		if _, err := o.a.pickProjection(o.Projection); err != nil {
-			return err
-		}
-	}
-	if o.Limit < 1 {
-		return usageErrorf("--limit must be at least 1")
+	if err := o.check(); err != nil {
+		return err
 	}
 	if o.OlderThan < 0 {
 		return usageErrorf("--older-than must not be negative")
 	}
-	for _, v := range []interface{ validate() error }{&o.log, &o.db, &o.es} {
-		if err := v.validate(); err != nil {
-			return err
-		}
+	if err := o.opOptions.validate(); err != nil {
+		return err
 	}
-	return nil
+	return o.es.validate()
 }
 
 // parkedRepairCmd reads the missing versions of waiting aggregates from
@@ -70,19 +50,19 @@ with parked events (--older-than, --limit), reads the versions it waits for
 straight from its stream (--stream-prefix + aggregate id; mapped like 'run')
 and feeds them through the gate, which applies them and drains the parked
 events behind them. Versions the stream does not have — deleted, truncated,
-never written — are reported: decide with 'parked declare-gap'.
+never written — are reported, and recorded in the operator log like the
+workers do ('gap-missing-at-source'): decide with 'parked declare-gap'.
 
 The workers do the same on their own for aggregates parked longer than
 their --repair-after; this command is for not waiting.
 
 Changes: like any delivery, the events read are applied (and the parked
-events behind them drained), or parked, or discarded as duplicates.`,
+events behind them drained), or parked, or discarded as duplicates; the
+operator log gets a row per gap missing at the source, once.`,
 		func(fs *flagSet) *repairOptions {
-			o := &repairOptions{a: c.a}
-			bindLog(fs, &o.log, "warn")
-			bindDB(fs, &o.db)
+			o := &repairOptions{listOptions: listOptions{a: c.a}}
+			bindOp(fs, &o.opOptions)
 			bindESDB(fs, &o.es)
-			bindOutput(fs, &o.out)
 			fs.StringVar(&o.Projection, "projection", "", "only aggregates waiting in this `projection`")
 			fs.DurationVar(&o.OlderThan, "older-than", 0, "only aggregates whose oldest parked event waited at least this `duration`")
 			fs.IntVar(&o.Limit, "limit", 100, "at most this many `aggregates`")
@@ -109,52 +89,31 @@ type RepairReport struct {
 
 // Run repairs.
 func (c *parkedRepairCmd) Run(ctx context.Context, o *repairOptions) error {
-	logger := c.a.logger(&o.log)
-	pool, err := connect(ctx, &o.db, 4, logger)
+	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	proc, err := c.a.processor(pool, o.db.Schema, logger)
+	defer closeFn()
+	src, err := esdb.New(o.es.config(esdb.Config{Processor: proc, Name: "repair", Logger: c.a.logger(&o.log)}))
 	if err != nil {
 		return err
 	}
-	waiting, err := proc.Buffer().Waiting(ctx, pool, buffer.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, OlderThan: o.OlderThan, Limit: o.Limit})
+	repairs, err := src.RepairNow(ctx, &esdb.RepairOptions{Projection: o.Projection, Aggregate: o.Aggregate, OlderThan: o.OlderThan, Limit: o.Limit})
 	if err != nil {
-		return err
+		return fmt.Errorf("repair: %w", err)
 	}
-	// One read per aggregate, covering what every projection waits for.
-	var order []string
-	gaps := map[string]*RepairReport{}
-	for _, w := range waiting {
-		from, to := w.Missing()
-		g := gaps[w.Aggregate]
-		if g == nil {
-			g = &RepairReport{Aggregate: w.Aggregate, From: from, To: to, Applied: map[string]int64{}}
-			gaps[w.Aggregate] = g
-			order = append(order, w.Aggregate)
+	reports := make([]RepairReport, 0, len(repairs))
+	for _, r := range repairs {
+		rep := RepairReport{Aggregate: r.Aggregate, From: r.From, To: r.To, Found: r.Found, Reason: r.Reason, Applied: map[string]int64{}}
+		for _, a := range r.Absent {
+			rep.Missing = append(rep.Missing, a.String())
 		}
-		g.From, g.To = min(g.From, from), max(g.To, to)
-	}
-	reports := make([]RepairReport, 0, len(order))
-	if len(order) > 0 {
-		client, err := newESDBClient(o.es.URL, logger)
-		if err != nil {
-			return err
-		}
-		defer client.Close()
-		for _, agg := range order {
-			g := gaps[agg]
-			if err := repairOne(ctx, client, proc, &o.es, g); err != nil {
-				return fmt.Errorf("repair %s: %w", agg, err)
+		for _, name := range proc.Projections() {
+			if rep.Applied[name], err = proc.Version(ctx, name, r.Aggregate); err != nil {
+				return err
 			}
-			for _, name := range proc.Projections() {
-				if g.Applied[name], err = proc.Version(ctx, name, agg); err != nil {
-					return err
-				}
-			}
-			reports = append(reports, *g)
 		}
+		reports = append(reports, rep)
 	}
 	if o.out.JSON {
 		return writeJSON(c.a.stdout, reports)
@@ -182,67 +141,4 @@ func (c *parkedRepairCmd) Run(ctx context.Context, o *repairOptions) error {
 		t.row(r.Aggregate, fmt.Sprintf("%d-%d", r.From, r.To), r.Found, missing, applied)
 	}
 	return t.flush()
-}
-
-// repairOne reads versions g.From…g.To of one aggregate's stream and
-// processes what it finds.
-func repairOne(ctx context.Context, client *esdbc.Client, proc *projection.Processor, o *esdbOptions, g *RepairReport) error {
-	m := o.mapping()
-	stream := m.Stream(g.Aggregate)
-	// With versions from revisions, read exactly the missing revisions;
-	// with versions from metadata, read the whole stream.
-	opts, count := esdbc.ReadStreamOptions{From: esdbc.Revision(uint64(g.From - 1))}, uint64(g.To-g.From+1)
-	if o.VersionField != "" {
-		opts, count = esdbc.ReadStreamOptions{From: esdbc.Start{}}, ^uint64(0)
-	}
-	rs, err := client.ReadStream(ctx, stream, opts, count)
-	if err != nil {
-		return fmt.Errorf("esdb: read %s: %w", stream, err)
-	}
-	defer rs.Close()
-	var events []aggregate.Event
-	have := map[int64]bool{}
-	for {
-		ev, err := rs.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		var esErr *esdbc.Error
-		if errors.As(err, &esErr) && (esErr.Code() == esdbc.ErrorCodeResourceNotFound || esErr.Code() == esdbc.ErrorCodeStreamDeleted) {
-			g.Reason = fmt.Sprintf("stream %s not found or deleted", stream)
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("esdb: read %s: %w", stream, err)
-		}
-		e, err := m.Map(ev.Event)
-		if errors.Is(err, esdb.ErrSkipped) || e.Version < g.From || e.Version > g.To {
-			continue
-		}
-		// An invalid event goes through too: the processor rejects it.
-		events = append(events, e)
-		have[e.Version] = true
-	}
-	if len(events) > 0 {
-		if _, err := proc.Process(ctx, projection.Batch{Events: events, Source: "repair"}); err != nil {
-			return err
-		}
-	}
-	g.Found = len(have)
-	for v := g.From; v <= g.To; v++ {
-		if have[v] {
-			continue
-		}
-		end := v
-		for end < g.To && !have[end+1] {
-			end++
-		}
-		r := strconv.FormatInt(v, 10)
-		if end > v {
-			r += "-" + strconv.FormatInt(end, 10)
-		}
-		g.Missing = append(g.Missing, r)
-		v = end
-	}
-	return nil
 }

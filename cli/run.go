@@ -65,6 +65,13 @@ func (o *esdbOptions) mapping() esdb.Mapping {
 	return esdb.Mapping{StreamPrefix: o.StreamPrefix, VersionField: o.VersionField}
 }
 
+// config returns cfg with the connection, mapping and filter these flags
+// describe: what parked repair and rebuild read with.
+func (o *esdbOptions) config(cfg esdb.Config) *esdb.Config {
+	cfg.URL, cfg.TypeRegex, cfg.Mapping = o.URL, o.TypeRegex, o.mapping()
+	return &cfg
+}
+
 // runOptions configures run.
 type runOptions struct {
 	log          logOptions

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -175,20 +177,43 @@ type Commit struct {
 }
 
 // Repair describes what gap repair did for one aggregate, for
-// Config.OnRepair.
+// Config.OnRepair and Source.RepairNow.
 type Repair struct {
 	// Aggregate is the aggregate whose missing versions were looked for.
 	Aggregate string
-	// From and To are the missing versions looked for.
+	// From and To are the missing versions looked for: what the projections
+	// wait for, capped at 10,000 versions per repair.
 	From, To int64
+	// Found is how many of versions From…To the stream has. They were
+	// processed: valid ones fed to the gate (counted in Fed), invalid ones
+	// recorded as rejected.
+	Found int
 	// Fed is how many events read from the stream were processed.
 	Fed int
-	// Missing is set when versions From… were not found in the stream
-	// (deleted, truncated or never written): an operator_log row
+	// Absent lists the versions of From…To the stream does not have.
+	Absent []VersionRange
+	// Reason says why the stream has nothing to give — it does not exist,
+	// or it is deleted — and is empty when the stream exists.
+	Reason string
+	// Missing is set when a version a projection waits for first is not in
+	// the stream (deleted, truncated or never written): an operator_log row
 	// 'gap-missing-at-source' records it, and an operator decides.
 	Missing bool
 	// Err is the error that stopped the repair, if any.
 	Err error
+}
+
+// VersionRange is the versions From…To of an aggregate, both included.
+type VersionRange struct {
+	From, To int64
+}
+
+// String renders r as "from-to", or "v" when it is one version.
+func (r VersionRange) String() string {
+	if r.From == r.To {
+		return strconv.FormatInt(r.From, 10)
+	}
+	return strconv.FormatInt(r.From, 10) + "-" + strconv.FormatInt(r.To, 10)
 }
 
 // config is a validated Config with defaults applied.
@@ -196,16 +221,19 @@ type config struct {
 	Config
 	client  esdbc.Configuration
 	filter  *esdbc.SubscriptionFilter
-	typeRe  *regexp.Regexp // client-side type filter, nil if none
+	typeRe  *regexp.Regexp // client-side type filter of subscriptions, nil if none
+	readRe  *regexp.Regexp // type filter of reads (gap repair, replay), nil if none
 	dispCfg source.Config
 }
 
-func newConfig(cfg *Config) (*config, error) {
+// newConfig validates cfg and applies its defaults. Processor is required
+// unless noProcessor is set (a Replayer does not process).
+func newConfig(cfg *Config, noProcessor bool) (*config, error) {
 	if cfg == nil {
 		return nil, errors.New("esdb: nil Config")
 	}
 	c := &config{Config: *cfg}
-	if c.Processor == nil {
+	if c.Processor == nil && !noProcessor {
 		return nil, errors.New("esdb: Config.Processor is required")
 	}
 	switch {
@@ -271,6 +299,7 @@ func newConfig(cfg *Config) (*config, error) {
 		if len(c.StreamPrefixes) > 0 {
 			c.typeRe = re
 		}
+		c.readRe = re
 	}
 	switch {
 	case len(c.StreamPrefixes) > 0:
@@ -291,10 +320,36 @@ func newConfig(cfg *Config) (*config, error) {
 	return c, nil
 }
 
-// mapEvent maps a recorded event and applies the client-side type filter.
+// mapEvent maps an event a subscription delivered, applying the client-side
+// type filter (the server applied the rest).
 func (c *config) mapEvent(r *esdbc.RecordedEvent) (aggregate.Event, error) {
 	if c.typeRe != nil && r != nil && !c.typeRe.MatchString(r.EventType) {
 		return aggregate.Event{}, fmt.Errorf("%w: type %s does not match %s", ErrSkipped, r.EventType, c.typeRe)
 	}
 	return c.Mapping.Map(r)
+}
+
+// mapRead maps an event read from a stream or from $all, applying on the
+// client every filter a subscription applies: the stream prefixes and the
+// type regex. Gap repair and replay see what the workers see.
+func (c *config) mapRead(r *esdbc.RecordedEvent) (aggregate.Event, error) {
+	if r != nil && len(c.StreamPrefixes) > 0 && !slices.ContainsFunc(c.StreamPrefixes, func(p string) bool { return strings.HasPrefix(r.StreamID, p) }) {
+		return aggregate.Event{}, fmt.Errorf("%w: stream %s is outside the stream prefixes", ErrSkipped, r.StreamID)
+	}
+	if c.readRe != nil && r != nil && !c.readRe.MatchString(r.EventType) {
+		return aggregate.Event{}, fmt.Errorf("%w: type %s does not match %s", ErrSkipped, r.EventType, c.readRe)
+	}
+	return c.Mapping.Map(r)
+}
+
+// newClient returns a fresh client: a v4 client whose discovery failed is
+// closed for good, so every session (and every repair round or replay) gets
+// its own.
+func (c *config) newClient() (*esdbc.Client, error) {
+	cfg := c.client
+	cl, err := esdbc.NewClient(&cfg)
+	if err != nil {
+		return nil, fmt.Errorf("esdb: client: %w", err)
+	}
+	return cl, nil
 }

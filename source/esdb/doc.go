@@ -58,7 +58,19 @@
 // Versions the stream does not have (deleted, truncated, never written) are
 // recorded once per gap in the operator log (action
 // 'gap-missing-at-source'), and left to an operator
-// ([projection.Processor.DeclareGap]).
+// ([projection.Processor.DeclareGap]). [Source.RepairNow] runs the same
+// repair once, on demand — for one projection or aggregate, whatever the
+// age of its parked events ([RepairOptions]) — with or without Run; the
+// CLI's 'parked repair' is built on it.
+//
+// # Replay
+//
+// [Replayer] reads $all up to its current end, mapped and filtered like the
+// source of the same [Config], and emits it partitioned by aggregate: its
+// Replay method is the [projection.Replay] that
+// [projection.Processor.Rebuild] needs to rebuild a projection from
+// EventStoreDB (the CLI's 'rebuild' uses it), with [Replayer.Progress] for
+// progress reports.
 //
 // # Connections
 //

@@ -1,12 +1,14 @@
 package esdb
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
@@ -49,6 +51,67 @@ type gap struct {
 	waits    []buffer.Waiting
 }
 
+// RepairOptions restricts Source.RepairNow. A nil *RepairOptions is valid:
+// every aggregate waiting in the processor's projections, up to
+// Config.RepairLimit of them.
+type RepairOptions struct {
+	// Projection, if set, repairs only the aggregates waiting in this
+	// projection, one of the processor's. The events read are processed
+	// for every projection all the same.
+	Projection string
+	// Aggregate, if set, repairs only this aggregate.
+	Aggregate string
+	// OlderThan, if positive, repairs only the aggregates whose oldest
+	// parked event has waited at least this long. Default 0: every waiting
+	// aggregate — Config.RepairAfter does not apply.
+	OlderThan time.Duration
+	// Limit caps the aggregates repaired, the longest waiting first.
+	// Default Config.RepairLimit.
+	Limit int
+}
+
+// RepairNow runs gap repair once, now, the way Run's periodic rounds do:
+// for each waiting aggregate that opts selects, it reads the missing
+// versions from the aggregate's stream, processes what it finds, and
+// records the versions a projection waits for that the stream does not have
+// in the operator log ('gap-missing-at-source', once per gap). Unlike the
+// rounds it also looks again at gaps already recorded as missing. It
+// returns one Repair per aggregate, the longest waiting first, and calls
+// Config.OnRepair for each.
+//
+// RepairNow needs no Run: it uses a client of its own, so a Source made
+// with New just for it (the CLI's 'parked repair' does that) works. It may
+// also be called while Run runs. It stops at the first error; the Repairs
+// so far are returned with it, the last one carrying the error.
+func (s *Source) RepairNow(ctx context.Context, opts *RepairOptions) ([]Repair, error) {
+	if opts == nil {
+		opts = &RepairOptions{}
+	}
+	if opts.Limit < 0 || opts.OlderThan < 0 {
+		return nil, errors.New("esdb: negative RepairOptions.Limit or OlderThan")
+	}
+	proc := s.cfg.Processor
+	projections := proc.Projections()
+	if opts.Projection != "" {
+		if !slices.Contains(projections, opts.Projection) {
+			return nil, fmt.Errorf("esdb: repair: %w: %q", projection.ErrUnknownProjection, opts.Projection)
+		}
+		projections = []string{opts.Projection}
+	}
+	limit := cmp.Or(opts.Limit, s.cfg.RepairLimit)
+	// An aggregate has a row per projection it waits in.
+	n := max(len(projections), 1)
+	waiting, err := proc.Buffer().Waiting(ctx, proc.Pool(), buffer.ListOptions{
+		Projection: opts.Projection, Aggregate: opts.Aggregate, OlderThan: opts.OlderThan,
+		Limit: min(limit, 1<<20/n) * n,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("esdb: repair: %w", err)
+	}
+	reps, _, err := s.repairGaps(ctx, s.gaps(waiting, limit, nil))
+	return reps, err
+}
+
 // repairRound repairs the aggregates whose parked events have waited longer
 // than RepairAfter: it reads the missing versions from the aggregate's stream
 // and processes them; versions the stream does not have are recorded in the
@@ -62,34 +125,15 @@ func (s *Source) repairRound(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	mine := map[string]bool{}
-	for _, name := range proc.Projections() {
-		mine[name] = true
-	}
 	stillMissing := map[string]bool{}
-	var gaps []*gap
-	byAgg := map[string]*gap{}
-	for _, w := range waiting {
-		if !mine[w.Projection] {
-			continue
-		}
-		if k := missingKey(w); s.knownMissing[k] {
+	gaps := s.gaps(waiting, s.cfg.RepairLimit, func(w buffer.Waiting) bool {
+		k := missingKey(w)
+		if s.knownMissing[k] {
 			stillMissing[k] = true
-			continue
+			return true
 		}
-		if len(gaps) == s.cfg.RepairLimit && byAgg[w.Aggregate] == nil {
-			continue
-		}
-		from, to := w.Missing()
-		g := byAgg[w.Aggregate]
-		if g == nil {
-			g = &gap{agg: w.Aggregate, from: from, to: to}
-			byAgg[w.Aggregate] = g
-			gaps = append(gaps, g)
-		}
-		g.from, g.to = min(g.from, from), max(g.to, to)
-		g.waits = append(g.waits, w)
-	}
+		return false
+	})
 	if len(waiting) < limit {
 		// The listing is complete: forget gaps that were resolved.
 		for k := range s.knownMissing {
@@ -98,44 +142,87 @@ func (s *Source) repairRound(ctx context.Context) error {
 			}
 		}
 	}
+	_, missing, err := s.repairGaps(ctx, gaps)
+	for _, w := range missing {
+		s.knownMissing[missingKey(w)] = true
+	}
+	return err
+}
+
+// gaps groups waiting rows of the processor's projections by aggregate, in
+// listing order, for at most limit aggregates; rows for which skip returns
+// true are left out.
+func (s *Source) gaps(waiting []buffer.Waiting, limit int, skip func(buffer.Waiting) bool) []*gap {
+	mine := map[string]bool{}
+	for _, name := range s.cfg.Processor.Projections() {
+		mine[name] = true
+	}
+	var gaps []*gap
+	byAgg := map[string]*gap{}
+	for _, w := range waiting {
+		if !mine[w.Projection] || (skip != nil && skip(w)) {
+			continue
+		}
+		g := byAgg[w.Aggregate]
+		if g == nil && len(gaps) == limit {
+			continue
+		}
+		from, to := w.Missing()
+		if g == nil {
+			g = &gap{agg: w.Aggregate, from: from, to: to}
+			byAgg[w.Aggregate] = g
+			gaps = append(gaps, g)
+		}
+		g.from, g.to = min(g.from, from), max(g.to, to)
+		g.waits = append(g.waits, w)
+	}
+	return gaps
+}
+
+// repairGaps repairs gaps one after the other with a client of its own,
+// calling OnRepair for each, until one fails. missing lists the waits it
+// recorded as missing at the source.
+func (s *Source) repairGaps(ctx context.Context, gaps []*gap) (reps []Repair, missing []buffer.Waiting, err error) {
+	reps = make([]Repair, 0, len(gaps))
 	if len(gaps) == 0 {
-		return nil
+		return reps, nil, nil
 	}
 	// A client of its own: a failed call must not disturb the subscription's.
-	client, err := s.newClient()
+	client, err := s.cfg.newClient()
 	if err != nil {
-		return err
+		return reps, nil, err
 	}
 	defer client.Close()
 	for _, g := range gaps {
-		r := s.repair(ctx, client, g)
+		r, m := s.repair(ctx, client, g)
+		missing = append(missing, m...)
+		reps = append(reps, r)
 		if s.cfg.OnRepair != nil {
 			s.cfg.OnRepair(r)
 		}
 		if r.Err != nil {
-			return fmt.Errorf("aggregate %s: %w", g.agg, r.Err)
+			return reps, missing, fmt.Errorf("aggregate %s: %w", g.agg, r.Err)
 		}
 	}
-	return nil
+	return reps, missing, nil
 }
 
 // repair reads one aggregate's missing versions, processes what it finds and
-// records what it does not.
-func (s *Source) repair(ctx context.Context, client *esdbc.Client, g *gap) Repair {
+// records what it does not; missing lists the waits recorded.
+func (s *Source) repair(ctx context.Context, client *esdbc.Client, g *gap) (r Repair, missing []buffer.Waiting) {
 	g.to = min(g.to, g.from+repairMax-1)
-	r := Repair{Aggregate: g.agg, From: g.from, To: g.to}
+	r = Repair{Aggregate: g.agg, From: g.from, To: g.to}
 	stream := s.cfg.Mapping.Stream(g.agg)
 	var found []foundEvent
-	var gone string // why the stream has nothing: not found, deleted
 	var err error
 	if s.cfg.Mapping.VersionField == "" {
-		found, gone, err = s.readRevisions(ctx, client, stream, g.from, g.to)
+		found, r.Reason, err = s.readRevisions(ctx, client, stream, g.from, g.to)
 	} else {
-		found, gone, err = s.readTail(ctx, client, stream, g.from, g.to)
+		found, r.Reason, err = s.readTail(ctx, client, stream, g.from, g.to)
 	}
 	if err != nil {
 		r.Err = err
-		return r
+		return r, nil
 	}
 	var events []aggregate.Event
 	var rejects []projection.Reject
@@ -151,12 +238,24 @@ func (s *Source) repair(ctx context.Context, client *esdbc.Client, g *gap) Repai
 		}
 		have[f.ev.Version] = true
 	}
+	r.Found = len(have)
+	for v := g.from; v <= g.to; v++ {
+		if have[v] {
+			continue
+		}
+		end := v
+		for end < g.to && !have[end+1] {
+			end++
+		}
+		r.Absent = append(r.Absent, VersionRange{From: v, To: end})
+		v = end
+	}
 	for len(events) > 0 || len(rejects) > 0 {
 		n := min(len(events), s.cfg.BatchSize)
 		b := projection.Batch{Events: events[:n], Rejects: rejects, Source: s.cfg.Name}
 		if _, err := s.cfg.Processor.Process(ctx, b); err != nil {
 			r.Err = err
-			return r
+			return r, nil
 		}
 		r.Fed += n
 		events, rejects = events[n:], nil
@@ -173,17 +272,17 @@ func (s *Source) repair(ctx context.Context, client *esdbc.Client, g *gap) Repai
 		for end < to && !have[end+1] {
 			end++
 		}
-		reason := gone
+		reason := r.Reason
 		if reason == "" {
 			reason = fmt.Sprintf("versions %d-%d are not in stream %s (truncated, deleted or never written)", from, end, stream)
 		}
 		inserted, err := s.recordMissing(ctx, w.Projection, g.agg, from, end, reason)
 		if err != nil {
 			r.Err = err
-			return r
+			return r, missing
 		}
 		r.Missing = true
-		s.knownMissing[missingKey(w)] = true
+		missing = append(missing, w)
 		if inserted {
 			s.stats.gapsMissing.Add(1)
 			s.log.Warn("inorder: esdb gap missing at source; an operator must declare it", "name", s.cfg.Name,
@@ -193,7 +292,7 @@ func (s *Source) repair(ctx context.Context, client *esdbc.Client, g *gap) Repai
 	if r.Fed > 0 {
 		s.log.Info("inorder: esdb gap repaired", "name", s.cfg.Name, "aggregate", g.agg, "from", g.from, "to", g.to, "fed", r.Fed)
 	}
-	return r
+	return r, missing
 }
 
 // missingKey identifies a projection's gap for knownMissing.
@@ -245,7 +344,7 @@ func (s *Source) readRevisions(ctx context.Context, client *esdbc.Client, stream
 		if err != nil {
 			return nil, "", fmt.Errorf("esdb: read %s: %w", stream, err)
 		}
-		e, err := s.cfg.mapEvent(ev.Event)
+		e, err := s.cfg.mapRead(ev.Event)
 		if v := e.Version; err == nil && (v < from || v > to) {
 			continue
 		}
@@ -279,7 +378,7 @@ func (s *Source) readTail(ctx context.Context, client *esdbc.Client, stream stri
 			}
 			n++
 			last = ev.OriginalEvent().EventNumber
-			e, err := s.cfg.mapEvent(ev.Event)
+			e, err := s.cfg.mapRead(ev.Event)
 			if err != nil {
 				continue // no version to place it by
 			}

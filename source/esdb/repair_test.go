@@ -195,3 +195,97 @@ func TestGapRepair(t *testing.T) {
 		require.EqualValues(t, 1, r.src.Stats().Repaired)
 	})
 }
+
+func TestRepairNow(t *testing.T) {
+	t.Parallel()
+
+	// newSource returns a Source that is never run: RepairNow works
+	// without Run, whatever RepairAfter says.
+	newSource := func(t *testing.T, e *env, b *bundle, onRepair func(esdb.Repair)) *esdb.Source {
+		t.Helper()
+		src, err := esdb.New(&esdb.Config{
+			URL: e.url, Processor: b.proc, Name: "repair-now", RepairAfter: time.Hour,
+			Mapping: esdb.Mapping{StreamPrefix: e.prefix}, OnRepair: onRepair,
+		})
+		require.NoError(t, err)
+		return src
+	}
+
+	t.Run("Repaired", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		b := setup(t)
+		events := generate(10, 3, 5)
+		e.appendEvents(t, events)
+		_, err := b.proc.Process(t.Context(), projection.Batch{Events: without(events, 3)})
+		require.NoError(t, err)
+		var hooked []esdb.Repair
+		src := newSource(t, e, b, func(r esdb.Repair) { hooked = append(hooked, r) })
+
+		// One aggregate only.
+		agg := events[0].Aggregate
+		reps, err := src.RepairNow(t.Context(), &esdb.RepairOptions{Aggregate: agg})
+		require.NoError(t, err)
+		require.Equal(t, []esdb.Repair{{Aggregate: agg, From: 3, To: 3, Found: 1, Fed: 1}}, reps)
+		require.Equal(t, reps, hooked)
+		v, err := b.proc.Version(t.Context(), "ledger", agg)
+		require.NoError(t, err)
+		require.Equal(t, int64(5), v, "version 3 read from the stream, 4 and 5 drained")
+
+		// At most one aggregate, then the rest.
+		reps, err = src.RepairNow(t.Context(), &esdb.RepairOptions{Projection: "ledger", Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, reps, 1)
+		require.NotEqual(t, agg, reps[0].Aggregate)
+		reps, err = src.RepairNow(t.Context(), nil)
+		require.NoError(t, err)
+		require.Len(t, reps, 1)
+		b.requireFold(t, events)
+		require.EqualValues(t, 3, src.Stats().Repaired)
+
+		reps, err = src.RepairNow(t.Context(), nil)
+		require.NoError(t, err)
+		require.Empty(t, reps, "nothing waits any more")
+
+		_, err = src.RepairNow(t.Context(), &esdb.RepairOptions{Projection: "nope"})
+		require.ErrorIs(t, err, projection.ErrUnknownProjection)
+	})
+
+	// Versions the stream does not have are reported and recorded once in
+	// the operator log, however often RepairNow looks.
+	t.Run("MissingAtSource", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		b := setup(t)
+		events := generate(11, 1, 5)
+		agg := events[0].Aggregate
+		e.appendEvents(t, events[:2])
+		_, err := b.proc.Process(t.Context(), projection.Batch{Events: without(events, 3, 4)})
+		require.NoError(t, err)
+		src := newSource(t, e, b, nil)
+		for range 2 {
+			reps, err := src.RepairNow(t.Context(), nil)
+			require.NoError(t, err)
+			require.Equal(t, []esdb.Repair{{Aggregate: agg, From: 3, To: 4, Absent: []esdb.VersionRange{{From: 3, To: 4}}, Missing: true}}, reps)
+			require.Equal(t, "3-4", reps[0].Absent[0].String())
+		}
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(t.Context(),
+			`SELECT count(*) FROM operator_log WHERE action = 'gap-missing-at-source' AND aggregate = $1 AND from_version = 3 AND to_version = 4`, agg).Scan(&n))
+		require.Equal(t, 1, n)
+		require.EqualValues(t, 1, src.Stats().GapsMissing)
+
+		// The stream of another aggregate does not exist at all.
+		other := generate(12, 1, 2)
+		for i := range other {
+			other[i].Aggregate = "absent"
+		}
+		_, err = b.proc.Process(t.Context(), projection.Batch{Events: other[1:]})
+		require.NoError(t, err)
+		reps, err := src.RepairNow(t.Context(), &esdb.RepairOptions{Aggregate: "absent"})
+		require.NoError(t, err)
+		require.Len(t, reps, 1)
+		require.Equal(t, []esdb.VersionRange{{From: 1, To: 1}}, reps[0].Absent)
+		require.Contains(t, reps[0].Reason, "not found")
+	})
+}

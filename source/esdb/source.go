@@ -53,7 +53,7 @@ type Source struct {
 // New validates cfg, applies its defaults and returns a Source. It does not
 // connect: Run does.
 func New(cfg *Config) (*Source, error) {
-	c, err := newConfig(cfg)
+	c, err := newConfig(cfg, false)
 	if err != nil {
 		return nil, err
 	}
@@ -241,22 +241,11 @@ func (s *Source) consume(soft, hard context.Context) {
 	}
 }
 
-// newClient returns a fresh client: a v4 client whose discovery failed is
-// closed for good, so every session gets its own.
-func (s *Source) newClient() (*esdbc.Client, error) {
-	cfg := s.cfg.client
-	c, err := esdbc.NewClient(&cfg)
-	if err != nil {
-		return nil, fmt.Errorf("esdb: client: %w", err)
-	}
-	return c, nil
-}
-
 // session connects, subscribes and dispatches until the subscription is lost
 // or soft is done; before returning it settles everything it dispatched.
 // progressed reports whether it received any event.
 func (s *Source) session(soft, hard context.Context) (progressed bool, err error) {
-	client, err := s.newClient()
+	client, err := s.cfg.newClient()
 	if err != nil {
 		return false, err
 	}
