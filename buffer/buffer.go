@@ -39,9 +39,12 @@ func New(schema string) *Buffer {
 		park: `INSERT INTO ` + t + ` (projection, aggregate, version, event_id, hash, type, data, metadata)
 SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::bytea[], $6::text[], $7::bytea[], $8::bytea[])
 ON CONFLICT (projection, aggregate, version) DO NOTHING`,
-		load: `SELECT p.aggregate, p.version, p.event_id, p.hash, p.type, p.data, p.metadata, p.parked_at
-FROM ` + t + ` p WHERE p.projection = $1 AND p.aggregate = ANY($2::text[])
-ORDER BY p.aggregate, p.version`,
+		// One probe per aggregate (see keys and delete below).
+		load: `SELECT k.aggregate, p.version, p.event_id, p.hash, p.type, p.data, p.metadata, p.parked_at
+FROM unnest($2::text[]) WITH ORDINALITY AS k(aggregate, n)
+CROSS JOIN LATERAL (SELECT version, event_id, hash, type, data, metadata, parked_at FROM ` + t + `
+  WHERE projection = $1 AND aggregate = k.aggregate OFFSET 0) p
+ORDER BY k.n, p.version`,
 		keys: `SELECT k.aggregate, k.version, p.event_id, p.hash, p.type, p.parked_at
 FROM unnest($2::text[], $3::bigint[]) AS k(aggregate, version)
 CROSS JOIN LATERAL (SELECT event_id, hash, type, parked_at FROM ` + t + `
@@ -97,8 +100,8 @@ func (b *Buffer) QueuePark(batch *pgx.Batch, projection string, events []aggrega
 }
 
 // QueueLoad queues a read of every parked event of the given aggregates of
-// projection, ordered by aggregate and version; fn receives them when the
-// batch is sent.
+// projection, in the order of aggregates and then by version; fn receives
+// them when the batch is sent.
 func (b *Buffer) QueueLoad(batch *pgx.Batch, projection string, aggregates []string, fn func([]Parked)) {
 	batch.Queue(b.load, projection, aggregates).Query(func(rows pgx.Rows) error {
 		var out []Parked

@@ -883,14 +883,18 @@ func benchClassify(sql string) string {
 			return "gate: write version rows"
 		}
 	case has(`"parked"`):
-		switch verb {
-		case "SELECT":
-			return "gate: load parked"
-		case "INSERT":
+		switch {
+		case verb == "SELECT" && has("p.data"):
+			return "gate: load parked (whole events)"
+		case verb == "SELECT":
+			return "gate: probe parked keys"
+		case verb == "INSERT":
 			return "gate: park"
-		case "DELETE":
+		case verb == "DELETE":
 			return "gate: delete drained"
 		}
+	case verb == "SET" && has("plan_cache_mode"):
+		return "gate: set plan_cache_mode"
 	case has(`"applied"`):
 		switch verb {
 		case "SELECT":

@@ -25,11 +25,19 @@ func newStatements(schema string) statements {
 
 		insertVersions: `INSERT INTO ` + versions + ` (projection, aggregate)
 SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING`,
-		readVersions: `SELECT aggregate, version, parked, blocked, rev FROM ` + versions + `
-WHERE projection = $1 AND aggregate = ANY($2::text[])`,
-		lockVersions: `SELECT aggregate, version, parked, blocked, rev FROM ` + versions + `
-WHERE projection = $1 AND aggregate = ANY($2::text[])
-ORDER BY aggregate COLLATE "C" FOR UPDATE`,
+		// Version rows are probed one aggregate at a time: "aggregate =
+		// ANY($2)" on the key's second column makes Postgres 15 scan the
+		// projection's rows instead. OFFSET 0 keeps the probes from being
+		// flattened into a join; the locks are taken in array order, which
+		// the processor sorts.
+		readVersions: `SELECT k.aggregate, v.version, v.parked, v.blocked, v.rev
+FROM unnest($2::text[]) AS k(aggregate)
+CROSS JOIN LATERAL (SELECT version, parked, blocked, rev FROM ` + versions + `
+  WHERE projection = $1 AND aggregate = k.aggregate OFFSET 0) v`,
+		lockVersions: `SELECT k.aggregate, v.version, v.parked, v.blocked, v.rev
+FROM unnest($2::text[]) AS k(aggregate)
+CROSS JOIN LATERAL (SELECT version, parked, blocked, rev FROM ` + versions + `
+  WHERE projection = $1 AND aggregate = k.aggregate OFFSET 0 FOR UPDATE) v`,
 		lockOne: `SELECT version, parked, blocked FROM ` + versions + `
 WHERE projection = $1 AND aggregate = $2 FOR UPDATE`,
 		// casVersions writes the new states of aggregates whose rev is still
@@ -57,8 +65,10 @@ CROSS JOIN LATERAL (SELECT event_id, hash FROM ` + applied + `
 		insertApplied: `INSERT INTO ` + applied + ` (projection, aggregate, version, event_id, hash)
 SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::bytea[])`,
 
-		loadQuarantineRefs: `SELECT aggregate, version, event_id, hash FROM ` + quarantine + `
-WHERE projection = $1 AND aggregate = ANY($2::text[])`,
+		loadQuarantineRefs: `SELECT k.aggregate, q.version, q.event_id, q.hash
+FROM unnest($2::text[]) AS k(aggregate)
+CROSS JOIN LATERAL (SELECT version, event_id, hash FROM ` + quarantine + `
+  WHERE projection = $1 AND aggregate = k.aggregate OFFSET 0) q`,
 		loadQuarantine: `SELECT version, event_id, hash, type, data, metadata FROM ` + quarantine + `
 WHERE projection = $1 AND aggregate = $2`,
 		upsertQuarantine: `INSERT INTO ` + quarantine + ` AS q

@@ -14,7 +14,8 @@
 #                      the 1-minute load average is below it
 #   MAX_OTHER_CPU=     if set, ignore runs during which other processes used
 #                      more than this % of a core (the other-cpu-% metric)
-#   OUT=bench-ledger.txt  raw benchmark output
+#   OUT=${TMPDIR:-/tmp}/bench-ledger.txt  raw benchmark output (outside the
+#                      repository, so it cannot be committed by accident)
 #   BENCH=BenchmarkLedger the -bench pattern
 #
 # Example (quiet runs only, on a shared machine):
@@ -23,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rounds=${ROUNDS:-3}
-out=${OUT:-bench-ledger.txt}
+out=${OUT:-${TMPDIR:-/tmp}/bench-ledger.txt}
 bench=${BENCH:-BenchmarkLedger}
 if [[ "$rounds" != 0 ]]; then
 	: >"$out"
