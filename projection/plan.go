@@ -119,7 +119,7 @@ func (pl *planner) plan(agg string, st aggState, ds []delivery, parked []buffer.
 		var ref record
 		var known bool
 		switch {
-		case v <= st.version:
+		case aggregate.Classify(st.version, v) == aggregate.Stale:
 			ref, known = applied[v]
 			if !known {
 				// The version was skipped or declared missing by an operator:
