@@ -298,7 +298,9 @@ func (p *Processor) Process(ctx context.Context, b Batch) (_ []Result, err error
 		})
 		if err == nil {
 			if locked && !careful && contended == 0 {
-				p.lockFirst.Add(-1)
+				if n := p.lockFirst.Load(); n > 0 {
+					p.lockFirst.CompareAndSwap(n, n-1)
+				}
 			}
 			for i, r := range p.projs {
 				r.stats.add(tally[i])
