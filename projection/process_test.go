@@ -401,31 +401,10 @@ func (h *helper) crash(ctx context.Context) error {
 
 // deliver processes work from goroutines pulling from one channel.
 func (h *helper) deliver(ctx context.Context, work [][]aggregate.Event, goroutines int) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	ch := make(chan []aggregate.Event)
-	var wg sync.WaitGroup
-	for range goroutines {
-		wg.Go(func() {
-			for b := range ch {
-				if _, err := h.proc.Process(ctx, projection.Batch{Events: b}); err != nil {
-					cancel(err)
-					return
-				}
-			}
-		})
-	}
-feed:
-	for _, b := range work {
-		select {
-		case ch <- b:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(ch)
-	wg.Wait()
-	return context.Cause(ctx)
+	return projectiontest.Deliver(ctx, work, goroutines, func(ctx context.Context, b []aggregate.Event) error {
+		_, err := h.proc.Process(ctx, projection.Batch{Events: b})
+		return err
+	})
 }
 
 // helperProc is the parent's handle on a helper process. The process is

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -211,7 +212,10 @@ func (r *runner) randomSchedule(t *testing.T, seed uint64) {
 	deliveries := withDuplicates(rng, events, r.f.Duplicates)
 	batches := split(rng, deliveries, r.f.MaxBatch)
 	began := time.Now()
-	require.NoError(t, deliverAll(ctx, c, batches, r.f.Workers), "seed %d", seed)
+	require.NoError(t, Deliver(ctx, batches, r.f.Workers, func(ctx context.Context, b []aggregate.Event) error {
+		_, err := c.deliver(ctx, b)
+		return err
+	}), "seed %d", seed)
 	t.Logf("seed %d: %d events, %d deliveries in %d batches by %d workers in %v",
 		seed, len(events), len(deliveries), len(batches), r.f.Workers, time.Since(began).Round(time.Millisecond))
 	verify(t, c, events, len(deliveries))
@@ -271,23 +275,8 @@ func (r *runner) oneAggregateInParallel(t *testing.T) {
 	for _, s := range byAggregate(events) {
 		ds := append(append([]aggregate.Event{}, s...), s...)
 		total += len(ds)
-		out := make([]projection.Outcome, len(ds))
-		errs := make([]error, len(ds))
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i, e := range ds {
-			wg.Go(func() {
-				<-start
-				res, err := c.deliver(ctx, []aggregate.Event{e})
-				if err == nil && res != nil {
-					out[i] = res[0].Outcome
-				}
-				errs[i] = err
-			})
-		}
-		close(start)
-		wg.Wait()
-		require.NoError(t, errors.Join(errs...))
+		out, err := deliverAtOnce(ctx, c, ds)
+		require.NoError(t, err)
 		if c.exact {
 			// Of the two copies of each version, exactly one was applied or
 			// parked; the other is a duplicate.
@@ -482,23 +471,8 @@ func (r *runner) sameEventConcurrently(t *testing.T, n int) {
 	events := r.s.Generate(rand.New(rand.NewPCG(r.f.Seed, uint64(n))), 1, 4)
 	for _, k := range []int{0, 1, 3, 2} {
 		e := events[k]
-		out := make([]projection.Outcome, n)
-		errs := make([]error, n)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Go(func() {
-				<-start
-				res, err := c.deliver(ctx, []aggregate.Event{e})
-				if err == nil && res != nil {
-					out[i] = res[0].Outcome
-				}
-				errs[i] = err
-			})
-		}
-		close(start)
-		wg.Wait()
-		require.NoError(t, errors.Join(errs...))
+		out, err := deliverAtOnce(ctx, c, slices.Repeat([]aggregate.Event{e}, n))
+		require.NoError(t, err)
 		if c.exact {
 			want := projection.Applied
 			if e.Version == 4 {
@@ -521,9 +495,10 @@ func (r *runner) sameEventConcurrently(t *testing.T, n int) {
 	verify(t, c, events, 4*n)
 }
 
-// deliverAll delivers batches from workers goroutines that pull from one
-// channel, and returns the first error.
-func deliverAll(ctx context.Context, c *tcase, batches [][]aggregate.Event, workers int) error {
+// Deliver hands batches to workers goroutines that pull from one channel
+// and call deliver, as competing consumers of one queue do, and returns the
+// first error (which stops the others).
+func Deliver(ctx context.Context, batches [][]aggregate.Event, workers int, deliver func(context.Context, []aggregate.Event) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	ch := make(chan []aggregate.Event)
@@ -531,7 +506,7 @@ func deliverAll(ctx context.Context, c *tcase, batches [][]aggregate.Event, work
 	for range workers {
 		wg.Go(func() {
 			for b := range ch {
-				if _, err := c.deliver(ctx, b); err != nil {
+				if err := deliver(ctx, b); err != nil {
 					cancel(err)
 					return
 				}
@@ -549,6 +524,29 @@ feed:
 	close(ch)
 	wg.Wait()
 	return context.Cause(ctx)
+}
+
+// deliverAtOnce delivers each event as its own batch, all from their own
+// goroutines released together, and returns each delivery's outcome (zero
+// when the case's Deliver reports none).
+func deliverAtOnce(ctx context.Context, c *tcase, events []aggregate.Event) ([]projection.Outcome, error) {
+	out := make([]projection.Outcome, len(events))
+	errs := make([]error, len(events))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, e := range events {
+		wg.Go(func() {
+			<-start
+			res, err := c.deliver(ctx, []aggregate.Event{e})
+			if err == nil && res != nil {
+				out[i] = res[0].Outcome
+			}
+			errs[i] = err
+		})
+	}
+	close(start)
+	wg.Wait()
+	return out, errors.Join(errs...)
 }
 
 // verify checks the read model, the gate's tables and the processor's
