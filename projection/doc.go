@@ -37,6 +37,14 @@
 //     drained parked events;
 //  6. run the batch's BeforeCommit hook (a source's checkpoint) and commit.
 //
+// A batch whose versions form one contiguous run per aggregate (what an
+// in-order stream delivers) skips step 2 while the previous batches were in
+// order: under a savepoint, it writes every version row from the version
+// before its run to the run's last one, where the row is at that version with
+// nothing parked or quarantined (a new aggregate's row is created). If one
+// row does not match, it rolls back to the savepoint and goes through steps
+// 2–4; later batches read first until one is found in order again.
+//
 // Every change to an aggregate's gate state goes through its version row, so
 // two transactions can never both apply, park or drain the same version: the
 // second one's compare-and-set fails, or it waits for the first one's lock.

@@ -6,3 +6,9 @@ import "github.com/jackc/pgx/v5"
 // the package can call a handler directly, without the gate (the set-based
 // baseline of BenchmarkLedger does). Call Flush to send what it queued.
 func NewTx(tx pgx.Tx) *Tx { return newTx(tx) }
+
+// Speculation returns how many attempts p made that wrote their version
+// rows without reading them, and how many tried and had to read them.
+func Speculation(p *Processor) (speculated, misspeculated int64) {
+	return p.speculated.Load(), p.misspeculated.Load()
+}

@@ -91,6 +91,15 @@ type Processor struct {
 	// front instead of reading them optimistically; contention sets it to
 	// lockFirstBatches, and each batch that needed no retry counts it down.
 	lockFirst atomic.Int32
+	// noSpeculation is set while batches should read their version rows
+	// first: a speculative write found a row that was not where the batch
+	// continues it (out-of-order or duplicate deliveries), and no batch has
+	// since found every row where it continued it.
+	noSpeculation atomic.Bool
+	// speculated counts the attempts that wrote their version rows without
+	// reading them, misspeculated those that tried and had to read them
+	// after all (tests read them).
+	speculated, misspeculated atomic.Int64
 }
 
 // lockFirstBatches is how many batches lock up front after a contended one.
@@ -281,6 +290,7 @@ func (p *Processor) Process(ctx context.Context, b Batch) (_ []Result, err error
 	})
 	rejected = dedupeRejections(rejected)
 
+	runs := contiguousRuns(valid)
 	var handlerFailures, transientFailures, contended int
 	for {
 		attempts++
@@ -290,10 +300,17 @@ func (p *Processor) Process(ctx context.Context, b Batch) (_ []Result, err error
 		// another transaction changed one in between, the batch is retried
 		// with the rows locked up front, which always succeeds.
 		locked := careful || contended > 0 || p.lockFirst.Load() > 0
-		var tally []counts
+		// A batch that holds one contiguous run per aggregate may skip the
+		// read: it writes the versions assuming each run continues its
+		// aggregate, and goes back to the read if one does not.
+		m := txMode{careful: careful, locked: locked}
+		if !locked && runs != nil && !p.noSpeculation.Load() {
+			m.speculative = runs
+		}
+		var out txResult
 		err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 			var err error
-			tally, err = p.processTx(ctx, tx, b, valid, rejected, results, careful, locked)
+			out, err = p.processTx(ctx, tx, b, valid, rejected, results, m)
 			return err
 		})
 		if err == nil {
@@ -302,8 +319,14 @@ func (p *Processor) Process(ctx context.Context, b Batch) (_ []Result, err error
 					p.lockFirst.CompareAndSwap(n, n-1)
 				}
 			}
+			switch {
+			case out.misspeculated:
+				p.noSpeculation.Store(true)
+			case out.continues:
+				p.noSpeculation.Store(false)
+			}
 			for i, r := range p.projs {
-				r.stats.add(tally[i])
+				r.stats.add(out.tally[i])
 			}
 			break
 		}
@@ -367,6 +390,53 @@ func sleep(ctx context.Context, d time.Duration) error {
 // read and the compare-and-set.
 var errContended = errors.New("projection: version row changed concurrently")
 
+// txMode is how one attempt at a batch treats the version rows.
+type txMode struct {
+	careful bool // apply under savepoints, quarantine failing events
+	locked  bool // lock (and create) the version rows up front
+	// speculative, when set, holds the batch's runs: the attempt writes the
+	// versions as if every run continued its aggregate, without reading
+	// them, under a savepoint; if one does not, it rolls back to the
+	// savepoint and reads them.
+	speculative []run
+}
+
+// txResult is what a committed attempt reports.
+type txResult struct {
+	tally []counts
+	// continues is true when every aggregate of the batch was, in every
+	// projection, at the version before its run, with nothing parked or
+	// quarantined: a batch that speculation would have got right.
+	continues bool
+	// misspeculated is true when the attempt speculated and had to read.
+	misspeculated bool
+}
+
+// run is the versions of one aggregate in a batch: first to last, every one
+// in between present.
+type run struct {
+	agg         string
+	first, last int64
+}
+
+// contiguousRuns returns the batch's runs, one per aggregate, or nil if an
+// aggregate's versions in the batch have a gap. valid is sorted by aggregate
+// and version.
+func contiguousRuns(valid []delivery) []run {
+	var runs []run
+	for i, d := range valid {
+		switch {
+		case i == 0 || d.ev.Aggregate != valid[i-1].ev.Aggregate:
+			runs = append(runs, run{agg: d.ev.Aggregate, first: d.ev.Version, last: d.ev.Version})
+		case d.ev.Version == runs[len(runs)-1].last+1:
+			runs[len(runs)-1].last = d.ev.Version
+		case d.ev.Version != runs[len(runs)-1].last:
+			return nil
+		}
+	}
+	return runs
+}
+
 // handlerFailure marks an error of a projection's handler (or of the
 // pipeline that carried its statements), as opposed to the gate's own.
 type handlerFailure struct {
@@ -379,11 +449,13 @@ func (h *handlerFailure) Error() string {
 }
 func (h *handlerFailure) Unwrap() error { return h.err }
 
-// processTx is one attempt at a batch. With locked, the version rows are
+// processTx is one attempt at a batch. With m.locked, the version rows are
 // locked (and created) up front; otherwise they are read, and written back
-// with a compare-and-set.
-func (p *Processor) processTx(ctx context.Context, tx pgx.Tx, b Batch, valid []delivery, rejected []rejection, results []Result, careful, locked bool) ([]counts, error) {
+// with a compare-and-set — unless m.speculative has them written first.
+func (p *Processor) processTx(ctx context.Context, tx pgx.Tx, b Batch, valid []delivery, rejected []rejection, results []Result, m txMode) (txResult, error) {
+	careful, locked := m.careful, m.locked
 	tally := make([]counts, len(p.projs))
+	out := txResult{tally: tally}
 	batch := &pgx.Batch{}
 	if len(rejected) > 0 {
 		p.queueRejected(batch, rejected)
@@ -393,6 +465,10 @@ func (p *Processor) processTx(ctx context.Context, tx pgx.Tx, b Batch, valid []d
 	}
 	aggs := distinctAggregates(valid)
 	states := make([]map[string]aggState, len(p.projs))
+	for i := range states {
+		states[i] = make(map[string]aggState, len(aggs))
+	}
+	written := make([]int64, len(p.projs)) // rows the speculative writes wrote
 	if len(aggs) > 0 {
 		// Plans made for one batch's arrays (often while the tables were
 		// still empty) must not be reused for the next: a cached generic
@@ -403,34 +479,52 @@ func (p *Processor) processTx(ctx context.Context, tx pgx.Tx, b Batch, valid []d
 				batch.Queue(p.sql.pauseShared, r.lockKey)
 			}
 		}
-		for i, r := range p.projs {
-			states[i] = make(map[string]aggState, len(aggs))
-			read := p.sql.readVersions
-			if locked {
-				batch.Queue(p.sql.insertVersions, r.name, aggs)
-				read = p.sql.lockVersions
+		if m.speculative != nil {
+			batch.Queue(`SAVEPOINT inorder_speculation`)
+			for i, r := range p.projs {
+				p.queueSpeculation(batch, r, m.speculative, states[i], &written[i])
 			}
-			into := states[i]
-			batch.Queue(read, r.name, aggs).Query(func(rows pgx.Rows) error {
-				var agg string
-				var st aggState
-				for rows.Next() {
-					if err := rows.Scan(&agg, &st.version, &st.parked, &st.blocked, &st.rev); err != nil {
-						return err
-					}
-					into[agg] = st
-				}
-				return rows.Err()
-			})
+		} else {
+			p.queueReads(batch, aggs, states, locked)
 		}
 	}
 	if batch.Len() > 0 {
 		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-			return nil, fmt.Errorf("read versions: %w", err)
+			return out, fmt.Errorf("read versions: %w", err)
 		}
 	}
 	if len(aggs) == 0 {
-		return tally, p.beforeCommit(ctx, tx, b)
+		return out, p.beforeCommit(ctx, tx, b)
+	}
+	if m.speculative != nil {
+		for _, n := range written {
+			if n != int64(len(m.speculative)) {
+				out.misspeculated = true
+			}
+		}
+		if out.misspeculated {
+			// Undo what was written and take the ordinary way.
+			p.misspeculated.Add(1)
+			m.speculative = nil
+			batch = &pgx.Batch{}
+			batch.Queue(`ROLLBACK TO SAVEPOINT inorder_speculation`)
+			batch.Queue(`RELEASE SAVEPOINT inorder_speculation`)
+			for i := range states {
+				clear(states[i])
+			}
+			p.queueReads(batch, aggs, states, locked)
+			if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+				return out, fmt.Errorf("read versions: %w", err)
+			}
+		} else {
+			p.speculated.Add(1)
+			out.continues = true
+		}
+	}
+	if m.speculative == nil {
+		if runs := contiguousRuns(valid); runs != nil {
+			out.continues = continues(runs, states)
+		}
 	}
 	for i, r := range p.projs {
 		outcome := func(idx int, o Outcome) {
@@ -439,19 +533,86 @@ func (p *Processor) processTx(ctx context.Context, tx pgx.Tx, b Batch, valid []d
 		}
 		plans, conflicts, err := p.planProjection(ctx, tx, r, valid, states[i], outcome)
 		if err != nil {
-			return nil, err
+			return out, err
 		}
-		if err := p.casVersions(ctx, tx, r, plans, locked); err != nil {
-			return nil, err
+		if m.speculative != nil {
+			for _, pl := range plans {
+				pl.written = pl.after()
+			}
+		} else if err := p.casVersions(ctx, tx, r, plans, locked); err != nil {
+			return out, err
 		}
 		if err := p.apply(ctx, tx, r, plans, conflicts, careful, &tally[i]); err != nil {
-			return nil, err
+			return out, err
 		}
 		for _, pl := range plans {
 			pl.settle(outcome)
 		}
 	}
-	return tally, p.beforeCommit(ctx, tx, b)
+	return out, p.beforeCommit(ctx, tx, b)
+}
+
+// queueReads queues the reads of the version rows of aggs, for every
+// projection, into states; locked, it creates missing rows and locks them.
+func (p *Processor) queueReads(batch *pgx.Batch, aggs []string, states []map[string]aggState, locked bool) {
+	for i, r := range p.projs {
+		read := p.sql.readVersions
+		if locked {
+			batch.Queue(p.sql.insertVersions, r.name, aggs)
+			read = p.sql.lockVersions
+		}
+		into := states[i]
+		batch.Queue(read, r.name, aggs).Query(func(rows pgx.Rows) error {
+			var agg string
+			var st aggState
+			for rows.Next() {
+				if err := rows.Scan(&agg, &st.version, &st.parked, &st.blocked, &st.rev); err != nil {
+					return err
+				}
+				into[agg] = st
+			}
+			return rows.Err()
+		})
+	}
+}
+
+// queueSpeculation queues the write that moves every aggregate of runs from
+// the version before its run to its last version, for projection r, and
+// fills states with the states the runs assume. *written receives the number
+// of rows written as assumed (see statements.specVersions).
+func (p *Processor) queueSpeculation(batch *pgx.Batch, r *registered, runs []run, states map[string]aggState, written *int64) {
+	aggs := make([]string, len(runs))
+	from, to := make([]int64, len(runs)), make([]int64, len(runs))
+	for i, ru := range runs {
+		states[ru.agg] = aggState{version: ru.first - 1}
+		aggs[i], from[i], to[i] = ru.agg, ru.first-1, ru.last
+	}
+	batch.Queue(p.sql.specVersions, r.name, aggs, from, to).Query(func(rows pgx.Rows) error {
+		var rev int64
+		for rows.Next() {
+			if err := rows.Scan(&rev); err != nil {
+				return err
+			}
+			if rev > 0 {
+				*written++
+			}
+		}
+		return rows.Err()
+	})
+}
+
+// continues reports whether every run starts right after its aggregate's
+// version in every projection, with nothing parked or quarantined.
+func continues(runs []run, states []map[string]aggState) bool {
+	for _, st := range states {
+		for _, ru := range runs {
+			s, ok := st[ru.agg]
+			if ok && (s.version != ru.first-1 || s.parked != 0 || s.blocked) || !ok && ru.first != 1 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // casVersions writes the planned state of every aggregate whose state

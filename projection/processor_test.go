@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -230,3 +231,173 @@ func TestSameEventConcurrently(t *testing.T) {
 }
 
 func fmtInt(n int) string { return fmt.Sprintf("goroutines=%d", n) }
+
+// TestSpeculation covers the batches that write their version rows without
+// reading them first (a contiguous run per aggregate) when the assumption
+// behind it is wrong: each must fall back to the read and end as if read
+// first, and no row the speculative write inserted by mistake may survive.
+func TestSpeculation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const (
+		A = projection.Applied
+		P = projection.Parked
+		D = projection.Duplicate
+		C = projection.Conflict
+	)
+	// misses returns the speculations that fell back since the last call.
+	misses := func(b *bundle) func() (spec, miss int64) {
+		var s0, m0 int64
+		return func() (int64, int64) {
+			s, m := projection.Speculation(b.proc)
+			defer func() { s0, m0 = s, m }()
+			return s - s0, m - m0
+		}
+	}
+	noBadRows := func(t *testing.T, b *bundle) {
+		t.Helper()
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM versions WHERE rev < 1`).Scan(&n))
+		require.Zero(t, n, "version rows left by a wrong speculation")
+	}
+	process := func(t *testing.T, b *bundle, events ...aggregate.Event) []projection.Outcome {
+		t.Helper()
+		res, err := b.proc.Process(ctx, projection.Batch{Events: events})
+		require.NoError(t, err)
+		return outcomes(res)
+	}
+
+	t.Run("InOrderBatchesSpeculate", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		delta := misses(b)
+		events := ledger.Generate(rand.New(rand.NewPCG(11, 1)), 50, 6)
+		for chunk := range slices.Chunk(events, 40) {
+			for _, o := range process(t, b, chunk...) {
+				require.Equal(t, A, o)
+			}
+		}
+		spec, miss := delta()
+		require.EqualValues(t, (len(events)+39)/40, spec, "every in-order batch speculates")
+		require.Zero(t, miss)
+		b.requireFold(t, events)
+		noBadRows(t, b)
+	})
+
+	t.Run("MissingRow", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		events := ledger.Generate(rand.New(rand.NewPCG(11, 2)), 1, 3)
+		delta := misses(b)
+		// 2..3 assume the row is at 1; it does not exist.
+		require.Equal(t, []projection.Outcome{P, P}, process(t, b, events[1:]...))
+		spec, miss := delta()
+		require.Zero(t, spec)
+		require.EqualValues(t, 1, miss)
+		noBadRows(t, b)
+		require.Equal(t, []projection.Outcome{A}, process(t, b, events[0]))
+		b.requireFold(t, events)
+	})
+
+	t.Run("Redelivery", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		events := ledger.Generate(rand.New(rand.NewPCG(11, 3)), 3, 3)
+		process(t, b, events...)
+		delta := misses(b)
+		changed := events[len(events)-1]
+		changed.Data = []byte(`{"amount": 7}`)
+		got := process(t, b, append(slices.Clone(events[:len(events)-1]), changed)...)
+		want := make([]projection.Outcome, len(events))
+		for i := range want {
+			want[i] = D
+		}
+		want[len(want)-1] = C
+		require.Equal(t, want, got)
+		_, miss := delta()
+		require.EqualValues(t, 1, miss)
+		b.requireFold(t, events)
+		noBadRows(t, b)
+	})
+
+	t.Run("ParkedSuccessors", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		events := ledger.Generate(rand.New(rand.NewPCG(11, 4)), 1, 5)
+		// 4..5 park (the row is created at version 0 with 2 parked);
+		// then 1..3 continue the row's version, but must drain 4..5, which
+		// the speculative write does not do: it must fall back.
+		require.Equal(t, []projection.Outcome{P, P}, process(t, b, events[3:]...))
+		delta := misses(b)
+		require.Equal(t, []projection.Outcome{A, A, A}, process(t, b, events[:3]...))
+		spec, miss := delta()
+		require.Zero(t, spec)
+		require.EqualValues(t, 1, miss)
+		require.EqualValues(t, 2, b.proc.Counts()["ledger"].Drained)
+		b.requireFold(t, events)
+		noBadRows(t, b)
+	})
+
+	t.Run("Quarantined", func(t *testing.T) {
+		t.Parallel()
+		events := ledger.Generate(rand.New(rand.NewPCG(11, 5)), 1, 4)
+		agg := events[0].Aggregate
+		ob := opLedger(t, opConfig(), "batch", newOpFault(agg, 2))
+		res, err := ob.proc.Process(ctx, projection.Batch{Events: events[:2]})
+		require.NoError(t, err)
+		require.Equal(t, []projection.Outcome{A, projection.Quarantined}, outcomes(res))
+		// 2..4 continue the row's version (1), but 2 is quarantined.
+		s0, m0 := projection.Speculation(ob.proc)
+		res, err = ob.proc.Process(ctx, projection.Batch{Events: events[1:]})
+		require.NoError(t, err)
+		require.Equal(t, []projection.Outcome{projection.Quarantined, P, P}, outcomes(res))
+		s1, m1 := projection.Speculation(ob.proc)
+		require.EqualValues(t, 1, m1-m0, "speculated %d", s1-s0)
+		ob.fault.on.Store(false)
+		err = ob.proc.RetryQuarantined(ctx, "ledger", agg)
+		require.NoError(t, err)
+		ob.requireFold(t, events)
+	})
+
+	// Consecutive in-order batches of the same aggregates delivered at once
+	// by many goroutines, each batch several times: one effect per event.
+	t.Run("Concurrent", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		events := ledger.Generate(rand.New(rand.NewPCG(11, 6)), 20, 8)
+		chunks := slices.Collect(slices.Chunk(events, 16))
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		errs := make(chan error, 8*len(chunks))
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for k := range chunks {
+					c := chunks[(k+w)%len(chunks)]
+					if _, err := b.proc.Process(ctx, projection.Batch{Events: c}); err != nil {
+						errs <- err
+					}
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		// Stragglers parked behind a version another goroutine applied
+		// later are drained; nothing may be left.
+		process(t, b, events...)
+		b.requireFold(t, events)
+		c := b.proc.Counts()["ledger"]
+		require.EqualValues(t, len(events), c.Applied())
+		require.Zero(t, c.Deliveries[C])
+		noBadRows(t, b)
+		var parked int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM parked`).Scan(&parked))
+		require.Zero(t, parked)
+	})
+}

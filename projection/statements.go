@@ -8,6 +8,7 @@ type statements struct {
 
 	insertVersions, readVersions, lockVersions, lockOne string
 	casVersions, setVersions                            string
+	specVersions                                        string
 	loadApplied, insertApplied                          string
 	loadQuarantineRefs, loadQuarantine                  string
 	upsertQuarantine, deleteQuarantine                  string
@@ -49,6 +50,27 @@ ON CONFLICT (projection, aggregate) DO UPDATE
 SET version = EXCLUDED.version, parked = EXCLUDED.parked, blocked = EXCLUDED.blocked,
     rev = EXCLUDED.rev, updated_at = now()
 WHERE v.rev = EXCLUDED.rev - 1`,
+		// specVersions writes the versions of a batch that is assumed to
+		// continue every aggregate where it stands (see txMode.speculative),
+		// without reading the rows first: a row moves from the expected
+		// version to the run's last one only if nothing is parked or
+		// quarantined. The expected version rides in the inserted rev: 1 for
+		// a new aggregate (expected version 0), minus the expected version
+		// otherwise. The caller checks what comes back: a row short (not at
+		// the expected version, or changed concurrently: ON CONFLICT DO
+		// UPDATE checks the latest committed row), or a row with a negative
+		// rev (inserted where one was expected to exist), and the assumption
+		// was wrong: the transaction rolls back. It is one INSERT rather than
+		// an UPDATE joined with the arrays because the planner, without
+		// statistics on a young table, joins that by scanning the table once
+		// per row.
+		specVersions: `INSERT INTO ` + versions + ` AS v (projection, aggregate, version, rev)
+SELECT $1, k.aggregate, k.version, CASE WHEN k.expected = 0 THEN 1 ELSE -k.expected END
+FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS k(aggregate, expected, version)
+ON CONFLICT (projection, aggregate) DO UPDATE
+SET version = EXCLUDED.version, rev = v.rev + 1, updated_at = now()
+WHERE v.version = CASE WHEN EXCLUDED.rev > 0 THEN 0 ELSE -EXCLUDED.rev END AND v.parked = 0 AND NOT v.blocked
+RETURNING v.rev`,
 		// setVersions overwrites the states of rows this transaction holds.
 		setVersions: `INSERT INTO ` + versions + ` AS v (projection, aggregate, version, parked, blocked)
 SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::int[], $5::bool[])
