@@ -31,7 +31,7 @@ import (
 // The multi-process tests re-execute the test binary, running only
 // TestHelperProcess, with these variables naming what the helper does.
 const (
-	envHelperMode   = "INORDER_HELPER_MODE" // "stream", "same" or "crash"
+	envHelperMode   = "INORDER_HELPER_MODE" // "stream", "same", "crash" or "retry"
 	envHelperURL    = "INORDER_HELPER_DB_URL"
 	envHelperSchema = "INORDER_HELPER_SCHEMA"
 	envHelperSeed   = "INORDER_HELPER_SEED"
@@ -51,6 +51,7 @@ const (
 	sameProcs, sameGoroutines        = 3, 4
 	crashAggregates, crashVersions   = 300, 10
 	crashKills                       = 4
+	retryProcs, retryGoroutines      = 3, 4
 )
 
 // streamDeliveries is the stream of a seed and its deliveries: every event
@@ -267,7 +268,12 @@ func TestHelperProcess(t *testing.T) {
 	require.NoError(t, err)
 	defer pool.Close()
 	require.NoError(t, pool.Ping(ctx))
-	proc, err := projection.New(pool, &projection.Config{Schema: os.Getenv(envHelperSchema)}, ledger.New(nil))
+	cfg, p := &projection.Config{}, projection.Projection(ledger.New(nil))
+	if mode == "retry" {
+		cfg, p = opConfig(), retryFixedLedger() // the parent's faulty ledger, fixed
+	}
+	cfg.Schema = os.Getenv(envHelperSchema)
+	proc, err := projection.New(pool, cfg, p)
 	require.NoError(t, err)
 
 	h := &helper{proc: proc, seed: seed, worker: worker, in: bufio.NewReader(os.Stdin)}
@@ -278,6 +284,8 @@ func TestHelperProcess(t *testing.T) {
 		err = h.same(ctx)
 	case "crash":
 		err = h.crash(ctx)
+	case "retry":
+		err = h.retry(ctx)
 	default:
 		err = fmt.Errorf("unknown helper mode %q", mode)
 	}
