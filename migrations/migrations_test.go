@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"slices"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -18,7 +20,7 @@ import (
 )
 
 var coreTables = []string{
-	"applied", "checkpoints", "conflicts", "operator_log", "parked",
+	"applied", "applied_log", "checkpoints", "conflicts", "operator_log", "parked",
 	"quarantine", "rejected", "schema_migrations", "versions",
 }
 
@@ -32,8 +34,9 @@ func TestMigrateAndRerun(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, migrations.Up, res.Direction)
 	require.False(t, res.DryRun)
-	require.Equal(t, []int{1}, res.Versions())
+	require.Equal(t, []int{1, 2}, res.Versions())
 	require.Equal(t, "init", res.Steps[0].Name)
+	require.Equal(t, "applied_in_versions", res.Steps[1].Name)
 	require.Positive(t, res.Steps[0].Duration)
 	require.Equal(t, coreTables, tables(t, db.Pool, db.Schema))
 
@@ -67,7 +70,7 @@ func TestDryRun(t *testing.T) {
 	res, err := newMigrator(t, db.Pool, schema, true).Migrate(ctx)
 	require.NoError(t, err)
 	require.True(t, res.DryRun)
-	require.Equal(t, []int{1}, res.Versions())
+	require.Equal(t, []int{1, 2}, res.Versions())
 	require.Zero(t, res.Steps[0].Duration)
 	var exists bool
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists))
@@ -79,9 +82,9 @@ func TestDryRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, res.Steps)
 
-	res, err = newMigrator(t, db.Pool, schema, true).Rollback(ctx, 1)
+	res, err = newMigrator(t, db.Pool, schema, true).Rollback(ctx, 2)
 	require.NoError(t, err)
-	require.Equal(t, []int{1}, res.Versions())
+	require.Equal(t, []int{2, 1}, res.Versions())
 	require.Equal(t, coreTables, tables(t, db.Pool, schema), "a dry rollback drops nothing")
 }
 
@@ -93,15 +96,16 @@ func TestStatus(t *testing.T) {
 
 	st, err := m.Status(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []migrations.Status{{Version: 1, Name: "init"}}, st)
+	require.Equal(t, []migrations.Status{{Version: 1, Name: "init"}, {Version: 2, Name: "applied_in_versions"}}, st)
 
 	before := time.Now()
 	_, err = m.Migrate(ctx)
 	require.NoError(t, err)
 	st, err = m.Status(ctx)
 	require.NoError(t, err)
-	require.Len(t, st, 1)
+	require.Len(t, st, 2)
 	require.True(t, st[0].Applied)
+	require.True(t, st[1].Applied)
 	require.False(t, st[0].Unknown)
 	require.WithinDuration(t, before, st[0].AppliedAt, time.Minute)
 }
@@ -123,7 +127,7 @@ func TestRollback(t *testing.T) {
 	res, err = m.Rollback(ctx, 5)
 	require.NoError(t, err)
 	require.Equal(t, migrations.Down, res.Direction)
-	require.Equal(t, []int{1}, res.Versions())
+	require.Equal(t, []int{2, 1}, res.Versions())
 	require.Equal(t, []string{"schema_migrations"}, tables(t, db.Pool, db.Schema))
 	st, err := m.Status(ctx)
 	require.NoError(t, err)
@@ -135,7 +139,7 @@ func TestRollback(t *testing.T) {
 
 	res, err = m.Migrate(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []int{1}, res.Versions(), "rolled back migrations apply again")
+	require.Equal(t, []int{1, 2}, res.Versions(), "rolled back migrations apply again")
 }
 
 func TestDatabaseAhead(t *testing.T) {
@@ -156,10 +160,10 @@ func TestDatabaseAhead(t *testing.T) {
 
 	st, err := m.Status(ctx)
 	require.NoError(t, err)
-	require.Len(t, st, 2)
-	require.Equal(t, 999, st[1].Version)
-	require.True(t, st[1].Unknown)
-	require.True(t, st[1].Applied)
+	require.Len(t, st, 3)
+	require.Equal(t, 999, st[2].Version)
+	require.True(t, st[2].Unknown)
+	require.True(t, st[2].Applied)
 }
 
 func TestConcurrentMigrate(t *testing.T) {
@@ -205,11 +209,12 @@ func TestConcurrentMigrate(t *testing.T) {
 	for res := range results {
 		applied = append(applied, res.Versions()...)
 	}
-	require.Equal(t, []int{1}, applied, "exactly one migrator applies each version")
+	slices.Sort(applied)
+	require.Equal(t, []int{1, 2}, applied, "exactly one migrator applies each version")
 
 	var n int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&n))
-	require.Equal(t, 1, n)
+	require.Equal(t, 2, n)
 }
 
 func TestMigrateTx(t *testing.T) {
@@ -225,7 +230,7 @@ func TestMigrateTx(t *testing.T) {
 	require.NoError(t, err)
 	res, err := m.MigrateTx(ctx, tx)
 	require.NoError(t, err)
-	require.Equal(t, []int{1}, res.Versions())
+	require.Equal(t, []int{1, 2}, res.Versions())
 	var path string
 	require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('search_path')").Scan(&path))
 	require.Equal(t, db.Schema, path, "MigrateTx restores the search_path")
@@ -307,4 +312,68 @@ func dropSchema(t *testing.T, pool *pgxpool.Pool, schema string) {
 // testLogger sends the migrator's log lines to the test's output.
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// TestAppliedInVersions covers migration 002, which moves the applied log of
+// recent versions into the version rows: rows of a version-1 schema keep
+// their entries in applied (their log starts at their version); a write that
+// raises log_base moves the old page's entries into applied (the trigger);
+// and the down migration moves every page back.
+func TestAppliedInVersions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	only001 := fstest.MapFS{}
+	for _, name := range []string{"001_init.up.sql", "001_init.down.sql"} {
+		body, err := os.ReadFile("sql/" + name)
+		require.NoError(t, err)
+		only001[name] = &fstest.MapFile{Data: body}
+	}
+	old, err := migrations.NewWithFS(db.Pool, &migrations.Options{Schema: db.Schema}, only001)
+	require.NoError(t, err)
+	_, err = old.Migrate(ctx)
+	require.NoError(t, err)
+	hash := func(b byte) []byte { return slices.Repeat([]byte{b}, 16) }
+	_, err = db.Pool.Exec(ctx, `INSERT INTO versions (projection, aggregate, version) VALUES ('p', 'a', 2);
+INSERT INTO applied (projection, aggregate, version, event_id, hash) VALUES ('p', 'a', 1, 'a:1', '\x01'), ('p', 'a', 2, 'a:2', '\x02')`)
+	require.NoError(t, err)
+
+	m := newMigrator(t, db.Pool, db.Schema, false)
+	res, err := m.Migrate(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{2}, res.Versions())
+	var base int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT log_base FROM versions WHERE aggregate = 'a'`).Scan(&base))
+	require.EqualValues(t, 2, base, "an existing row's entries are in applied: its log starts at its version")
+
+	// Versions 3 and 4 in the row's page (4 with its own id), then a new
+	// page at 4: the trigger moves 3 and 4 into applied.
+	_, err = db.Pool.Exec(ctx, `UPDATE versions SET version = 4, log_ids = '{NULL,"x:\"4\""}', log_hashes = $1 WHERE aggregate = 'a'`,
+		append(hash(3), hash(4)...))
+	require.NoError(t, err)
+	applied := func() map[int64]string {
+		t.Helper()
+		rows, err := db.Pool.Query(ctx, `SELECT version, event_id || '/' || encode(hash, 'hex') FROM applied WHERE aggregate = 'a'`)
+		require.NoError(t, err)
+		out := map[int64]string{}
+		var v int64
+		var s string
+		_, err = pgx.ForEachRow(rows, []any{&v, &s}, func() error { out[v] = s; return nil })
+		require.NoError(t, err)
+		return out
+	}
+	require.Len(t, applied(), 2, "appending to a page moves nothing")
+	_, err = db.Pool.Exec(ctx, `UPDATE versions SET log_base = 4, log_ids = '{NULL}', log_hashes = $1, version = 5 WHERE aggregate = 'a'`, hash(5))
+	require.NoError(t, err)
+	want := map[int64]string{
+		1: "a:1/01", 2: "a:2/02",
+		3: "a:3/" + fmt.Sprintf("%x", hash(3)), 4: `x:"4"/` + fmt.Sprintf("%x", hash(4)),
+	}
+	require.Equal(t, want, applied())
+
+	res, err = m.Rollback(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, []int{2}, res.Versions())
+	want[5] = "a:5/" + fmt.Sprintf("%x", hash(5))
+	require.Equal(t, want, applied(), "the down migration moves the pages back into applied")
 }

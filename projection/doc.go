@@ -30,11 +30,12 @@
 //     payload differ from the applied event's (recorded in the conflicts
 //     table);
 //  4. write the new version rows with a compare-and-set on their revision,
-//     in one deterministic order — if another transaction changed one since
-//     step 2, the batch starts again with the rows locked up front (and keeps
-//     locking up front for a while, since writers are competing);
-//  5. call the handler with the run, write the applied log, park, delete
-//     drained parked events;
+//     in one deterministic order, with the applied log entries (event id and
+//     payload hash) of the versions the run applies — if another transaction
+//     changed one since step 2, the batch starts again with the rows locked
+//     up front (and keeps locking up front for a while, since writers are
+//     competing);
+//  5. call the handler with the run, park, delete drained parked events;
 //  6. run the batch's BeforeCommit hook (a source's checkpoint) and commit.
 //
 // A batch whose versions form one contiguous run per aggregate (what an
@@ -44,6 +45,11 @@
 // nothing parked or quarantined (a new aggregate's row is created). If one
 // row does not match, it rolls back to the savepoint and goes through steps
 // 2–4; later batches read first until one is found in order again.
+//
+// The applied log of an aggregate's recent versions lives in its version
+// row, in pages of 16 entries; a write that starts a new page moves the old
+// page's entries to the applied table. The applied_log view shows both, one
+// row per applied version.
 //
 // Every change to an aggregate's gate state goes through its version row, so
 // two transactions can never both apply, park or drain the same version: the

@@ -138,9 +138,12 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 			wb.Queue(p.sql.deleteQuarantine, projection, agg)
 		}
 		pl.written = pl.after() // written below, whatever the plan says
-		p.queueWrites(wb, r, []*aggPlan{pl}, nil, &tally)
 		after := pl.after()
-		wb.Queue(p.sql.setVersions, projection, []string{agg}, []int64{after.version}, []int32{after.parked}, []bool{after.blocked})
+		// The version row's log starts a new page at the new version (an
+		// operator may skip versions, which a page cannot hold), so this
+		// action's applied entries go to the applied table.
+		wb.Queue(p.sql.resetVersion, projection, agg, after.version, after.parked, after.blocked)
+		p.queueWrites(wb, r, []*aggPlan{pl}, nil, &tally, false)
 		wb.Queue(p.sql.operatorLog, action, projection, agg, from, to, reason)
 		if err := tx.SendBatch(ctx, wb).Close(); err != nil {
 			return fmt.Errorf("write: %w", err)

@@ -199,7 +199,7 @@ func TestProcessCrash(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	progress := func() int64 {
 		var n int64
-		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM applied`).Scan(&n))
+		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM applied_log`).Scan(&n))
 		return n
 	}
 

@@ -413,10 +413,11 @@ type txResult struct {
 }
 
 // run is the versions of one aggregate in a batch: first to last, every one
-// in between present.
+// in between present; valid[lo:hi] are its deliveries.
 type run struct {
 	agg         string
 	first, last int64
+	lo, hi      int
 }
 
 // contiguousRuns returns the batch's runs, one per aggregate, or nil if an
@@ -427,12 +428,13 @@ func contiguousRuns(valid []delivery) []run {
 	for i, d := range valid {
 		switch {
 		case i == 0 || d.ev.Aggregate != valid[i-1].ev.Aggregate:
-			runs = append(runs, run{agg: d.ev.Aggregate, first: d.ev.Version, last: d.ev.Version})
+			runs = append(runs, run{agg: d.ev.Aggregate, first: d.ev.Version, last: d.ev.Version, lo: i})
 		case d.ev.Version == runs[len(runs)-1].last+1:
 			runs[len(runs)-1].last = d.ev.Version
 		case d.ev.Version != runs[len(runs)-1].last:
 			return nil
 		}
+		runs[len(runs)-1].hi = i + 1
 	}
 	return runs
 }
@@ -482,7 +484,7 @@ func (p *Processor) processTx(ctx context.Context, tx pgx.Tx, b Batch, valid []d
 		if m.speculative != nil {
 			batch.Queue(`SAVEPOINT inorder_speculation`)
 			for i, r := range p.projs {
-				p.queueSpeculation(batch, r, m.speculative, states[i], &written[i])
+				p.queueSpeculation(batch, r, valid, m.speculative, states[i], &written[i])
 			}
 		} else {
 			p.queueReads(batch, aggs, states, locked)
@@ -577,17 +579,27 @@ func (p *Processor) queueReads(batch *pgx.Batch, aggs []string, states []map[str
 }
 
 // queueSpeculation queues the write that moves every aggregate of runs from
-// the version before its run to its last version, for projection r, and
-// fills states with the states the runs assume. *written receives the number
-// of rows written as assumed (see statements.specVersions).
-func (p *Processor) queueSpeculation(batch *pgx.Batch, r *registered, runs []run, states map[string]aggState, written *int64) {
+// the version before its run to its last version, for projection r, with
+// the runs' applied-log entries, and fills states with the states the runs
+// assume. *written receives the number of rows written as assumed (see
+// statements.specVersions).
+func (p *Processor) queueSpeculation(batch *pgx.Batch, r *registered, valid []delivery, runs []run, states map[string]aggState, written *int64) {
 	aggs := make([]string, len(runs))
 	from, to := make([]int64, len(runs)), make([]int64, len(runs))
+	var log logEntries
 	for i, ru := range runs {
 		states[ru.agg] = aggState{version: ru.first - 1}
 		aggs[i], from[i], to[i] = ru.agg, ru.first-1, ru.last
+		log.start()
+		for k := ru.lo; k < ru.hi; k++ {
+			// The first delivery of each version wins, as in planner.plan.
+			if k == ru.lo || valid[k].ev.Version != valid[k-1].ev.Version {
+				log.add(ru.agg, valid[k].ev.Version, valid[k].id, valid[k].hash)
+			}
+		}
 	}
-	batch.Queue(p.sql.specVersions, r.name, aggs, from, to).Query(func(rows pgx.Rows) error {
+	log.finish()
+	batch.Queue(p.sql.specVersions, r.name, aggs, from, to, log.ids, log.hashes).Query(func(rows pgx.Rows) error {
 		var rev int64
 		for rows.Next() {
 			if err := rows.Scan(&rev); err != nil {
@@ -599,6 +611,69 @@ func (p *Processor) queueSpeculation(batch *pgx.Batch, r *registered, runs []run
 		}
 		return rows.Err()
 	})
+}
+
+// logEntries gathers, row by row, the applied-log entries that the version
+// statements append to version rows: per row, the ids as an array literal
+// (nil when every id is the default "<aggregate>:<version>", which the log
+// stores as NULL) and the 16-byte hashes concatenated.
+type logEntries struct {
+	n      []int32
+	ids    []*string
+	hashes [][]byte
+
+	lit     []byte // the current row's ids literal
+	custom  bool   // the current row has an id that is not the default one
+	entries int    // entries of the current row
+}
+
+// start begins a row.
+func (l *logEntries) start() {
+	l.finish()
+	l.n, l.ids, l.hashes = append(l.n, 0), append(l.ids, nil), append(l.hashes, []byte{})
+	l.lit, l.custom, l.entries = append(l.lit[:0], '{'), false, 0
+}
+
+// add appends the entry of an aggregate's version to the current row.
+func (l *logEntries) add(agg string, version int64, id string, hash []byte) {
+	if len(hash) != 16 {
+		// Every hash is aggregate.Event.Hash: 16 bytes. A log entry of
+		// another size would shift every entry after it.
+		panic(fmt.Sprintf("projection: a %d-byte event hash", len(hash)))
+	}
+	if l.entries > 0 {
+		l.lit = append(l.lit, ',')
+	}
+	if id == aggregate.DefaultID(agg, version) {
+		l.lit = append(l.lit, "NULL"...)
+	} else {
+		l.custom = true
+		l.lit = append(l.lit, '"')
+		for i := 0; i < len(id); i++ {
+			if id[i] == '"' || id[i] == '\\' {
+				l.lit = append(l.lit, '\\')
+			}
+			l.lit = append(l.lit, id[i])
+		}
+		l.lit = append(l.lit, '"')
+	}
+	l.entries++
+	last := len(l.hashes) - 1
+	l.hashes[last] = append(l.hashes[last], hash...)
+}
+
+// finish closes the current row, if any.
+func (l *logEntries) finish() {
+	if len(l.n) == 0 {
+		return
+	}
+	last := len(l.n) - 1
+	l.n[last] = int32(l.entries)
+	if l.custom {
+		lit := string(append(l.lit, '}'))
+		l.ids[last] = &lit
+	}
+	l.custom = false
 }
 
 // continues reports whether every run starts right after its aggregate's
@@ -624,6 +699,7 @@ func (p *Processor) casVersions(ctx context.Context, tx pgx.Tx, r *registered, p
 	var vers, revs []int64
 	var parked []int32
 	var blocked []bool
+	var log logEntries
 	for _, pl := range plans {
 		next := pl.after()
 		if next == pl.before {
@@ -632,11 +708,16 @@ func (p *Processor) casVersions(ctx context.Context, tx pgx.Tx, r *registered, p
 		aggs, vers, parked, blocked = append(aggs, pl.agg), append(vers, next.version), append(parked, next.parked), append(blocked, next.blocked)
 		revs = append(revs, pl.before.rev+1)
 		pl.written = next
+		log.start()
+		for _, c := range pl.run {
+			log.add(pl.agg, c.ev.Version, c.id, c.hash)
+		}
 	}
 	if len(aggs) == 0 {
 		return nil
 	}
-	tag, err := tx.Exec(ctx, p.sql.casVersions, r.name, aggs, vers, parked, blocked, revs)
+	log.finish()
+	tag, err := tx.Exec(ctx, p.sql.casVersions, r.name, aggs, vers, parked, blocked, revs, log.n, log.ids, log.hashes)
 	if err != nil {
 		return fmt.Errorf("projection %s: write versions: %w", r.name, err)
 	}
@@ -804,7 +885,7 @@ func (p *Processor) apply(ctx context.Context, tx pgx.Tx, r *registered, plans [
 		if err := p.callHandler(ctx, ht, r, events); err != nil {
 			return &handlerFailure{projection: r.name, err: err}
 		}
-		p.queueWrites(ht.batch, r, plans, conflicts, tally)
+		p.queueWrites(ht.batch, r, plans, conflicts, tally, true)
 		if err := ht.Flush(ctx); err != nil {
 			return &handlerFailure{projection: r.name, err: err}
 		}
@@ -818,7 +899,7 @@ func (p *Processor) apply(ctx context.Context, tx pgx.Tx, r *registered, plans [
 			return err
 		}
 	}
-	p.queueWrites(ht.batch, r, plans, conflicts, tally)
+	p.queueWrites(ht.batch, r, plans, conflicts, tally, true)
 	return ht.Flush(ctx)
 }
 
@@ -891,15 +972,15 @@ func (p *Processor) callHandler(ctx context.Context, tx *Tx, r *registered, even
 }
 
 // queueWrites queues the gate's writes for the plans: parked inserts and
-// deletes, the applied log, quarantines, conflicts and version rows.
-func (p *Processor) queueWrites(b *pgx.Batch, r *registered, plans []*aggPlan, conflicts []conflict, tally *counts) {
+// deletes, quarantines, conflicts, the version rows of runs the handler cut
+// short and, unless casVersions or specVersions put them in the version rows
+// already (inRow), the applied log entries of the runs.
+func (p *Processor) queueWrites(b *pgx.Batch, r *registered, plans []*aggPlan, conflicts []conflict, tally *counts, inRow bool) {
 	var park []aggregate.Event
 	var parkHashes [][]byte
-	var delAggs, logAggs, logIDs, verAggs []string
-	var delVers, logVers, verVers []int64
+	var delAggs, logAggs, logIDs []string
+	var delVers, logVers []int64
 	var logHashes [][]byte
-	var verParked []int32
-	var verBlocked []bool
 	for _, pl := range plans {
 		for _, c := range pl.park {
 			park = append(park, c.ev)
@@ -908,7 +989,9 @@ func (p *Processor) queueWrites(b *pgx.Batch, r *registered, plans []*aggPlan, c
 		for k, c := range pl.run {
 			switch {
 			case k < pl.cut:
-				logAggs, logVers, logIDs, logHashes = append(logAggs, pl.agg), append(logVers, c.ev.Version), append(logIDs, c.id), append(logHashes, c.hash)
+				if !inRow {
+					logAggs, logVers, logIDs, logHashes = append(logAggs, pl.agg), append(logVers, c.ev.Version), append(logIDs, c.id), append(logHashes, c.hash)
+				}
 				tally.drained += b2i(c.origin == fromParked)
 				switch c.origin {
 				case fromParked:
@@ -934,7 +1017,8 @@ func (p *Processor) queueWrites(b *pgx.Batch, r *registered, plans []*aggPlan, c
 		// casVersions wrote the planned state; a careful run that cut the
 		// plan short corrects it.
 		if after := pl.after(); after != pl.written && after != pl.before {
-			verAggs, verVers, verParked, verBlocked = append(verAggs, pl.agg), append(verVers, after.version), append(verParked, after.parked), append(verBlocked, after.blocked)
+			trim := pl.written.version - after.version // log entries of the run's cut part
+			b.Queue(p.sql.setVersion, r.name, pl.agg, after.version, after.parked, after.blocked, trim)
 		}
 	}
 	if len(park) > 0 {
@@ -945,9 +1029,6 @@ func (p *Processor) queueWrites(b *pgx.Batch, r *registered, plans []*aggPlan, c
 	}
 	if len(logAggs) > 0 {
 		b.Queue(p.sql.insertApplied, r.name, logAggs, logVers, logIDs, logHashes)
-	}
-	if len(verAggs) > 0 {
-		b.Queue(p.sql.setVersions, r.name, verAggs, verVers, verParked, verBlocked)
 	}
 	if len(conflicts) > 0 {
 		p.queueConflicts(b, r.name, conflicts)

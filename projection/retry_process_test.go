@@ -148,7 +148,7 @@ func TestRetryQuarantinedProcesses(t *testing.T) {
 		From: opPtr(retryPoisonVersion - 1), To: opPtr(retryPoisonVersion)}}, opLogRows(t, b.db, "retry"))
 
 	b.requireFold(t, events)
-	require.EqualValues(t, retryVersions, opCount(t, b.db, `SELECT count(*) FROM applied WHERE aggregate = $1`, retryPoison))
+	require.EqualValues(t, retryVersions, opCount(t, b.db, `SELECT count(*) FROM applied_log WHERE aggregate = $1`, retryPoison))
 	v, err := b.proc.Version(ctx, "ledger", retryPoison)
 	require.NoError(t, err)
 	require.EqualValues(t, retryVersions, v)

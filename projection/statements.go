@@ -1,13 +1,22 @@
 package projection
 
-import "github.com/jackc/pgx/v5"
+import (
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// logPage is how many entries a version row's applied log gathers before a
+// write that appends more starts a new page, moving the old one's entries to
+// the applied table (see migrations/sql/002_applied_in_versions.up.sql).
+const logPage = 16
 
 // statements are the processor's SQL, with the schema's tables qualified.
 type statements struct {
 	pauseShared, pauseExclusive, pauseRelease string
 
 	insertVersions, readVersions, lockVersions, lockOne string
-	casVersions, setVersions                            string
+	casVersions, setVersion, resetVersion               string
 	specVersions                                        string
 	loadApplied, insertApplied                          string
 	loadQuarantineRefs, loadQuarantine                  string
@@ -19,6 +28,18 @@ type statements struct {
 func newStatements(schema string) statements {
 	t := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	versions, applied, quarantine := t("versions"), t("applied"), t("quarantine")
+	// appendLog is the SET clause that appends EXCLUDED's log entries to a
+	// version row, starting a new page first if the row's is full (and the
+	// write brings entries).
+	full := `(v.version - v.log_base >= ` + strconv.Itoa(logPage) + ` AND EXCLUDED.log_hashes <> '')`
+	appendLog := `log_base = CASE WHEN ` + full + ` THEN v.version ELSE v.log_base END,
+    log_ids = CASE WHEN ` + full + ` THEN EXCLUDED.log_ids ELSE v.log_ids || EXCLUDED.log_ids END,
+    log_hashes = CASE WHEN ` + full + ` THEN EXCLUDED.log_hashes ELSE v.log_hashes || EXCLUDED.log_hashes END`
+	// logIDs turns a run's ids, given as an array literal or NULL when
+	// every id is the default one, into the log_ids of n entries.
+	logIDs := func(ids, n string) string {
+		return `CASE WHEN ` + ids + ` IS NULL THEN array_fill(NULL::text, ARRAY[` + n + `]) ELSE ` + ids + `::text[] END`
+	}
 	return statements{
 		pauseShared:    `SELECT pg_advisory_xact_lock_shared($1)`,
 		pauseExclusive: `SELECT pg_advisory_lock($1)`,
@@ -44,11 +65,17 @@ WHERE projection = $1 AND aggregate = $2 FOR UPDATE`,
 		// casVersions writes the new states of aggregates whose rev is still
 		// the one read (rev = new rev - 1); a missing row is inserted. Rows
 		// come sorted by aggregate, so concurrent writers lock in one order.
-		casVersions: `INSERT INTO ` + versions + ` AS v (projection, aggregate, version, parked, blocked, rev)
-SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::int[], $5::bool[], $6::bigint[])
+		// It also appends the applied-log entries of the planned runs: $7
+		// holds each row's entry count, $8 its ids (see logIDs), $9 its
+		// hashes, 16 bytes each, concatenated.
+		casVersions: `INSERT INTO ` + versions + ` AS v (projection, aggregate, version, parked, blocked, rev, log_ids, log_hashes)
+SELECT $1, k.aggregate, k.version, k.parked, k.blocked, k.rev, ` + logIDs("k.ids", "k.n") + `, k.hashes
+FROM unnest($2::text[], $3::bigint[], $4::int[], $5::bool[], $6::bigint[], $7::int[], $8::text[], $9::bytea[])
+  AS k(aggregate, version, parked, blocked, rev, n, ids, hashes)
 ON CONFLICT (projection, aggregate) DO UPDATE
 SET version = EXCLUDED.version, parked = EXCLUDED.parked, blocked = EXCLUDED.blocked,
-    rev = EXCLUDED.rev, updated_at = now()
+    rev = EXCLUDED.rev, updated_at = now(),
+    ` + appendLog + `
 WHERE v.rev = EXCLUDED.rev - 1`,
 		// specVersions writes the versions of a batch that is assumed to
 		// continue every aggregate where it stands (see txMode.speculative),
@@ -64,26 +91,49 @@ WHERE v.rev = EXCLUDED.rev - 1`,
 		// an UPDATE joined with the arrays because the planner, without
 		// statistics on a young table, joins that by scanning the table once
 		// per row.
-		specVersions: `INSERT INTO ` + versions + ` AS v (projection, aggregate, version, rev)
-SELECT $1, k.aggregate, k.version, CASE WHEN k.expected = 0 THEN 1 ELSE -k.expected END
-FROM unnest($2::text[], $3::bigint[], $4::bigint[]) AS k(aggregate, expected, version)
+		// The runs' applied-log entries are appended as in casVersions ($5
+		// ids, $6 hashes; a run has version - expected entries).
+		specVersions: `INSERT INTO ` + versions + ` AS v (projection, aggregate, version, rev, log_ids, log_hashes)
+SELECT $1, k.aggregate, k.version, CASE WHEN k.expected = 0 THEN 1 ELSE -k.expected END,
+  ` + logIDs("k.ids", "(k.version - k.expected)::int") + `, k.hashes
+FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::bytea[]) AS k(aggregate, expected, version, ids, hashes)
 ON CONFLICT (projection, aggregate) DO UPDATE
-SET version = EXCLUDED.version, rev = v.rev + 1, updated_at = now()
+SET version = EXCLUDED.version, rev = v.rev + 1, updated_at = now(),
+    ` + appendLog + `
 WHERE v.version = CASE WHEN EXCLUDED.rev > 0 THEN 0 ELSE -EXCLUDED.rev END AND v.parked = 0 AND NOT v.blocked
 RETURNING v.rev`,
-		// setVersions overwrites the states of rows this transaction holds.
-		setVersions: `INSERT INTO ` + versions + ` AS v (projection, aggregate, version, parked, blocked)
-SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::int[], $5::bool[])
-ON CONFLICT (projection, aggregate) DO UPDATE
-SET version = EXCLUDED.version, parked = EXCLUDED.parked, blocked = EXCLUDED.blocked,
-    rev = v.rev + 1, updated_at = now()`,
+		// setVersion overwrites the state of a row this transaction holds,
+		// dropping the last $6 entries of its log: those of a run that
+		// casVersions planned and the handler cut short. (One row per
+		// statement: it is for the rare careful batches, and an UPDATE
+		// joined with arrays risks a scan per row.)
+		setVersion: `UPDATE ` + versions + `
+SET version = $3, parked = $4, blocked = $5, rev = rev + 1, updated_at = now(),
+    log_ids = log_ids[1:cardinality(log_ids) - $6],
+    log_hashes = substring(log_hashes FOR octet_length(log_hashes) - 16 * $6)
+WHERE projection = $1 AND aggregate = $2`,
+		// resetVersion writes an operator's decision about one held row; its
+		// log starts a new, empty page at the new version (the trigger moves
+		// the old page's entries to applied, where the operator's own
+		// entries go).
+		resetVersion: `UPDATE ` + versions + `
+SET version = $3, parked = $4, blocked = $5, rev = rev + 1, updated_at = now(),
+    log_base = $3, log_ids = '{}', log_hashes = ''
+WHERE projection = $1 AND aggregate = $2`,
 
-		// loadApplied probes the applied log once per (aggregate, version);
-		// OFFSET 0 keeps the planner from turning the probes into a scan.
+		// loadApplied probes the applied log once per (aggregate, version):
+		// the version row's page, then the applied table; OFFSET 0 keeps the
+		// planner from turning the probes into a scan.
 		loadApplied: `SELECT k.aggregate, k.version, a.event_id, a.hash
 FROM unnest($2::text[], $3::bigint[]) AS k(aggregate, version)
-CROSS JOIN LATERAL (SELECT event_id, hash FROM ` + applied + `
-  WHERE projection = $1 AND aggregate = k.aggregate AND version = k.version OFFSET 0) a`,
+CROSS JOIN LATERAL (
+  (SELECT coalesce(v.log_ids[(k.version - v.log_base)::int], k.aggregate || ':' || k.version) AS event_id,
+          substring(v.log_hashes FROM (16 * (k.version - v.log_base - 1) + 1)::int FOR 16) AS hash
+   FROM ` + versions + ` v
+   WHERE v.projection = $1 AND v.aggregate = k.aggregate AND k.version > v.log_base AND k.version <= v.version OFFSET 0)
+  UNION ALL
+  (SELECT event_id, hash FROM ` + applied + `
+   WHERE projection = $1 AND aggregate = k.aggregate AND version = k.version OFFSET 0)) a`,
 		insertApplied: `INSERT INTO ` + applied + ` (projection, aggregate, version, event_id, hash)
 SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::bytea[])`,
 

@@ -147,7 +147,7 @@ func TestDispatcher(t *testing.T) {
 		var notCommitted atomic.Int64
 		a.onAck = func(ds []*source.Delivery) {
 			var n int
-			err := b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM applied WHERE (aggregate, version) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))`,
+			err := b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM applied_log WHERE (aggregate, version) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))`,
 				aggs(ds), versions(ds)).Scan(&n)
 			if err != nil || n != len(ds) {
 				notCommitted.Add(1)
@@ -287,7 +287,7 @@ ON CONFLICT (name) DO UPDATE SET commit_position = checkpoints.commit_position +
 		require.ErrorIs(t, d.Flush(t.Context()), source.ErrStopped)
 		require.ErrorIs(t, d.Dispatch(t.Context(), deliveries(events, a)[0]), source.ErrStopped)
 		var n int
-		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM applied`).Scan(&n))
+		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM applied_log`).Scan(&n))
 		require.Zero(t, n, "the abandoned batch rolled back")
 	})
 

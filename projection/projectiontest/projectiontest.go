@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"runtime"
 	"slices"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -601,7 +603,7 @@ func RequireSettled(t testing.TB, p *projection.Processor, events []aggregate.Ev
 		require.Zero(t, count(`SELECT count(*) FROM `+table("parked")+` WHERE projection = $1`, name), "%s: parked leftovers", name)
 		require.Zero(t, count(`SELECT count(*) FROM `+table("quarantine")+` WHERE projection = $1`, name), "%s: quarantined events", name)
 		require.Zero(t, count(`SELECT count(*) FROM `+table("conflicts")+` WHERE projection = $1`, name), "%s: conflicts", name)
-		require.Equal(t, int64(len(events)), count(`SELECT count(*) FROM `+table("applied")+` WHERE projection = $1`, name), "%s: applied log", name)
+		requireAppliedLog(t, pool, table, name, events)
 
 		rows, err := pool.Query(ctx, `SELECT aggregate, version, parked, blocked FROM `+table("versions")+` WHERE projection = $1`, name)
 		require.NoError(t, err)
@@ -624,6 +626,79 @@ func RequireSettled(t testing.TB, p *projection.Processor, events []aggregate.Ev
 		require.Equal(t, last, got, "%s: every version row at its aggregate's last version", name)
 	}
 }
+
+// requireAppliedLog asserts that the applied log of projection name (the
+// applied_log view: the applied table plus the pages in the version rows)
+// holds each of events once, with its hash, and nothing else. (Ids are
+// compared only for events that carry one: a source may give events ids of
+// its own, as EventStoreDB does.)
+func requireAppliedLog(t testing.TB, pool interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, table func(string) string, name string, events []aggregate.Event) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT aggregate, version, event_id, hash FROM `+table("applied_log")+` WHERE projection = $1`, name)
+	require.NoError(t, err)
+	type key struct {
+		agg     string
+		version int64
+	}
+	type entry struct {
+		id   string
+		hash string
+	}
+	got := map[key]entry{}
+	var dup []key
+	var k key
+	var e entry
+	var hash []byte
+	_, err = pgx.ForEachRow(rows, []any{&k.agg, &k.version, &e.id, &hash}, func() error {
+		if _, ok := got[k]; ok {
+			dup = append(dup, k)
+		}
+		e.hash = fmt.Sprintf("%x", hash)
+		got[k] = e
+		if e.id == "" {
+			return fmt.Errorf("%s v%d: empty id in the applied log", k.agg, k.version)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Empty(t, dup, "%s: versions twice in the applied log", name)
+	want := make(map[key]entry, len(events))
+	for _, ev := range events {
+		k := key{ev.Aggregate, ev.Version}
+		want[k] = entry{ev.ID, fmt.Sprintf("%x", ev.Hash())}
+		if g, ok := got[k]; ok && ev.ID == "" {
+			g.id = ""
+			got[k] = g
+		}
+	}
+	if len(want) == len(got) && reflect.DeepEqual(want, got) {
+		return
+	}
+	var missing, extra, wrong []string
+	for k, w := range want {
+		switch g, ok := got[k]; {
+		case !ok:
+			missing = append(missing, fmt.Sprintf("%s v%d", k.agg, k.version))
+		case g != w:
+			wrong = append(wrong, fmt.Sprintf("%s v%d: %+v, want %+v", k.agg, k.version, g, w))
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			extra = append(extra, fmt.Sprintf("%s v%d", k.agg, k.version))
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(extra)
+	sort.Strings(wrong)
+	t.Fatalf("%s: applied log differs from the events: %d missing %v, %d extra %v, %d wrong %v", name,
+		len(missing), head(missing), len(extra), head(extra), len(wrong), head(wrong))
+}
+
+// head returns the first few of xs.
+func head(xs []string) []string { return xs[:min(len(xs), 5)] }
 
 // withDuplicates returns events plus exact copies of a random share of
 // them (drawn with replacement), shuffled.

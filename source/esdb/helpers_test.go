@@ -132,7 +132,7 @@ func (b *bundle) requireFold(t testing.TB, events []aggregate.Event) {
 func (b *bundle) appliedRows(t testing.TB) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM applied`).Scan(&n))
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM applied_log`).Scan(&n))
 	return n
 }
 
