@@ -142,6 +142,7 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 		// The version row's log starts a new page at the new version (an
 		// operator may skip versions, which a page cannot hold), so this
 		// action's applied entries go to the applied table.
+		wb.Queue(p.sql.spillLog, projection, []string{agg}, []int64{before.version})
 		wb.Queue(p.sql.resetVersion, projection, agg, after.version, after.parked, after.blocked)
 		p.queueWrites(wb, r, []*aggPlan{pl}, nil, &tally, false)
 		wb.Queue(p.sql.operatorLog, action, projection, agg, from, to, reason)

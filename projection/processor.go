@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inorder/inorder/aggregate"
@@ -587,9 +588,14 @@ func (p *Processor) queueSpeculation(batch *pgx.Batch, r *registered, valid []de
 	aggs := make([]string, len(runs))
 	from, to := make([]int64, len(runs)), make([]int64, len(runs))
 	var log logEntries
+	var spillAggs []string
+	var spillFrom []int64
 	for i, ru := range runs {
 		states[ru.agg] = aggState{version: ru.first - 1}
 		aggs[i], from[i], to[i] = ru.agg, ru.first-1, ru.last
+		if crossesPage(ru.first-1, ru.last) {
+			spillAggs, spillFrom = append(spillAggs, ru.agg), append(spillFrom, ru.first-1)
+		}
 		log.start()
 		for k := ru.lo; k < ru.hi; k++ {
 			// The first delivery of each version wins, as in planner.plan.
@@ -599,6 +605,9 @@ func (p *Processor) queueSpeculation(batch *pgx.Batch, r *registered, valid []de
 		}
 	}
 	log.finish()
+	if len(spillAggs) > 0 {
+		batch.Queue(p.sql.spillLog, r.name, spillAggs, spillFrom)
+	}
 	batch.Queue(p.sql.specVersions, r.name, aggs, from, to, log.ids, log.hashes).Query(func(rows pgx.Rows) error {
 		var rev int64
 		for rows.Next() {
@@ -700,10 +709,15 @@ func (p *Processor) casVersions(ctx context.Context, tx pgx.Tx, r *registered, p
 	var parked []int32
 	var blocked []bool
 	var log logEntries
+	var spillAggs []string
+	var spillFrom []int64
 	for _, pl := range plans {
 		next := pl.after()
 		if next == pl.before {
 			continue
+		}
+		if len(pl.run) > 0 && crossesPage(pl.before.version, next.version) {
+			spillAggs, spillFrom = append(spillAggs, pl.agg), append(spillFrom, pl.before.version)
 		}
 		aggs, vers, parked, blocked = append(aggs, pl.agg), append(vers, next.version), append(parked, next.parked), append(blocked, next.blocked)
 		revs = append(revs, pl.before.rev+1)
@@ -717,11 +731,19 @@ func (p *Processor) casVersions(ctx context.Context, tx pgx.Tx, r *registered, p
 		return nil
 	}
 	log.finish()
-	tag, err := tx.Exec(ctx, p.sql.casVersions, r.name, aggs, vers, parked, blocked, revs, log.n, log.ids, log.hashes)
-	if err != nil {
+	b := &pgx.Batch{}
+	if len(spillAggs) > 0 {
+		b.Queue(p.sql.spillLog, r.name, spillAggs, spillFrom)
+	}
+	var n int64
+	b.Queue(p.sql.casVersions, r.name, aggs, vers, parked, blocked, revs, log.n, log.ids, log.hashes).Exec(func(ct pgconn.CommandTag) error {
+		n = ct.RowsAffected()
+		return nil
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("projection %s: write versions: %w", r.name, err)
 	}
-	if n := tag.RowsAffected(); n != int64(len(aggs)) {
+	if n != int64(len(aggs)) {
 		if locked {
 			return fmt.Errorf("projection %s: wrote %d of %d locked version rows", r.name, n, len(aggs))
 		}

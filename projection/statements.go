@@ -6,10 +6,18 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// logPage is how many entries a version row's applied log gathers before a
-// write that appends more starts a new page, moving the old one's entries to
-// the applied table (see migrations/sql/002_applied_in_versions.up.sql).
+// logPage is the size of the pages of versions that a version row's applied
+// log covers: a write that takes an aggregate from one page into another
+// starts a new log, once spillLog moved the old one's entries to the applied
+// table (see migrations/sql/002_applied_in_versions.up.sql). A log holds at
+// most logPage entries plus those of one run.
 const logPage = 16
+
+// crossesPage reports whether a write that moves an aggregate from version
+// from to version to starts a new log (the rule of appendLog).
+func crossesPage(from, to int64) bool {
+	return to > from && (from-1)/logPage != (to-1)/logPage
+}
 
 // statements are the processor's SQL, with the schema's tables qualified.
 type statements struct {
@@ -18,7 +26,7 @@ type statements struct {
 	insertVersions, readVersions, lockVersions, lockOne string
 	casVersions, setVersion, resetVersion               string
 	specVersions                                        string
-	loadApplied, insertApplied                          string
+	loadApplied, insertApplied, spillLog                string
 	loadQuarantineRefs, loadQuarantine                  string
 	upsertQuarantine, deleteQuarantine                  string
 	upsertConflicts, upsertRejected                     string
@@ -29,9 +37,10 @@ func newStatements(schema string) statements {
 	t := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	versions, applied, quarantine := t("versions"), t("applied"), t("quarantine")
 	// appendLog is the SET clause that appends EXCLUDED's log entries to a
-	// version row, starting a new page first if the row's is full (and the
-	// write brings entries).
-	full := `(v.version - v.log_base >= ` + strconv.Itoa(logPage) + ` AND EXCLUDED.log_hashes <> '')`
+	// version row, or starts a new log with them if the write takes the row
+	// into a new page (crossesPage: Go and SQL both divide towards zero).
+	page := strconv.Itoa(logPage)
+	full := `((v.version - 1) / ` + page + ` <> (EXCLUDED.version - 1) / ` + page + ` AND EXCLUDED.log_hashes <> '')`
 	appendLog := `log_base = CASE WHEN ` + full + ` THEN v.version ELSE v.log_base END,
     log_ids = CASE WHEN ` + full + ` THEN EXCLUDED.log_ids ELSE v.log_ids || EXCLUDED.log_ids END,
     log_hashes = CASE WHEN ` + full + ` THEN EXCLUDED.log_hashes ELSE v.log_hashes || EXCLUDED.log_hashes END`
@@ -113,9 +122,9 @@ SET version = $3, parked = $4, blocked = $5, rev = rev + 1, updated_at = now(),
     log_hashes = substring(log_hashes FOR octet_length(log_hashes) - 16 * $6)
 WHERE projection = $1 AND aggregate = $2`,
 		// resetVersion writes an operator's decision about one held row; its
-		// log starts a new, empty page at the new version (the trigger moves
-		// the old page's entries to applied, where the operator's own
-		// entries go).
+		// log starts again, empty, at the new version (spillLog moved the
+		// old one's entries to applied, where the operator's own entries
+		// go).
 		resetVersion: `UPDATE ` + versions + `
 SET version = $3, parked = $4, blocked = $5, rev = rev + 1, updated_at = now(),
     log_base = $3, log_ids = '{}', log_hashes = ''
@@ -134,6 +143,18 @@ CROSS JOIN LATERAL (
   UNION ALL
   (SELECT event_id, hash FROM ` + applied + `
    WHERE projection = $1 AND aggregate = k.aggregate AND version = k.version OFFSET 0)) a`,
+		// spillLog moves the log entries of version rows that are at the
+		// given versions into applied, before a write starts their new log.
+		// A row at another version spills nothing: the write that follows
+		// will not match it either, and the transaction rolls back.
+		spillLog: `INSERT INTO ` + applied + ` (projection, aggregate, version, event_id, hash)
+SELECT $1, k.aggregate, v.log_base + n,
+       coalesce(v.log_ids[n], k.aggregate || ':' || (v.log_base + n)),
+       substring(v.log_hashes FROM 16 * (n - 1) + 1 FOR 16)
+FROM unnest($2::text[], $3::bigint[]) AS k(aggregate, version)
+CROSS JOIN LATERAL (SELECT log_base, log_ids, log_hashes FROM ` + versions + `
+  WHERE projection = $1 AND aggregate = k.aggregate AND version = k.version OFFSET 0) v
+CROSS JOIN LATERAL generate_series(1, cardinality(v.log_ids)) AS n`,
 		insertApplied: `INSERT INTO ` + applied + ` (projection, aggregate, version, event_id, hash)
 SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::bytea[])`,
 

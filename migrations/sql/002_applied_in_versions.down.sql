@@ -1,7 +1,5 @@
 -- Move the entries of the version rows' logs back into applied.
 DROP VIEW applied_log;
-DROP TRIGGER versions_spill_log ON versions;
-DROP FUNCTION versions_spill_log();
 
 INSERT INTO applied (projection, aggregate, version, event_id, hash)
 SELECT v.projection, v.aggregate, v.log_base + n,
