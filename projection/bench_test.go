@@ -908,6 +908,10 @@ func benchClassify(sql string) string {
 		return "gate: rebuild lock (advisory, shared)"
 	case has(`"versions"`):
 		switch {
+		case verb == "SELECT" && has("UNION ALL"):
+			return "gate: load applied log (stale versions)"
+		case verb == "INSERT" && has("generate_series"):
+			return "gate: move version-row logs to applied"
 		case verb == "SELECT" && has("FOR UPDATE"):
 			return "gate: lock version rows"
 		case verb == "SELECT":
