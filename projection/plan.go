@@ -102,11 +102,14 @@ func (pl *planner) conflict(agg string, v int64, existing record, d delivery) {
 // event (when st.blocked) and the applied log of its stale versions.
 func (pl *planner) plan(agg string, st aggState, ds []delivery, parked []buffer.Parked, quarantined *record, qVersion int64, applied map[int64]record) *aggPlan {
 	p := &aggPlan{agg: agg, before: st, qvers: qVersion}
-	parkedAt := make(map[int64]int, len(parked))
-	for i := range parked {
-		parkedAt[parked[i].Version] = i
+	var parkedAt map[int64]int
+	if len(parked) > 0 {
+		parkedAt = make(map[int64]int, len(parked))
+		for i := range parked {
+			parkedAt[parked[i].Version] = i
+		}
 	}
-	var winners []candidate
+	winners := make([]candidate, 0, len(ds))
 	for i := 0; i < len(ds); {
 		v := ds[i].ev.Version
 		j := i
@@ -168,13 +171,16 @@ func (pl *planner) plan(agg string, st aggState, ds []delivery, parked []buffer.
 	}
 
 	// Merge the batch's new versions with the parked ones and take the run
-	// that follows the applied version.
-	cands := make([]candidate, 0, len(winners)+len(parked))
-	cands = append(cands, winners...)
-	for _, e := range parked {
-		cands = append(cands, candidate{ev: e.Event, id: e.StableID(), hash: e.Hash, idx: -1, origin: fromParked})
+	// that follows the applied version. (The winners come in version order.)
+	cands := winners
+	if len(parked) > 0 {
+		cands = make([]candidate, 0, len(winners)+len(parked))
+		cands = append(cands, winners...)
+		for _, e := range parked {
+			cands = append(cands, candidate{ev: e.Event, id: e.StableID(), hash: e.Hash, idx: -1, origin: fromParked})
+		}
+		sort.Slice(cands, func(a, b int) bool { return cands[a].ev.Version < cands[b].ev.Version })
 	}
-	sort.Slice(cands, func(a, b int) bool { return cands[a].ev.Version < cands[b].ev.Version })
 	n := 0
 	if !st.blocked {
 		for n < len(cands) && cands[n].ev.Version == st.version+int64(n)+1 {

@@ -267,7 +267,7 @@ func (p *Processor) Process(ctx context.Context, b Batch) (_ []Result, err error
 	}
 	results := make([]Result, n)
 	backing := make([]Outcome, n*len(p.projs))
-	var valid []delivery
+	valid := make([]delivery, 0, n)
 	var rejected []rejection
 	for i, e := range b.Events {
 		results[i].Projections = backing[i*len(p.projs) : (i+1)*len(p.projs)]
@@ -304,7 +304,7 @@ func (p *Processor) Process(ctx context.Context, b Batch) (_ []Result, err error
 		// A batch that holds one contiguous run per aggregate may skip the
 		// read: it writes the versions assuming each run continues its
 		// aggregate, and goes back to the read if one does not.
-		m := txMode{careful: careful, locked: locked}
+		m := txMode{careful: careful, locked: locked, runs: runs}
 		if !locked && runs != nil && !p.noSpeculation.Load() {
 			m.speculative = runs
 		}
@@ -395,6 +395,8 @@ var errContended = errors.New("projection: version row changed concurrently")
 type txMode struct {
 	careful bool // apply under savepoints, quarantine failing events
 	locked  bool // lock (and create) the version rows up front
+	// runs are the batch's runs (contiguousRuns), nil if it has none.
+	runs []run
 	// speculative, when set, holds the batch's runs: the attempt writes the
 	// versions as if every run continued its aggregate, without reading
 	// them, under a savepoint; if one does not, it rolls back to the
@@ -524,10 +526,8 @@ func (p *Processor) processTx(ctx context.Context, tx pgx.Tx, b Batch, valid []d
 			out.continues = true
 		}
 	}
-	if m.speculative == nil {
-		if runs := contiguousRuns(valid); runs != nil {
-			out.continues = continues(runs, states)
-		}
+	if m.speculative == nil && m.runs != nil {
+		out.continues = continues(m.runs, states)
 	}
 	for i, r := range p.projs {
 		outcome := func(idx int, o Outcome) {
@@ -604,7 +604,7 @@ func (p *Processor) queueSpeculation(batch *pgx.Batch, r *registered, valid []de
 			}
 		}
 	}
-	log.finish()
+	log.done()
 	if len(spillAggs) > 0 {
 		batch.Queue(p.sql.spillLog, r.name, spillAggs, spillFrom)
 	}
@@ -623,14 +623,17 @@ func (p *Processor) queueSpeculation(batch *pgx.Batch, r *registered, valid []de
 }
 
 // logEntries gathers, row by row, the applied-log entries that the version
-// statements append to version rows: per row, the ids as an array literal
-// (nil when every id is the default "<aggregate>:<version>", which the log
-// stores as NULL) and the 16-byte hashes concatenated.
+// statements append to version rows: per row, the entry count, the ids as an
+// array literal (nil when every id is the default "<aggregate>:<version>",
+// which the log stores as NULL) and the 16-byte hashes concatenated. Call
+// start before each row's entries and done after the last row.
 type logEntries struct {
 	n      []int32
 	ids    []*string
 	hashes [][]byte
 
+	buf     []byte // every row's hashes; hashes slices it in done
+	starts  []int  // where each row's hashes start in buf
 	lit     []byte // the current row's ids literal
 	custom  bool   // the current row has an id that is not the default one
 	entries int    // entries of the current row
@@ -639,7 +642,7 @@ type logEntries struct {
 // start begins a row.
 func (l *logEntries) start() {
 	l.finish()
-	l.n, l.ids, l.hashes = append(l.n, 0), append(l.ids, nil), append(l.hashes, []byte{})
+	l.n, l.ids, l.starts = append(l.n, 0), append(l.ids, nil), append(l.starts, len(l.buf))
 	l.lit, l.custom, l.entries = append(l.lit[:0], '{'), false, 0
 }
 
@@ -667,8 +670,7 @@ func (l *logEntries) add(agg string, version int64, id string, hash []byte) {
 		l.lit = append(l.lit, '"')
 	}
 	l.entries++
-	last := len(l.hashes) - 1
-	l.hashes[last] = append(l.hashes[last], hash...)
+	l.buf = append(l.buf, hash...)
 }
 
 // finish closes the current row, if any.
@@ -683,6 +685,22 @@ func (l *logEntries) finish() {
 		l.ids[last] = &lit
 	}
 	l.custom = false
+}
+
+// done closes the last row and slices the rows' hashes.
+func (l *logEntries) done() {
+	l.finish()
+	l.hashes = make([][]byte, len(l.starts))
+	for i, from := range l.starts {
+		to := len(l.buf)
+		if i+1 < len(l.starts) {
+			to = l.starts[i+1]
+		}
+		l.hashes[i] = l.buf[from:to:to]
+		if l.hashes[i] == nil {
+			l.hashes[i] = []byte{} // an empty log, not NULL
+		}
+	}
 }
 
 // continues reports whether every run starts right after its aggregate's
@@ -730,7 +748,7 @@ func (p *Processor) casVersions(ctx context.Context, tx pgx.Tx, r *registered, p
 	if len(aggs) == 0 {
 		return nil
 	}
-	log.finish()
+	log.done()
 	b := &pgx.Batch{}
 	if len(spillAggs) > 0 {
 		b.Queue(p.sql.spillLog, r.name, spillAggs, spillFrom)
