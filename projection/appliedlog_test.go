@@ -12,6 +12,7 @@ import (
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/projection/projectiontest"
 )
 
 // TestAppliedLogPages covers the applied log kept in the version rows (see
@@ -160,6 +161,67 @@ AND (cardinality(log_ids) <> version - log_base OR octet_length(log_hashes) <> 1
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT existing_state FROM conflicts WHERE aggregate = 'e' AND version = 21`).Scan(&state))
 	require.Equal(t, "skipped", state)
 	require.Equal(t, map[string][]int64{"e": append(versionsUpTo(18), rangeOf(23, 40)...)}, map[string][]int64{"e": opJournalModel(t, db, "journal")["e"]})
+}
+
+// TestAppliedLogPagesConcurrently delivers long aggregates, in order, in
+// chunks that cross pages, from many goroutines at once, each goroutine
+// every chunk: the writers race to move the same pages to the applied
+// table, and every version must still be applied once and logged once.
+func TestAppliedLogPagesConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.NewMigrated(t)
+	// One processor per goroutine, as in separate processes: each starts
+	// out speculative and optimistic.
+	const goroutines = 8
+	procs := make([]*projection.Processor, goroutines)
+	for g := range procs {
+		procs[g] = opProcessor(t, db, opConfig(), opJournal{"journal"})
+	}
+	proc := procs[0]
+	var events []aggregate.Event
+	for _, agg := range []string{"a", "b", "c"} {
+		for v := int64(1); v <= 70; v++ {
+			events = append(events, aggregate.Event{Aggregate: agg, Version: v, Type: "journal.entry", Data: []byte(fmt.Sprintf(`{"n": %d}`, v))})
+		}
+	}
+	// Chunks of 7 consecutive versions of each aggregate, in stream order.
+	var chunks [][]aggregate.Event
+	for from := 0; from < 70; from += 7 {
+		var c []aggregate.Event
+		for i := range 3 {
+			c = append(c, events[i*70+from:i*70+from+7]...)
+		}
+		chunks = append(chunks, c)
+	}
+	errs := make(chan error, goroutines*len(chunks))
+	start := make(chan struct{})
+	done := make(chan struct{})
+	for g := range goroutines {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			<-start
+			for k := range chunks {
+				// Half the goroutines go in stream order, racing for the same
+				// chunk; the others start further on.
+				if _, err := procs[g].Process(ctx, projection.Batch{Events: chunks[(k+g%2*g)%len(chunks)]}); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	close(start)
+	for range goroutines {
+		<-done
+	}
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	_, err := proc.Process(ctx, projection.Batch{Events: events}) // drains stragglers
+	require.NoError(t, err)
+	projectiontest.RequireSettled(t, proc, events)
+	require.Equal(t, map[string][]int64{"a": rangeOf(1, 70), "b": rangeOf(1, 70), "c": rangeOf(1, 70)}, opJournalModel(t, db, "journal"))
 }
 
 func versionsUpTo(n int64) []int64 { return rangeOf(1, n) }

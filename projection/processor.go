@@ -487,7 +487,9 @@ func (p *Processor) processTx(ctx context.Context, tx pgx.Tx, b Batch, valid []d
 		if m.speculative != nil {
 			batch.Queue(`SAVEPOINT inorder_speculation`)
 			for i, r := range p.projs {
-				p.queueSpeculation(batch, r, valid, m.speculative, states[i], &written[i])
+				if err := p.queueSpeculation(batch, r, valid, m.speculative, states[i], &written[i]); err != nil {
+					return out, err
+				}
 			}
 		} else {
 			p.queueReads(batch, aggs, states, locked)
@@ -584,7 +586,7 @@ func (p *Processor) queueReads(batch *pgx.Batch, aggs []string, states []map[str
 // the runs' applied-log entries, and fills states with the states the runs
 // assume. *written receives the number of rows written as assumed (see
 // statements.specVersions).
-func (p *Processor) queueSpeculation(batch *pgx.Batch, r *registered, valid []delivery, runs []run, states map[string]aggState, written *int64) {
+func (p *Processor) queueSpeculation(batch *pgx.Batch, r *registered, valid []delivery, runs []run, states map[string]aggState, written *int64) error {
 	aggs := make([]string, len(runs))
 	from, to := make([]int64, len(runs)), make([]int64, len(runs))
 	var log logEntries
@@ -605,6 +607,9 @@ func (p *Processor) queueSpeculation(batch *pgx.Batch, r *registered, valid []de
 		}
 	}
 	log.done()
+	if log.err != nil {
+		return log.err
+	}
 	if len(spillAggs) > 0 {
 		batch.Queue(p.sql.spillLog, r.name, spillAggs, spillFrom)
 	}
@@ -620,6 +625,7 @@ func (p *Processor) queueSpeculation(batch *pgx.Batch, r *registered, valid []de
 		}
 		return rows.Err()
 	})
+	return nil
 }
 
 // logEntries gathers, row by row, the applied-log entries that the version
@@ -631,6 +637,7 @@ type logEntries struct {
 	n      []int32
 	ids    []*string
 	hashes [][]byte
+	err    error // a hash that is not 16 bytes long
 
 	buf     []byte // every row's hashes; hashes slices it in done
 	starts  []int  // where each row's hashes start in buf
@@ -648,10 +655,10 @@ func (l *logEntries) start() {
 
 // add appends the entry of an aggregate's version to the current row.
 func (l *logEntries) add(agg string, version int64, id string, hash []byte) {
-	if len(hash) != 16 {
+	if len(hash) != 16 && l.err == nil {
 		// Every hash is aggregate.Event.Hash: 16 bytes. A log entry of
 		// another size would shift every entry after it.
-		panic(fmt.Sprintf("projection: a %d-byte event hash", len(hash)))
+		l.err = fmt.Errorf("projection: %s version %d has a %d-byte hash, not 16", agg, version, len(hash))
 	}
 	if l.entries > 0 {
 		l.lit = append(l.lit, ',')
@@ -749,6 +756,9 @@ func (p *Processor) casVersions(ctx context.Context, tx pgx.Tx, r *registered, p
 		return nil
 	}
 	log.done()
+	if log.err != nil {
+		return log.err
+	}
 	b := &pgx.Batch{}
 	if len(spillAggs) > 0 {
 		b.Queue(p.sql.spillLog, r.name, spillAggs, spillFrom)

@@ -146,7 +146,10 @@ CROSS JOIN LATERAL (
 		// spillLog moves the log entries of version rows that are at the
 		// given versions into applied, before a write starts their new log.
 		// A row at another version spills nothing: the write that follows
-		// will not match it either, and the transaction rolls back.
+		// will not match it either, and the transaction rolls back. Entries
+		// already in applied are left alone: another transaction spilled the
+		// same page (same rows) and won the write, which this one's will
+		// now lose.
 		spillLog: `INSERT INTO ` + applied + ` (projection, aggregate, version, event_id, hash)
 SELECT $1, k.aggregate, v.log_base + n,
        coalesce(v.log_ids[n], k.aggregate || ':' || (v.log_base + n)),
@@ -154,7 +157,8 @@ SELECT $1, k.aggregate, v.log_base + n,
 FROM unnest($2::text[], $3::bigint[]) AS k(aggregate, version)
 CROSS JOIN LATERAL (SELECT log_base, log_ids, log_hashes FROM ` + versions + `
   WHERE projection = $1 AND aggregate = k.aggregate AND version = k.version OFFSET 0) v
-CROSS JOIN LATERAL generate_series(1, cardinality(v.log_ids)) AS n`,
+CROSS JOIN LATERAL generate_series(1, cardinality(v.log_ids)) AS n
+ON CONFLICT DO NOTHING`,
 		insertApplied: `INSERT INTO ` + applied + ` (projection, aggregate, version, event_id, hash)
 SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::bytea[])`,
 
