@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/projection"
@@ -140,6 +141,10 @@ func Run(t *testing.T, s Subject, f Features) {
 	t.Run("ArrivalBetweenParkAndDrain", func(t *testing.T) {
 		t.Parallel()
 		r.arrivalBetweenParkAndDrain(t)
+	})
+	t.Run("LongAggregates", func(t *testing.T) {
+		t.Parallel()
+		r.longAggregates(t)
 	})
 	t.Run("SameEventConcurrently", func(t *testing.T) {
 		t.Parallel()
@@ -495,6 +500,46 @@ func (r *runner) sameEventConcurrently(t *testing.T, n int) {
 		}
 	}
 	verify(t, c, events, 4*n)
+}
+
+// longAggregates delivers a few aggregates with many versions each (the
+// processor keeps their applied logs in pages that move to the applied
+// table as they fill): the first half of every aggregate's versions in
+// stream order, in small batches that Workers goroutines each deliver all of,
+// in the same order, racing for every batch; then the rest shuffled, with
+// duplicates, in random batches from the shared queue.
+func (r *runner) longAggregates(t *testing.T) {
+	c, ctx := r.newCase(t)
+	rng := rand.New(rand.NewPCG(r.f.Seed, 0x1096))
+	versions := max(6*r.f.Versions, 50)
+	events := r.s.Generate(rng, max(r.f.Aggregates/100, 5), versions)
+	var first, rest []aggregate.Event
+	for _, e := range events {
+		if e.Version <= int64(versions/2) {
+			first = append(first, e)
+		} else {
+			rest = append(rest, e)
+		}
+	}
+	batches := split(rng, first, 20)
+	g, gctx := errgroup.WithContext(ctx)
+	for range r.f.Workers {
+		g.Go(func() error {
+			for _, b := range batches {
+				if _, err := c.deliver(gctx, b); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	require.NoError(t, g.Wait())
+	deliveries := withDuplicates(rng, rest, r.f.Duplicates)
+	require.NoError(t, Deliver(ctx, split(rng, deliveries, 50), r.f.Workers, func(ctx context.Context, b []aggregate.Event) error {
+		_, err := c.deliver(ctx, b)
+		return err
+	}))
+	verify(t, c, events, r.f.Workers*len(first)+len(deliveries))
 }
 
 // Deliver hands batches to workers goroutines that pull from one channel
