@@ -918,7 +918,7 @@ func benchClassify(sql string) string {
 			return "gate: read version rows"
 		case verb == "INSERT" && has("DO NOTHING"):
 			return "gate: insert missing version rows"
-		case verb == "INSERT" && has("-k.expected"):
+		case (verb == "INSERT" || verb == "WITH") && has("-k.expected"):
 			return "gate: write version rows (speculative)"
 		case verb == "INSERT" && has("rev - 1"):
 			return "gate: write version rows (compare-and-set)"

@@ -613,17 +613,8 @@ func (p *Processor) queueSpeculation(batch *pgx.Batch, r *registered, valid []de
 	if len(spillAggs) > 0 {
 		batch.Queue(p.sql.spillLog, r.name, spillAggs, spillFrom)
 	}
-	batch.Queue(p.sql.specVersions, r.name, aggs, from, to, log.ids, log.hashes).Query(func(rows pgx.Rows) error {
-		var rev int64
-		for rows.Next() {
-			if err := rows.Scan(&rev); err != nil {
-				return err
-			}
-			if rev > 0 {
-				*written++
-			}
-		}
-		return rows.Err()
+	batch.Queue(p.sql.specVersions, r.name, aggs, from, to, log.ids, log.hashes).QueryRow(func(row pgx.Row) error {
+		return row.Scan(written)
 	})
 	return nil
 }

@@ -92,17 +92,17 @@ WHERE v.rev = EXCLUDED.rev - 1`,
 		// version to the run's last one only if nothing is parked or
 		// quarantined. The expected version rides in the inserted rev: 1 for
 		// a new aggregate (expected version 0), minus the expected version
-		// otherwise. The caller checks what comes back: a row short (not at
-		// the expected version, or changed concurrently: ON CONFLICT DO
-		// UPDATE checks the latest committed row), or a row with a negative
-		// rev (inserted where one was expected to exist), and the assumption
-		// was wrong: the transaction rolls back. It is one INSERT rather than
+		// otherwise. It returns how many rows were written as assumed: one
+		// short — a row not at the expected version, or changed concurrently
+		// (ON CONFLICT DO UPDATE checks the latest committed row), or
+		// inserted where one was expected to exist (a negative rev) — and
+		// the assumption was wrong: the transaction rolls back. It is one INSERT rather than
 		// an UPDATE joined with the arrays because the planner, without
 		// statistics on a young table, joins that by scanning the table once
 		// per row.
 		// The runs' applied-log entries are appended as in casVersions ($5
 		// ids, $6 hashes; a run has version - expected entries).
-		specVersions: `INSERT INTO ` + versions + ` AS v (projection, aggregate, version, rev, log_ids, log_hashes)
+		specVersions: `WITH w AS (INSERT INTO ` + versions + ` AS v (projection, aggregate, version, rev, log_ids, log_hashes)
 SELECT $1, k.aggregate, k.version, CASE WHEN k.expected = 0 THEN 1 ELSE -k.expected END,
   ` + logIDs("k.ids", "(k.version - k.expected)::int") + `, k.hashes
 FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::bytea[]) AS k(aggregate, expected, version, ids, hashes)
@@ -110,7 +110,8 @@ ON CONFLICT (projection, aggregate) DO UPDATE
 SET version = EXCLUDED.version, rev = v.rev + 1, updated_at = now(),
     ` + appendLog + `
 WHERE v.version = CASE WHEN EXCLUDED.rev > 0 THEN 0 ELSE -EXCLUDED.rev END AND v.parked = 0 AND NOT v.blocked
-RETURNING v.rev`,
+RETURNING v.rev)
+SELECT count(*) FILTER (WHERE rev > 0) FROM w`,
 		// setVersion overwrites the state of a row this transaction holds,
 		// dropping the last $6 entries of its log: those of a run that
 		// casVersions planned and the handler cut short. (One row per
