@@ -47,9 +47,9 @@ const (
 // Workload sizes of the helpers, shared by parent and children.
 const (
 	streamProcs, streamGoroutines    = 3, 3
-	streamAggregates, streamVersions = 300, 10
+	streamAggregates, streamVersions = 75, 40 // 40 versions: logs fill pages of 16 and move to applied
 	sameProcs, sameGoroutines        = 3, 4
-	crashAggregates, crashVersions   = 300, 10
+	crashAggregates, crashVersions   = 150, 20
 	crashKills                       = 4
 	retryProcs, retryGoroutines      = 3, 4
 )
