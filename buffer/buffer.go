@@ -8,10 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/migrations"
 )
-
-// DefaultSchema is the schema of inorder's tables when none is configured.
-const DefaultSchema = "inorder"
 
 // Buffer reads and writes the parked table of one schema. It holds no
 // connection; each method takes the transaction or batch to use. A Buffer is
@@ -27,10 +25,11 @@ type Buffer struct {
 	perAggr string
 }
 
-// New returns a Buffer for the tables in schema ("" means DefaultSchema).
+// New returns a Buffer for the tables in schema ("" means
+// migrations.DefaultSchema).
 func New(schema string) *Buffer {
 	if schema == "" {
-		schema = DefaultSchema
+		schema = migrations.DefaultSchema
 	}
 	t := pgx.Identifier{schema, "parked"}.Sanitize()
 	v := pgx.Identifier{schema, "versions"}.Sanitize()
@@ -55,10 +54,11 @@ CROSS JOIN LATERAL (SELECT event_id, hash, type, parked_at FROM ` + t + `
   SELECT p.ctid FROM unnest($2::text[], $3::bigint[]) AS d(aggregate, version)
   CROSS JOIN LATERAL (SELECT ctid FROM ` + t + `
     WHERE projection = $1 AND aggregate = d.aggregate AND version = d.version OFFSET 0) p))`,
-		list: `SELECT p.projection, p.aggregate, p.version, p.event_id, p.hash, p.type, p.data, p.metadata, p.parked_at,
+		list: `SELECT p.projection, p.aggregate, p.version, p.event_id, p.hash, p.type,
+  CASE WHEN $5 THEN NULL ELSE p.data END, CASE WHEN $5 THEN NULL ELSE p.metadata END, p.parked_at,
   coalesce(v.version, 0)
 FROM ` + t + ` p LEFT JOIN ` + v + ` v ON v.projection = p.projection AND v.aggregate = p.aggregate
-WHERE ($1 = '' OR p.projection = $1) AND ($2 = '' OR p.aggregate = $2)
+WHERE ($1 = '' OR p.projection = $1) AND ($2 = '' OR p.aggregate = $2) AND ($4::timestamptz IS NULL OR p.parked_at <= $4)
 ORDER BY p.parked_at, p.projection, p.aggregate, p.version LIMIT $3`,
 		stats: `SELECT p.projection, count(*), count(DISTINCT p.aggregate), min(p.parked_at)
 FROM ` + t + ` p WHERE ($1 = '' OR p.projection = $1) GROUP BY p.projection ORDER BY p.projection`,
@@ -176,6 +176,17 @@ type ListOptions struct {
 	OlderThan time.Duration
 	// Limit caps the rows returned; default 100.
 	Limit int
+	// OmitPayloads leaves the events' data and metadata out of List (nil).
+	OmitPayloads bool
+}
+
+// before returns the parked_at bound of OlderThan, or nil.
+func (o ListOptions) before() *time.Time {
+	if o.OlderThan <= 0 {
+		return nil
+	}
+	t := time.Now().Add(-o.OlderThan)
+	return &t
 }
 
 func (o ListOptions) limit() int {
@@ -197,7 +208,7 @@ type Entry struct {
 
 // List returns parked events, oldest first.
 func (b *Buffer) List(ctx context.Context, q Querier, opts ListOptions) ([]Entry, error) {
-	rows, err := q.Query(ctx, b.list, opts.Projection, opts.Aggregate, opts.limit())
+	rows, err := q.Query(ctx, b.list, opts.Projection, opts.Aggregate, opts.limit(), opts.before(), opts.OmitPayloads)
 	if err != nil {
 		return nil, fmt.Errorf("buffer: list parked: %w", err)
 	}
@@ -229,12 +240,7 @@ func (w Waiting) Missing() (from, to int64) { return w.Current + 1, w.MinVersion
 // Waiting lists the aggregates that have parked events, the longest waiting
 // first.
 func (b *Buffer) Waiting(ctx context.Context, q Querier, opts ListOptions) ([]Waiting, error) {
-	var before *time.Time
-	if opts.OlderThan > 0 {
-		t := time.Now().Add(-opts.OlderThan)
-		before = &t
-	}
-	rows, err := q.Query(ctx, b.perAggr, opts.Projection, opts.Aggregate, opts.limit(), before)
+	rows, err := q.Query(ctx, b.perAggr, opts.Projection, opts.Aggregate, opts.limit(), opts.before())
 	if err != nil {
 		return nil, fmt.Errorf("buffer: list waiting aggregates: %w", err)
 	}

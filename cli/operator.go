@@ -2,13 +2,11 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
-	"github.com/inorder/inorder/buffer"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -87,17 +85,17 @@ func (o *listOptions) validate(args []string) error {
 	return o.opOptions.validate()
 }
 
-// listing says how a list command prints its rows: with --json, an array
-// of reports; else a table.
-type listing[T, R any] struct {
+// listing says how a list command prints its rows: with --json, the array
+// of the rows' view types (package projection), as the HTTP API sends them;
+// else a table.
+type listing[T any] struct {
 	headers []string
-	report  func(T) R     // a row's --json element
 	cells   func(T) []any // a row's table cells
 	empty   string        // if set, printed instead of an empty table
 }
 
 // runList opens the processor, reads the rows with read and prints them.
-func runList[T, R any](ctx context.Context, a *app, o *opOptions, read func(context.Context, *projection.Processor) ([]T, error), l listing[T, R]) error {
+func runList[T any](ctx context.Context, a *app, o *opOptions, read func(context.Context, *projection.Processor) ([]T, error), l listing[T]) error {
 	proc, closeFn, err := a.open(ctx, o)
 	if err != nil {
 		return err
@@ -108,11 +106,10 @@ func runList[T, R any](ctx context.Context, a *app, o *opOptions, read func(cont
 		return err
 	}
 	if o.out.JSON {
-		out := make([]R, 0, len(rows))
-		for _, r := range rows {
-			out = append(out, l.report(r))
+		if rows == nil {
+			rows = []T{}
 		}
-		return writeJSON(a.stdout, out)
+		return writeJSON(a.stdout, rows)
 	}
 	if len(rows) == 0 && l.empty != "" {
 		fmt.Fprintln(a.stdout, l.empty)
@@ -171,18 +168,6 @@ func (a *app) runAction(ctx context.Context, o *actionOptions, action string, ac
 	return nil
 }
 
-// jsonData renders an event payload in JSON output: as JSON when it is,
-// else as a string.
-func jsonData(b []byte) any {
-	if len(b) == 0 {
-		return nil
-	}
-	if json.Valid(b) {
-		return json.RawMessage(b)
-	}
-	return string(b)
-}
-
 // --- status ---
 
 // statusOptions configures status.
@@ -211,29 +196,6 @@ Read-only.`,
 		}, c.Run)
 }
 
-// StatusReport is what status prints with --json.
-type StatusReport struct {
-	Schema      string                    `json:"schema"`
-	Projections []ProjectionReport        `json:"projections"`
-	Rejected    projection.RejectedCounts `json:"rejected"`
-	Checkpoints []CheckpointReport        `json:"checkpoints"`
-}
-
-// ProjectionReport is one projection's row of StatusReport.
-type ProjectionReport struct {
-	projection.ProjectionStatus
-	// OldestParkedAgeSeconds is the age of the oldest parked event, 0 if
-	// none.
-	OldestParkedAgeSeconds float64 `json:"oldest_parked_age_seconds"`
-}
-
-// CheckpointReport is a source's checkpoint in StatusReport.
-type CheckpointReport struct {
-	projection.Checkpoint
-	// AgeSeconds is the time since the checkpoint was last written.
-	AgeSeconds float64 `json:"age_seconds"`
-}
-
 // Run prints the status.
 func (c *statusCmd) Run(ctx context.Context, o *statusOptions) error {
 	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
@@ -241,52 +203,30 @@ func (c *statusCmd) Run(ctx context.Context, o *statusOptions) error {
 		return err
 	}
 	defer closeFn()
-	rep, err := statusReport(ctx, proc)
+	st, err := proc.Status(ctx, nil)
 	if err != nil {
 		return err
 	}
 	if o.out.JSON {
-		return writeJSON(c.a.stdout, rep)
+		return writeJSON(c.a.stdout, st)
 	}
 	t := newTable(c.a.stdout, "PROJECTION", "AGGREGATES", "EVENTS", "PARKED", "PARKED AGGS", "OLDEST PARKED", "QUARANTINED", "CONFLICTS")
-	for _, p := range rep.Projections {
+	for _, p := range st.Projections {
 		t.row(p.Name, p.Aggregates, p.Events, p.Parked, p.ParkedAggregates, ageOf(p.OldestParked), p.Quarantined, p.Conflicts)
 	}
 	if err := t.flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.a.stdout, "\nrejected deliveries: %d (%d not replayed)\n", rep.Rejected.Total, rep.Rejected.Pending)
-	if len(rep.Checkpoints) > 0 {
+	fmt.Fprintf(c.a.stdout, "\nrejected deliveries: %d (%d not replayed)\n", st.Rejected.Total, st.Rejected.Pending)
+	if len(st.Checkpoints) > 0 {
 		fmt.Fprintln(c.a.stdout)
-		t := newTable(c.a.stdout, "CHECKPOINT", "COMMIT POSITION", "UPDATED")
-		for _, cp := range rep.Checkpoints {
-			t.row(cp.Name, cp.CommitPosition, age(cp.Age)+" ago")
+		t := newTable(c.a.stdout, "CHECKPOINT", "POSITION", "UPDATED")
+		for _, cp := range st.Checkpoints {
+			t.row(cp.Name, cp.Position.String(), age(cp.Age)+" ago")
 		}
 		return t.flush()
 	}
 	return nil
-}
-
-func statusReport(ctx context.Context, proc *projection.Processor) (*StatusReport, error) {
-	st, err := proc.Status(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rep := &StatusReport{Schema: proc.Schema(), Projections: make([]ProjectionReport, 0, len(st)), Checkpoints: []CheckpointReport{}}
-	for _, s := range st {
-		rep.Projections = append(rep.Projections, ProjectionReport{ProjectionStatus: s, OldestParkedAgeSeconds: since(s.OldestParked).Seconds()})
-	}
-	if rep.Rejected, err = proc.CountRejected(ctx); err != nil {
-		return nil, err
-	}
-	cps, err := proc.Checkpoints(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, cp := range cps {
-		rep.Checkpoints = append(rep.Checkpoints, CheckpointReport{Checkpoint: cp, AgeSeconds: cp.Age.Seconds()})
-	}
-	return rep, nil
 }
 
 // --- parked ---
@@ -308,28 +248,6 @@ func (o *parkedListOptions) validate(args []string) error {
 		return usageErrorf("--older-than must not be negative")
 	}
 	return o.opOptions.validate()
-}
-
-// WaitingReport is one aggregate of parked list --json.
-type WaitingReport struct {
-	Projection string `json:"projection"`
-	Aggregate  string `json:"aggregate"`
-	// Applied is the aggregate's applied version; it waits for
-	// MissingFrom … MissingTo.
-	Applied     int64     `json:"applied"`
-	MissingFrom int64     `json:"missing_from"`
-	MissingTo   int64     `json:"missing_to"`
-	Parked      int64     `json:"parked"`
-	MinVersion  int64     `json:"min_version"`
-	MaxVersion  int64     `json:"max_version"`
-	OldestAt    time.Time `json:"oldest_parked_at"`
-	AgeSeconds  float64   `json:"age_seconds"`
-}
-
-func waitingReport(w buffer.Waiting) WaitingReport {
-	from, to := w.Missing()
-	return WaitingReport{Projection: w.Projection, Aggregate: w.Aggregate, Applied: w.Current, MissingFrom: from, MissingTo: to,
-		Parked: w.Count, MinVersion: w.MinVersion, MaxVersion: w.MaxVersion, OldestAt: w.Oldest, AgeSeconds: since(w.Oldest).Seconds()}
 }
 
 // parkedListCmd lists the aggregates that have parked events.
@@ -357,18 +275,17 @@ delivered: try 'parked repair', then, if the versions really do not exist,
 
 // Run lists waiting aggregates.
 func (c *parkedListCmd) Run(ctx context.Context, o *parkedListOptions) error {
-	return runList(ctx, c.a, &o.opOptions, func(ctx context.Context, proc *projection.Processor) ([]buffer.Waiting, error) {
-		return proc.Buffer().Waiting(ctx, proc.Pool(), buffer.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, OlderThan: o.OlderThan, Limit: o.Limit})
-	}, listing[buffer.Waiting, WaitingReport]{
+	return runList(ctx, c.a, &o.opOptions, func(ctx context.Context, proc *projection.Processor) ([]projection.WaitingEntry, error) {
+		return proc.Waiting(ctx, projection.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, OlderThan: o.OlderThan, Limit: o.Limit})
+	}, listing[projection.WaitingEntry]{
 		headers: []string{"PROJECTION", "AGGREGATE", "APPLIED", "WAITING FOR", "PARKED", "VERSIONS", "OLDEST"},
-		report:  waitingReport,
-		cells: func(w buffer.Waiting) []any {
-			from, to := w.Missing()
+		cells: func(w projection.WaitingEntry) []any {
+			from, to := w.MissingFrom, w.MissingTo
 			missing := strconv.FormatInt(from, 10)
 			if to > from {
 				missing += "-" + strconv.FormatInt(to, 10)
 			}
-			return []any{w.Projection, w.Aggregate, w.Current, missing, w.Count, fmt.Sprintf("%d-%d", w.MinVersion, w.MaxVersion), ageOf(w.Oldest)}
+			return []any{w.Projection, w.Aggregate, w.Current, missing, w.Parked, fmt.Sprintf("%d-%d", w.MinVersion, w.MaxVersion), ageOf(w.Oldest)}
 		},
 	})
 }
@@ -386,19 +303,6 @@ func (o *parkedShowOptions) validate(args []string) error {
 		return err
 	}
 	return o.opOptions.validate()
-}
-
-// ParkedReport is one parked event of parked show --json.
-type ParkedReport struct {
-	Projection string    `json:"projection"`
-	Aggregate  string    `json:"aggregate"`
-	Applied    int64     `json:"applied"`
-	Version    int64     `json:"version"`
-	EventID    string    `json:"event_id"`
-	Type       string    `json:"type"`
-	Data       any       `json:"data"`
-	Metadata   any       `json:"metadata,omitempty"`
-	ParkedAt   time.Time `json:"parked_at"`
 }
 
 // parkedShowCmd shows one aggregate's parked events.
@@ -419,16 +323,12 @@ func (c *parkedShowCmd) command() *command {
 
 // Run shows the parked events.
 func (c *parkedShowCmd) Run(ctx context.Context, o *parkedShowOptions) error {
-	return runList(ctx, c.a, &o.opOptions, func(ctx context.Context, proc *projection.Processor) ([]buffer.Entry, error) {
-		return proc.Buffer().List(ctx, proc.Pool(), buffer.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, Limit: o.Limit})
-	}, listing[buffer.Entry, ParkedReport]{
+	return runList(ctx, c.a, &o.opOptions, func(ctx context.Context, proc *projection.Processor) ([]projection.ParkedEntry, error) {
+		return proc.Parked(ctx, projection.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, Limit: o.Limit})
+	}, listing[projection.ParkedEntry]{
 		headers: []string{"PROJECTION", "APPLIED", "VERSION", "EVENT ID", "TYPE", "PARKED", "DATA"},
-		report: func(e buffer.Entry) ParkedReport {
-			return ParkedReport{Projection: e.Projection, Aggregate: e.Aggregate, Applied: e.Current, Version: e.Version,
-				EventID: e.ID, Type: e.Type, Data: jsonData(e.Data), Metadata: jsonData(e.Metadata), ParkedAt: e.ParkedAt}
-		},
-		cells: func(e buffer.Entry) []any {
-			return []any{e.Projection, e.Current, e.Version, e.ID, e.Type, ageOf(e.ParkedAt) + " ago", e.Data}
+		cells: func(e projection.ParkedEntry) []any {
+			return []any{e.Projection, e.Current, e.Version, e.EventID, e.Type, ageOf(e.ParkedAt) + " ago", e.Data}
 		},
 		empty: fmt.Sprintf("aggregate %s has no parked events", o.Aggregate),
 	})
@@ -505,21 +405,6 @@ type ActionReport struct {
 // quarantineListOptions configures quarantine list.
 type quarantineListOptions struct{ listOptions }
 
-// QuarantineReport is one entry of quarantine list --json.
-type QuarantineReport struct {
-	Projection    string    `json:"projection"`
-	Aggregate     string    `json:"aggregate"`
-	Version       int64     `json:"version"`
-	EventID       string    `json:"event_id"`
-	Type          string    `json:"type"`
-	Data          any       `json:"data"`
-	Metadata      any       `json:"metadata,omitempty"`
-	Error         string    `json:"error"`
-	Attempts      int       `json:"attempts"`
-	QuarantinedAt time.Time `json:"quarantined_at"`
-	LastAttemptAt time.Time `json:"last_attempt_at"`
-}
-
 // quarantineListCmd lists quarantined events.
 type quarantineListCmd struct{ a *app }
 
@@ -542,13 +427,8 @@ versions park behind it until an operator retries or skips it. Read-only.`,
 func (c *quarantineListCmd) Run(ctx context.Context, o *quarantineListOptions) error {
 	return runList(ctx, c.a, &o.opOptions, func(ctx context.Context, proc *projection.Processor) ([]projection.QuarantineEntry, error) {
 		return proc.Quarantined(ctx, projection.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, Limit: o.Limit})
-	}, listing[projection.QuarantineEntry, QuarantineReport]{
+	}, listing[projection.QuarantineEntry]{
 		headers: []string{"PROJECTION", "AGGREGATE", "VERSION", "TYPE", "ATTEMPTS", "QUARANTINED", "ERROR"},
-		report: func(q projection.QuarantineEntry) QuarantineReport {
-			return QuarantineReport{Projection: q.Projection, Aggregate: q.Aggregate, Version: q.Version, EventID: q.EventID,
-				Type: q.Type, Data: jsonData(q.Data), Metadata: jsonData(q.Metadata), Error: q.Error, Attempts: q.Attempts,
-				QuarantinedAt: q.QuarantinedAt, LastAttemptAt: q.LastAttemptAt}
-		},
 		cells: func(q projection.QuarantineEntry) []any {
 			return []any{q.Projection, q.Aggregate, q.Version, q.Type, q.Attempts, ageOf(q.QuarantinedAt) + " ago", q.Error}
 		},
@@ -638,23 +518,6 @@ type conflictsListOptions struct {
 	AfterID int64
 }
 
-// ConflictReport is one entry of conflicts list --json.
-type ConflictReport struct {
-	ID              int64     `json:"id"`
-	Projection      string    `json:"projection"`
-	Aggregate       string    `json:"aggregate"`
-	Version         int64     `json:"version"`
-	ExistingState   string    `json:"existing_state"`
-	ExistingEventID string    `json:"existing_event_id"`
-	IncomingEventID string    `json:"incoming_event_id"`
-	Type            string    `json:"type"`
-	Data            any       `json:"data"`
-	Metadata        any       `json:"metadata,omitempty"`
-	Count           int64     `json:"count"`
-	FirstSeen       time.Time `json:"first_seen"`
-	LastSeen        time.Time `json:"last_seen"`
-}
-
 // conflictsListCmd lists conflicts.
 type conflictsListCmd struct{ a *app }
 
@@ -681,13 +544,8 @@ with --after-id.`,
 func (c *conflictsListCmd) Run(ctx context.Context, o *conflictsListOptions) error {
 	return runList(ctx, c.a, &o.opOptions, func(ctx context.Context, proc *projection.Processor) ([]projection.ConflictEntry, error) {
 		return proc.Conflicts(ctx, projection.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, AfterID: o.AfterID, Limit: o.Limit})
-	}, listing[projection.ConflictEntry, ConflictReport]{
+	}, listing[projection.ConflictEntry]{
 		headers: []string{"ID", "PROJECTION", "AGGREGATE", "VERSION", "HELD BY", "EXISTING ID", "INCOMING ID", "TYPE", "COUNT", "LAST SEEN"},
-		report: func(x projection.ConflictEntry) ConflictReport {
-			return ConflictReport{ID: x.ID, Projection: x.Projection, Aggregate: x.Aggregate, Version: x.Version,
-				ExistingState: x.ExistingState, ExistingEventID: x.ExistingEventID, IncomingEventID: x.IncomingEventID,
-				Type: x.Type, Data: jsonData(x.Data), Metadata: jsonData(x.Metadata), Count: x.Count, FirstSeen: x.FirstSeen, LastSeen: x.LastSeen}
-		},
 		cells: func(x projection.ConflictEntry) []any {
 			return []any{x.ID, x.Projection, x.Aggregate, x.Version, x.ExistingState, x.ExistingEventID, x.IncomingEventID, x.Type, x.Count, ageOf(x.LastSeen) + " ago"}
 		},
@@ -701,24 +559,6 @@ func (c *conflictsListCmd) Run(ctx context.Context, o *conflictsListOptions) err
 type rejectedListOptions struct {
 	listOptions
 	AfterID int64
-}
-
-// RejectedReport is one entry of rejected list --json.
-type RejectedReport struct {
-	ID         int64     `json:"id"`
-	Source     string    `json:"source"`
-	EventID    string    `json:"event_id"`
-	Aggregate  string    `json:"aggregate"`
-	Version    int64     `json:"version"`
-	Type       string    `json:"type"`
-	Data       any       `json:"data"`
-	Metadata   any       `json:"metadata,omitempty"`
-	Reason     string    `json:"reason"`
-	Error      string    `json:"error"`
-	Count      int64     `json:"count"`
-	FirstSeen  time.Time `json:"first_seen"`
-	LastSeen   time.Time `json:"last_seen"`
-	ReplayedAt time.Time `json:"replayed_at,omitzero"`
 }
 
 // rejectedListCmd lists rejected deliveries.
@@ -745,13 +585,8 @@ Read-only; page with --after-id.`,
 func (c *rejectedListCmd) Run(ctx context.Context, o *rejectedListOptions) error {
 	return runList(ctx, c.a, &o.opOptions, func(ctx context.Context, proc *projection.Processor) ([]projection.RejectedEntry, error) {
 		return proc.Rejected(ctx, projection.ListOptions{Aggregate: o.Aggregate, AfterID: o.AfterID, Limit: o.Limit})
-	}, listing[projection.RejectedEntry, RejectedReport]{
+	}, listing[projection.RejectedEntry]{
 		headers: []string{"ID", "AGGREGATE", "VERSION", "TYPE", "REASON", "COUNT", "LAST SEEN", "REPLAYED", "ERROR"},
-		report: func(r projection.RejectedEntry) RejectedReport {
-			return RejectedReport{ID: r.ID, Source: r.Source, EventID: r.EventID, Aggregate: r.Aggregate, Version: r.Version,
-				Type: r.Type, Data: jsonData(r.Data), Metadata: jsonData(r.Metadata), Reason: r.Reason, Error: r.Error, Count: r.Count,
-				FirstSeen: r.FirstSeen, LastSeen: r.LastSeen, ReplayedAt: r.ReplayedAt}
-		},
 		cells: func(r projection.RejectedEntry) []any {
 			replayed := "no"
 			if !r.ReplayedAt.IsZero() {

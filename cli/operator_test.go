@@ -111,9 +111,8 @@ func TestOperatorCommands(t *testing.T) {
 		b.process(t, authorized(t, "pay-1"), event(t, "pay-1", 2, ledger.Captured, ledger.Data{Amount: 400}),
 			event(t, "pay-2", 3, ledger.Approved, ledger.Data{}))
 
-		var rep cli.StatusReport
+		var rep projection.Status
 		b.runJSON(t, &rep, "status")
-		require.Equal(t, b.db.Schema, rep.Schema)
 		require.Len(t, rep.Projections, 2)
 		for _, p := range rep.Projections {
 			require.Equal(t, int64(2), p.Aggregates, p.Name)
@@ -136,12 +135,12 @@ func TestOperatorCommands(t *testing.T) {
 		b.process(t, authorized(t, "pay-1"), event(t, "pay-1", 4, ledger.Approved, ledger.Data{}),
 			event(t, "pay-1", 5, ledger.Voided, ledger.Data{}))
 
-		var waiting []cli.WaitingReport
+		var waiting []projection.WaitingEntry
 		b.runJSON(t, &waiting, "parked", "list", "--projection", "ledger")
 		require.Len(t, waiting, 1)
 		w := waiting[0]
 		require.Equal(t, "pay-1", w.Aggregate)
-		require.Equal(t, int64(1), w.Applied)
+		require.Equal(t, int64(1), w.Current)
 		require.Equal(t, [2]int64{2, 3}, [2]int64{w.MissingFrom, w.MissingTo})
 		require.Equal(t, int64(2), w.Parked)
 		require.Equal(t, [2]int64{4, 5}, [2]int64{w.MinVersion, w.MaxVersion})
@@ -150,12 +149,12 @@ func TestOperatorCommands(t *testing.T) {
 		require.Regexp(t, `(?m)^ledger\s+pay-1\s+1\s+2-3\s+2\s+4-5\s`, out)
 		require.Regexp(t, `(?m)^toggle\s+pay-1\s+1\s+2-3\s+2\s+4-5\s`, out)
 
-		var parked []cli.ParkedReport
+		var parked []projection.ParkedEntry
 		b.runJSON(t, &parked, "parked", "show", "pay-1", "--projection", "toggle")
 		require.Len(t, parked, 2)
 		require.Equal(t, []int64{4, 5}, []int64{parked[0].Version, parked[1].Version})
 		require.Equal(t, ledger.Voided, parked[1].Type)
-		require.Equal(t, map[string]any{}, parked[0].Data, "data is shown as JSON")
+		require.JSONEq(t, `{}`, string(parked[0].Data), "data is shown as JSON")
 
 		out = b.runOK(t, "parked", "show", "pay-nothing")
 		require.Contains(t, out, "no parked events")
@@ -191,7 +190,7 @@ func TestOperatorCommands(t *testing.T) {
 		b.process(t, authorized(t, "bad-1"), authorized(t, "pay-1"), authorized(t, "bad-2"))
 		b.process(t, event(t, "bad-1", 2, ledger.Approved, ledger.Data{}))
 
-		var qs []cli.QuarantineReport
+		var qs []projection.QuarantineEntry
 		b.runJSON(t, &qs, "quarantine", "list")
 		require.Len(t, qs, 2)
 		require.ElementsMatch(t, []string{"bad-1", "bad-2"}, []string{qs[0].Aggregate, qs[1].Aggregate})
@@ -238,7 +237,7 @@ func TestOperatorCommands(t *testing.T) {
 		b.process(t, other)
 		b.process(t, other)
 
-		var cs []cli.ConflictReport
+		var cs []projection.ConflictEntry
 		b.runJSON(t, &cs, "conflicts", "list", "--projection", "ledger")
 		require.Len(t, cs, 1)
 		c := cs[0]
@@ -246,7 +245,9 @@ func TestOperatorCommands(t *testing.T) {
 		require.Equal(t, int64(1), c.Version)
 		require.Equal(t, "applied", c.ExistingState)
 		require.Equal(t, int64(2), c.Count)
-		require.Equal(t, "mallory", c.Data.(map[string]any)["payer"])
+		var data map[string]any
+		require.NoError(t, json.Unmarshal(c.Data, &data))
+		require.Equal(t, "mallory", data["payer"])
 
 		b.runJSON(t, &cs, "conflicts", "list", "--after-id", strconv.FormatInt(c.ID, 10))
 		require.Len(t, cs, 1)
@@ -268,11 +269,11 @@ func TestOperatorCommands(t *testing.T) {
 		_, err = strict.Process(t.Context(), projection.Batch{Events: []aggregate.Event{event(t, "pay-1", 2, ledger.Approved, ledger.Data{})}, Source: "strict"})
 		require.NoError(t, err)
 
-		var rs []cli.RejectedReport
+		var rs []projection.RejectedEntry
 		b.runJSON(t, &rs, "rejected", "list")
 		require.Len(t, rs, 2)
 		require.Equal(t, "invalid_json", rs[0].Reason)
-		require.Equal(t, "{not json", rs[0].Data, "invalid data is shown as a string")
+		require.Equal(t, "{not json", string(rs[0].Data), "invalid data is shown in base64 and decoded")
 		require.Equal(t, "unknown_type", rs[1].Reason)
 		require.Equal(t, "strict", rs[1].Source)
 
@@ -293,7 +294,7 @@ func TestOperatorCommands(t *testing.T) {
 		require.Len(t, rs, 1)
 		require.False(t, rs[0].ReplayedAt.IsZero())
 
-		var rep cli.StatusReport
+		var rep projection.Status
 		b.runJSON(t, &rep, "status")
 		require.Equal(t, projection.RejectedCounts{Total: 2, Pending: 1}, rep.Rejected)
 	})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inorder/inorder/migrations"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -54,7 +55,7 @@ type dbOptions struct {
 
 func bindDB(fs *flagSet, o *dbOptions) {
 	fs.stringVar(&o.URL, "database-url", EnvDatabaseURL, "", "PostgreSQL connection `URL` (postgres://user:pass@host:5432/db?sslmode=disable); the projections' read-model tables go to its search_path")
-	fs.stringVar(&o.Schema, "schema", EnvSchema, projection.DefaultSchema, "`schema` of inorder's own tables (versions, parked, quarantine, …)")
+	fs.stringVar(&o.Schema, "schema", EnvSchema, migrations.DefaultSchema, "`schema` of inorder's own tables (versions, parked, quarantine, …)")
 }
 
 func (o *dbOptions) validate() error {

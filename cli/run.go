@@ -338,7 +338,12 @@ func (a *app) instrumentedProcessor(ctx context.Context, pool *pgxpool.Pool, o *
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	m := metrics.New(proc, mpool, &metrics.Options{Logger: logger})
+	gauges, err := projection.New(mpool, &pc, a.cfg.Projections...)
+	if err != nil {
+		mpool.Close()
+		return nil, nil, nil, fmt.Errorf("processor: %w", err)
+	}
+	m := metrics.New(proc, &metrics.Options{Logger: logger, Gauges: gauges})
 	mp.Store(m)
 	return proc, m, mpool.Close, nil
 }

@@ -64,7 +64,7 @@ func (c *serveCmd) Run(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
-	m := metrics.New(proc, nil, &metrics.Options{Logger: logger})
+	m := metrics.New(proc, &metrics.Options{Logger: logger})
 	srv, err := startHTTP(&o.http, proc, nil, m.Handler(), logger)
 	if err != nil {
 		return err

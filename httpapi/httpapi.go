@@ -26,8 +26,6 @@ const (
 	DefaultRequestTimeout = 10 * time.Second
 	// DefaultMaxBodyBytes is Options.MaxBodyBytes's default.
 	DefaultMaxBodyBytes = 8 << 10
-	// DefaultStatusEntries is Options.StatusEntries's default.
-	DefaultStatusEntries = 10
 	// DefaultLimit is the page size of a list without ?limit=.
 	DefaultLimit = projection.DefaultReadLimit
 	// MaxLimit caps ?limit=.
@@ -65,11 +63,6 @@ type Options struct {
 	// DefaultMaxBodyBytes (8 KiB).
 	MaxBodyBytes int64
 
-	// StatusEntries is how many quarantined events, conflicts and rejected
-	// deliveries /v1/status lists (their counts are always complete).
-	// Default DefaultStatusEntries (10).
-	StatusEntries int
-
 	// Logger receives request logs (debug) and internal errors (error).
 	// Default: discarded.
 	Logger *slog.Logger
@@ -95,7 +88,6 @@ func New(proc *projection.Processor, opts *Options) http.Handler {
 	o.MaxWait = min(positive(o.MaxWait, DefaultMaxWait), MaxMaxWait)
 	o.RequestTimeout = positive(o.RequestTimeout, DefaultRequestTimeout)
 	o.MaxBodyBytes = positive(o.MaxBodyBytes, DefaultMaxBodyBytes)
-	o.StatusEntries = positive(o.StatusEntries, DefaultStatusEntries)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -229,7 +221,7 @@ func (h *handler) healthz(w http.ResponseWriter, r *http.Request) {
 func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), min(readyTimeout, h.opts.RequestTimeout))
 	defer cancel()
-	if err := h.proc.Pool().Ping(ctx); err != nil {
+	if err := h.proc.Ping(ctx); err != nil {
 		h.log.WarnContext(ctx, "inorder: httpapi: database not ready", "error", err)
 		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "the database is not reachable")
 		return

@@ -464,14 +464,14 @@ func TestStatus(t *testing.T) {
 		Events: []aggregate.Event{conflict, parked, bad, invalid},
 		Source: "test",
 		BeforeCommit: func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, `INSERT INTO checkpoints (name, commit_position, prepare_position, updated_at)
-VALUES ('esdb:$all', 42, 41, now() - interval '3 seconds')`)
+			_, err := tx.Exec(ctx, `INSERT INTO checkpoints (name, position, updated_at)
+VALUES ('esdb:$all', 'C:42/P:41', now() - interval '3 seconds')`)
 			return err
 		},
 	})
 	require.NoError(t, err)
 
-	got := requireJSON[httpapi.StatusResponse](t, b.get(t, "/v1/status"))
+	got := requireJSON[projection.Status](t, b.get(t, "/v1/status"))
 	require.WithinDuration(t, time.Now(), got.Time, time.Minute)
 	require.Len(t, got.Projections, 2)
 	l, p := got.Projections[0], got.Projections[1]
@@ -488,31 +488,18 @@ VALUES ('esdb:$all', 42, 41, now() - interval '3 seconds')`)
 
 	require.Len(t, got.Checkpoints, 1)
 	require.Equal(t, "esdb:$all", got.Checkpoints[0].Name)
-	require.Equal(t, int64(42), got.Checkpoints[0].CommitPosition)
+	require.Equal(t, "C:42/P:41", got.Checkpoints[0].Position.String())
 	require.GreaterOrEqual(t, got.Checkpoints[0].AgeSeconds, 2.0)
 
-	require.Equal(t, int64(1), got.Quarantined.Count)
-	require.Len(t, got.Quarantined.Entries, 1)
-	require.Equal(t, "pay-bad", got.Quarantined.Entries[0].Aggregate)
-	require.Equal(t, int64(2), got.Conflicts.Count)
-	require.Len(t, got.Conflicts.Entries, 2)
-	require.Equal(t, "pay-000000", got.Conflicts.Entries[0].Aggregate)
-	require.Equal(t, int64(1), got.Rejected.Count)
+	require.Len(t, got.Attention.Quarantined, 1)
+	require.Equal(t, "pay-bad", got.Attention.Quarantined[0].Aggregate)
+	require.Nil(t, got.Attention.Quarantined[0].Data, "status omits payloads")
+	require.Len(t, got.Attention.Conflicts, 2)
+	require.Equal(t, "pay-000000", got.Attention.Conflicts[0].Aggregate)
+	require.Equal(t, int64(1), got.Rejected.Total)
 	require.Equal(t, int64(1), got.Rejected.Pending)
-	require.Len(t, got.Rejected.Entries, 1)
-	require.Equal(t, "test", got.Rejected.Entries[0].Source)
-
-	t.Run("EntriesAreCapped", func(t *testing.T) {
-		t.Parallel()
-		h := httpapi.New(b.proc, &httpapi.Options{StatusEntries: 1})
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/status", nil))
-		require.Equal(t, http.StatusOK, rec.Code)
-		var st httpapi.StatusResponse
-		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &st))
-		require.Equal(t, int64(2), st.Conflicts.Count)
-		require.Len(t, st.Conflicts.Entries, 1)
-	})
+	require.Len(t, got.Attention.Rejected, 1)
+	require.Equal(t, "test", got.Attention.Rejected[0].Source)
 }
 
 func TestAuth(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/inorder/inorder/projection"
 )
@@ -76,54 +75,6 @@ type ProjectionInfo struct {
 // ProjectionsResponse is the body of GET /v1/projections.
 type ProjectionsResponse struct {
 	Projections []ProjectionInfo `json:"projections"`
-}
-
-// StatusResponse is the body of GET /v1/status.
-type StatusResponse struct {
-	// Time is when the status was taken.
-	Time        time.Time          `json:"time"`
-	Projections []ProjectionLag    `json:"projections"`
-	Checkpoints []CheckpointStatus `json:"checkpoints"`
-	Quarantined QuarantineSummary  `json:"quarantined"`
-	Conflicts   ConflictSummary    `json:"conflicts"`
-	Rejected    RejectedSummary    `json:"rejected"`
-}
-
-// ProjectionLag is a projection's gate state with the age of its oldest
-// parked event.
-type ProjectionLag struct {
-	projection.ProjectionStatus
-	// OldestParkedAgeSeconds is how long the oldest parked event has waited
-	// (0 when none is parked).
-	OldestParkedAgeSeconds float64 `json:"oldest_parked_age_seconds"`
-}
-
-// CheckpointStatus is a source's checkpoint and its age.
-type CheckpointStatus struct {
-	projection.Checkpoint
-	// AgeSeconds is the time since the checkpoint was written: the
-	// source's lag while events keep flowing.
-	AgeSeconds float64 `json:"age_seconds"`
-}
-
-// QuarantineSummary counts quarantined events and lists the oldest.
-type QuarantineSummary struct {
-	Count   int64                        `json:"count"`
-	Entries []projection.QuarantineEntry `json:"entries"`
-}
-
-// ConflictSummary counts recorded conflicts and lists the first.
-type ConflictSummary struct {
-	Count   int64                      `json:"count"`
-	Entries []projection.ConflictEntry `json:"entries"`
-}
-
-// RejectedSummary counts rejected deliveries (Pending: never replayed) and
-// lists the first.
-type RejectedSummary struct {
-	Count   int64                      `json:"count"`
-	Pending int64                      `json:"pending"`
-	Entries []projection.RejectedEntry `json:"entries"`
 }
 
 // writeJSON writes v with status. v is marshalled first, so a value that

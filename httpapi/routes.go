@@ -219,7 +219,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.RequestTimeout)
 	defer cancel()
-	items, next, err := rd.List(ctx, h.proc.Pool(), lq)
+	items, next, err := h.proc.ReadList(ctx, name, lq)
 	if errors.Is(err, projection.ErrUnknownFilter) {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, "unknown filter; accepted: "+strings.Join(filters, ", "))
 		return
@@ -238,12 +238,12 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 func (h *handler) infos(ctx context.Context) ([]ProjectionInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.opts.RequestTimeout)
 	defer cancel()
-	st, err := h.proc.Status(ctx)
+	st, err := h.proc.Status(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ProjectionInfo, len(st))
-	for i, s := range st {
+	out := make([]ProjectionInfo, len(st.Projections))
+	for i, s := range st.Projections {
 		out[i] = ProjectionInfo{ProjectionStatus: s, Filters: []string{}}
 		if rd, err := h.proc.Reader(s.Name); err == nil {
 			out[i].Readable = true
@@ -298,62 +298,10 @@ func (h *handler) status(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.RequestTimeout)
 	defer cancel()
-	out, what, err := h.collectStatus(ctx)
+	st, err := h.proc.Status(ctx, nil)
 	if err != nil {
-		h.fail(w, r, what, err)
+		h.fail(w, r, "status", err)
 		return
 	}
-	h.respond(w, r, out)
-}
-
-func (h *handler) collectStatus(ctx context.Context) (*StatusResponse, string, error) {
-	now := time.Now()
-	out := &StatusResponse{Time: now.UTC()}
-	st, err := h.proc.Status(ctx)
-	if err != nil {
-		return nil, "status", err
-	}
-	out.Projections = make([]ProjectionLag, len(st))
-	for i, s := range st {
-		out.Projections[i] = ProjectionLag{ProjectionStatus: s}
-		if !s.OldestParked.IsZero() {
-			out.Projections[i].OldestParkedAgeSeconds = max(now.Sub(s.OldestParked).Seconds(), 0)
-		}
-		out.Quarantined.Count += s.Quarantined
-		out.Conflicts.Count += s.Conflicts
-	}
-	cps, err := h.proc.Checkpoints(ctx)
-	if err != nil {
-		return nil, "checkpoints", err
-	}
-	out.Checkpoints = make([]CheckpointStatus, len(cps))
-	for i, c := range cps {
-		out.Checkpoints[i] = CheckpointStatus{Checkpoint: c, AgeSeconds: c.Age.Seconds()}
-	}
-	rc, err := h.proc.CountRejected(ctx)
-	if err != nil {
-		return nil, "count rejected", err
-	}
-	out.Rejected.Count, out.Rejected.Pending = rc.Total, rc.Pending
-	lo := projection.ListOptions{Limit: h.opts.StatusEntries}
-	if out.Quarantined.Entries, err = h.proc.Quarantined(ctx, lo); err != nil {
-		return nil, "quarantined", err
-	}
-	if out.Conflicts.Entries, err = h.proc.Conflicts(ctx, lo); err != nil {
-		return nil, "conflicts", err
-	}
-	if out.Rejected.Entries, err = h.proc.Rejected(ctx, lo); err != nil {
-		return nil, "rejected", err
-	}
-	out.Quarantined.Entries = nonNil(out.Quarantined.Entries)
-	out.Conflicts.Entries = nonNil(out.Conflicts.Entries)
-	out.Rejected.Entries = nonNil(out.Rejected.Entries)
-	return out, "", nil
-}
-
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
+	h.respond(w, r, st)
 }

@@ -10,7 +10,7 @@
 //	cfg := &projection.Config{OnBatch: func(b projection.BatchInfo) { m.ObserveBatch(b) }}
 //	proc, err := projection.New(pool, cfg, ledger.New(nil))
 //	...
-//	m = metrics.New(proc, pool, nil)
+//	m = metrics.New(proc, nil)
 //	mux.Handle("GET /metrics", m.Handler())
 //
 // ObserveBatch on a nil *Metrics does nothing, so batches processed before m
@@ -44,7 +44,6 @@
 //	inorder_rejected_pending                        rejected deliveries never replayed
 //	inorder_checkpoint_age_seconds{checkpoint}      seconds since the checkpoint was written:
 //	                                                the source's lag while events keep flowing
-//	inorder_checkpoint_position{checkpoint}         the checkpoint's commit position
 //	inorder_status_up                               1 if the last database read succeeded, else 0
 //
 // plus the Go runtime and process collectors unless Options.NoRuntime.

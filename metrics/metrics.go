@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -46,6 +44,11 @@ type Options struct {
 	NoRuntime bool
 	// Logger receives failed database reads (warn). Default: discarded.
 	Logger *slog.Logger
+	// Gauges, if set, is the processor the gauges are read through (it
+	// must have the same projections): one on a small pool of its own keeps
+	// scrapes off the workers' connections. Default: the processor given
+	// to New.
+	Gauges *projection.Processor
 }
 
 // Metrics is a processor's metrics on a private registry. Its methods are
@@ -57,10 +60,9 @@ type Metrics struct {
 	batchRetries  prometheus.Counter
 }
 
-// New returns the metrics of proc. The gauges read inorder's tables in
-// proc.Schema() through pool — a small pool of its own keeps scrapes off the
-// workers' connections — or proc.Pool() when pool is nil.
-func New(proc *projection.Processor, pool *pgxpool.Pool, opts *Options) *Metrics {
+// New returns the metrics of proc: its counts, and gauges read from the
+// database through proc (Processor.Status) or Options.Gauges.
+func New(proc *projection.Processor, opts *Options) *Metrics {
 	if opts == nil {
 		opts = &Options{}
 	}
@@ -75,9 +77,6 @@ func New(proc *projection.Processor, pool *pgxpool.Pool, opts *Options) *Metrics
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if pool == nil {
-		pool = proc.Pool()
 	}
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
@@ -100,7 +99,7 @@ func New(proc *projection.Processor, pool *pgxpool.Pool, opts *Options) *Metrics
 	m.batchDuration.WithLabelValues("ok")
 	m.batchDuration.WithLabelValues("error")
 	m.reg.MustRegister(m.batchDuration, m.batchEvents, m.batchRetries,
-		newCountsCollector(proc, o.Namespace), newDBCollector(proc, pool, o))
+		newCountsCollector(proc, o.Namespace), newDBCollector(cmp.Or(o.Gauges, proc), o))
 	if !o.NoRuntime {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -174,18 +173,15 @@ func (c *countsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// dbCollector exposes gauges read from the database, cached for a while.
-// Its queries touch only the small tables (parked, quarantine, conflicts,
-// rejected, checkpoints), never the versions table, so a scrape stays cheap
-// however many aggregates there are.
+// dbCollector exposes gauges read from the database (Processor.Status
+// without totals: it never counts the versions table, so a scrape stays
+// cheap however many aggregates there are), cached for a while.
 type dbCollector struct {
-	proc  *projection.Processor
-	pool  *pgxpool.Pool
-	opts  Options
-	query struct{ parked, quarantined, conflicts, rejected, checkpoints string }
+	proc *projection.Processor
+	opts Options
 
 	parked, parkedAggs, parkedAge, quarantined, conflicts *prometheus.Desc
-	rejected, cpAge, cpPosition, up                       *prometheus.Desc
+	rejected, cpAge, up                                   *prometheus.Desc
 
 	mu   sync.Mutex // serialises refreshes; guards snap
 	snap *snapshot
@@ -193,58 +189,33 @@ type dbCollector struct {
 
 // snapshot is one database read; ages are as of at.
 type snapshot struct {
-	at          time.Time
-	err         error
-	projections map[string]*projGauges
-	rejected    int64
-	checkpoints []checkpointGauges
+	at     time.Time
+	err    error
+	status projection.Status
 }
 
-type projGauges struct {
-	parked, parkedAggs, quarantined, conflicts int64
-	parkedAge                                  float64
-}
-
-type checkpointGauges struct {
-	name     string
-	position int64
-	age      float64
-}
-
-func newDBCollector(proc *projection.Processor, pool *pgxpool.Pool, o Options) *dbCollector {
+func newDBCollector(proc *projection.Processor, o Options) *dbCollector {
 	ns := o.Namespace
 	d := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(ns+"_"+name, help, labels, nil)
 	}
-	c := &dbCollector{
+	return &dbCollector{
 		proc:        proc,
-		pool:        pool,
 		opts:        o,
 		parked:      d("parked_events", "Parked events waiting for their predecessors.", "projection"),
 		parkedAggs:  d("parked_aggregates", "Aggregates with parked events.", "projection"),
 		parkedAge:   d("parked_oldest_age_seconds", "Age of the oldest parked event; 0 when none is parked.", "projection"),
 		quarantined: d("quarantined_events", "Quarantined events waiting for an operator.", "projection"),
-		conflicts:   d("conflicts", "Recorded conflicts (distinct conflicting events).", "projection"),
+		conflicts:   d("conflicts", "Recorded conflicts no operator acknowledged (distinct conflicting events).", "projection"),
 		rejected:    d("rejected_pending", "Rejected deliveries never replayed."),
 		cpAge:       d("checkpoint_age_seconds", "Seconds since the source's checkpoint was written: its lag while events keep flowing.", "checkpoint"),
-		cpPosition:  d("checkpoint_position", "The checkpoint's commit position.", "checkpoint"),
 		up:          d("status_up", "1 if the last read of the gate state from the database succeeded, else 0."),
 	}
-	t := func(name string) string { return pgx.Identifier{proc.Schema(), name}.Sanitize() }
-	c.query.parked = `SELECT projection, count(*), count(DISTINCT aggregate),
-  greatest(extract(epoch FROM clock_timestamp() - min(parked_at)), 0)::float8
-FROM ` + t("parked") + ` WHERE projection = ANY($1) GROUP BY projection`
-	c.query.quarantined = `SELECT projection, count(*) FROM ` + t("quarantine") + ` WHERE projection = ANY($1) GROUP BY projection`
-	c.query.conflicts = `SELECT projection, count(*) FROM ` + t("conflicts") + ` WHERE projection = ANY($1) GROUP BY projection`
-	c.query.rejected = `SELECT count(*) FROM ` + t("rejected") + ` WHERE replayed_at IS NULL`
-	c.query.checkpoints = `SELECT name, commit_position, greatest(extract(epoch FROM clock_timestamp() - updated_at), 0)::float8
-FROM ` + t("checkpoints") + ` ORDER BY name COLLATE "C"`
-	return c
 }
 
 // Describe implements prometheus.Collector.
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.parked, c.parkedAggs, c.parkedAge, c.quarantined, c.conflicts, c.rejected, c.cpAge, c.cpPosition, c.up} {
+	for _, d := range []*prometheus.Desc{c.parked, c.parkedAggs, c.parkedAge, c.quarantined, c.conflicts, c.rejected, c.cpAge, c.up} {
 		ch <- d
 	}
 }
@@ -259,22 +230,20 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
 	// Ages keep growing while a snapshot is reused.
 	since := time.Since(s.at).Seconds()
-	for _, name := range c.proc.Projections() {
-		g := s.projections[name]
+	for _, g := range s.status.Projections {
 		age := 0.0
-		if g.parked > 0 {
-			age = g.parkedAge + since
+		if g.Parked > 0 {
+			age = g.OldestParkedAge.Seconds() + since
 		}
-		ch <- prometheus.MustNewConstMetric(c.parked, prometheus.GaugeValue, float64(g.parked), name)
-		ch <- prometheus.MustNewConstMetric(c.parkedAggs, prometheus.GaugeValue, float64(g.parkedAggs), name)
-		ch <- prometheus.MustNewConstMetric(c.parkedAge, prometheus.GaugeValue, age, name)
-		ch <- prometheus.MustNewConstMetric(c.quarantined, prometheus.GaugeValue, float64(g.quarantined), name)
-		ch <- prometheus.MustNewConstMetric(c.conflicts, prometheus.GaugeValue, float64(g.conflicts), name)
+		ch <- prometheus.MustNewConstMetric(c.parked, prometheus.GaugeValue, float64(g.Parked), g.Name)
+		ch <- prometheus.MustNewConstMetric(c.parkedAggs, prometheus.GaugeValue, float64(g.ParkedAggregates), g.Name)
+		ch <- prometheus.MustNewConstMetric(c.parkedAge, prometheus.GaugeValue, age, g.Name)
+		ch <- prometheus.MustNewConstMetric(c.quarantined, prometheus.GaugeValue, float64(g.Quarantined), g.Name)
+		ch <- prometheus.MustNewConstMetric(c.conflicts, prometheus.GaugeValue, float64(g.Conflicts), g.Name)
 	}
-	ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.GaugeValue, float64(s.rejected))
-	for _, cp := range s.checkpoints {
-		ch <- prometheus.MustNewConstMetric(c.cpAge, prometheus.GaugeValue, cp.age+since, cp.name)
-		ch <- prometheus.MustNewConstMetric(c.cpPosition, prometheus.GaugeValue, float64(cp.position), cp.name)
+	ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.GaugeValue, float64(s.status.Rejected.Pending))
+	for _, cp := range s.status.Checkpoints {
+		ch <- prometheus.MustNewConstMetric(c.cpAge, prometheus.GaugeValue, cp.Age.Seconds()+since, cp.Name)
 	}
 }
 
@@ -288,49 +257,8 @@ func (c *dbCollector) read() *snapshot {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.QueryTimeout)
 	defer cancel()
-	s := &snapshot{at: time.Now(), projections: map[string]*projGauges{}}
-	names := c.proc.Projections()
-	for _, n := range names {
-		s.projections[n] = &projGauges{}
-	}
-	perProjection := func(set func(g *projGauges, n int64)) func(pgx.Rows) error {
-		return func(rows pgx.Rows) error {
-			var name string
-			var n int64
-			_, err := pgx.ForEachRow(rows, []any{&name, &n}, func() error {
-				if g := s.projections[name]; g != nil {
-					set(g, n)
-				}
-				return nil
-			})
-			return err
-		}
-	}
-	b := &pgx.Batch{}
-	b.Queue(c.query.parked, names).Query(func(rows pgx.Rows) error {
-		var name string
-		var n, aggs int64
-		var age float64
-		_, err := pgx.ForEachRow(rows, []any{&name, &n, &aggs, &age}, func() error {
-			if g := s.projections[name]; g != nil {
-				g.parked, g.parkedAggs, g.parkedAge = n, aggs, age
-			}
-			return nil
-		})
-		return err
-	})
-	b.Queue(c.query.quarantined, names).Query(perProjection(func(g *projGauges, n int64) { g.quarantined = n }))
-	b.Queue(c.query.conflicts, names).Query(perProjection(func(g *projGauges, n int64) { g.conflicts = n }))
-	b.Queue(c.query.rejected).QueryRow(func(row pgx.Row) error { return row.Scan(&s.rejected) })
-	b.Queue(c.query.checkpoints).Query(func(rows pgx.Rows) error {
-		var cp checkpointGauges
-		_, err := pgx.ForEachRow(rows, []any{&cp.name, &cp.position, &cp.age}, func() error {
-			s.checkpoints = append(s.checkpoints, cp)
-			return nil
-		})
-		return err
-	})
-	s.err = c.pool.SendBatch(ctx, b).Close()
+	s := &snapshot{at: time.Now()}
+	s.status, s.err = c.proc.Status(ctx, &projection.StatusOptions{NoTotals: true, Entries: -1})
 	if s.err != nil {
 		c.opts.Logger.WarnContext(ctx, "inorder: metrics: read gate state", "error", s.err)
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -18,6 +19,46 @@ import (
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/migrations"
 )
+
+// embedded returns the embedded migration files of versions up to upTo (all
+// of them when upTo is 0), and their versions and names in order.
+func embedded(t *testing.T, upTo int) (fstest.MapFS, []int, []string) {
+	t.Helper()
+	entries, err := os.ReadDir("sql")
+	require.NoError(t, err)
+	fsys := fstest.MapFS{}
+	var versions []int
+	var names []string
+	for _, e := range entries {
+		var v int
+		var rest string
+		_, err := fmt.Sscanf(e.Name(), "%03d_%s", &v, &rest)
+		require.NoError(t, err, e.Name())
+		if upTo > 0 && v > upTo {
+			continue
+		}
+		body, err := os.ReadFile("sql/" + e.Name())
+		require.NoError(t, err)
+		fsys[e.Name()] = &fstest.MapFile{Data: body}
+		if name, ok := strings.CutSuffix(rest, ".up.sql"); ok {
+			versions, names = append(versions, v), append(names, name)
+		}
+	}
+	return fsys, versions, names
+}
+
+// allVersions returns the versions of every embedded migration, ascending.
+func allVersions(t *testing.T) []int {
+	_, vs, _ := embedded(t, 0)
+	return vs
+}
+
+// reversed returns a reversed copy of vs.
+func reversed(vs []int) []int {
+	out := slices.Clone(vs)
+	slices.Reverse(out)
+	return out
+}
 
 var coreTables = []string{
 	"applied", "applied_log", "checkpoints", "conflicts", "operator_log", "parked",
@@ -34,9 +75,10 @@ func TestMigrateAndRerun(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, migrations.Up, res.Direction)
 	require.False(t, res.DryRun)
-	require.Equal(t, []int{1, 2}, res.Versions())
+	require.Equal(t, allVersions(t), res.Versions())
 	require.Equal(t, "init", res.Steps[0].Name)
 	require.Equal(t, "applied_in_versions", res.Steps[1].Name)
+	require.Equal(t, "operations", res.Steps[2].Name)
 	require.Positive(t, res.Steps[0].Duration)
 	require.Equal(t, coreTables, tables(t, db.Pool, db.Schema))
 
@@ -70,7 +112,7 @@ func TestDryRun(t *testing.T) {
 	res, err := newMigrator(t, db.Pool, schema, true).Migrate(ctx)
 	require.NoError(t, err)
 	require.True(t, res.DryRun)
-	require.Equal(t, []int{1, 2}, res.Versions())
+	require.Equal(t, allVersions(t), res.Versions())
 	require.Zero(t, res.Steps[0].Duration)
 	var exists bool
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists))
@@ -82,9 +124,9 @@ func TestDryRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, res.Steps)
 
-	res, err = newMigrator(t, db.Pool, schema, true).Rollback(ctx, 2)
+	res, err = newMigrator(t, db.Pool, schema, true).Rollback(ctx, len(allVersions(t)))
 	require.NoError(t, err)
-	require.Equal(t, []int{2, 1}, res.Versions())
+	require.Equal(t, reversed(allVersions(t)), res.Versions())
 	require.Equal(t, coreTables, tables(t, db.Pool, schema), "a dry rollback drops nothing")
 }
 
@@ -96,16 +138,22 @@ func TestStatus(t *testing.T) {
 
 	st, err := m.Status(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []migrations.Status{{Version: 1, Name: "init"}, {Version: 2, Name: "applied_in_versions"}}, st)
+	_, versions, names := embedded(t, 0)
+	var want []migrations.Status
+	for i, v := range versions {
+		want = append(want, migrations.Status{Version: v, Name: names[i]})
+	}
+	require.Equal(t, want, st)
 
 	before := time.Now()
 	_, err = m.Migrate(ctx)
 	require.NoError(t, err)
 	st, err = m.Status(ctx)
 	require.NoError(t, err)
-	require.Len(t, st, 2)
-	require.True(t, st[0].Applied)
-	require.True(t, st[1].Applied)
+	require.Len(t, st, len(versions))
+	for _, s := range st {
+		require.True(t, s.Applied, s.Name)
+	}
 	require.False(t, st[0].Unknown)
 	require.WithinDuration(t, before, st[0].AppliedAt, time.Minute)
 }
@@ -124,10 +172,10 @@ func TestRollback(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, res.Steps)
 
-	res, err = m.Rollback(ctx, 5)
+	res, err = m.Rollback(ctx, 99)
 	require.NoError(t, err)
 	require.Equal(t, migrations.Down, res.Direction)
-	require.Equal(t, []int{2, 1}, res.Versions())
+	require.Equal(t, reversed(allVersions(t)), res.Versions())
 	require.Equal(t, []string{"schema_migrations"}, tables(t, db.Pool, db.Schema))
 	st, err := m.Status(ctx)
 	require.NoError(t, err)
@@ -139,7 +187,7 @@ func TestRollback(t *testing.T) {
 
 	res, err = m.Migrate(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 2}, res.Versions(), "rolled back migrations apply again")
+	require.Equal(t, allVersions(t), res.Versions(), "rolled back migrations apply again")
 }
 
 func TestDatabaseAhead(t *testing.T) {
@@ -160,10 +208,11 @@ func TestDatabaseAhead(t *testing.T) {
 
 	st, err := m.Status(ctx)
 	require.NoError(t, err)
-	require.Len(t, st, 3)
-	require.Equal(t, 999, st[2].Version)
-	require.True(t, st[2].Unknown)
-	require.True(t, st[2].Applied)
+	n := len(allVersions(t))
+	require.Len(t, st, n+1)
+	require.Equal(t, 999, st[n].Version)
+	require.True(t, st[n].Unknown)
+	require.True(t, st[n].Applied)
 }
 
 func TestConcurrentMigrate(t *testing.T) {
@@ -210,11 +259,11 @@ func TestConcurrentMigrate(t *testing.T) {
 		applied = append(applied, res.Versions()...)
 	}
 	slices.Sort(applied)
-	require.Equal(t, []int{1, 2}, applied, "exactly one migrator applies each version")
+	require.Equal(t, allVersions(t), applied, "exactly one migrator applies each version")
 
 	var n int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "schema_migrations"}.Sanitize()).Scan(&n))
-	require.Equal(t, 2, n)
+	require.Equal(t, len(allVersions(t)), n)
 }
 
 func TestMigrateTx(t *testing.T) {
@@ -230,7 +279,7 @@ func TestMigrateTx(t *testing.T) {
 	require.NoError(t, err)
 	res, err := m.MigrateTx(ctx, tx)
 	require.NoError(t, err)
-	require.Equal(t, []int{1, 2}, res.Versions())
+	require.Equal(t, allVersions(t), res.Versions())
 	var path string
 	require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('search_path')").Scan(&path))
 	require.Equal(t, db.Schema, path, "MigrateTx restores the search_path")
@@ -323,12 +372,7 @@ func TestAppliedInVersions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	only001 := fstest.MapFS{}
-	for _, name := range []string{"001_init.up.sql", "001_init.down.sql"} {
-		body, err := os.ReadFile("sql/" + name)
-		require.NoError(t, err)
-		only001[name] = &fstest.MapFile{Data: body}
-	}
+	only001, _, _ := embedded(t, 1)
 	old, err := migrations.NewWithFS(db.Pool, &migrations.Options{Schema: db.Schema}, only001)
 	require.NoError(t, err)
 	_, err = old.Migrate(ctx)
@@ -338,7 +382,9 @@ func TestAppliedInVersions(t *testing.T) {
 INSERT INTO applied (projection, aggregate, version, event_id, hash) VALUES ('p', 'a', 1, 'a:1', '\x01'), ('p', 'a', 2, 'a:2', '\x02')`)
 	require.NoError(t, err)
 
-	m := newMigrator(t, db.Pool, db.Schema, false)
+	upTo002, _, _ := embedded(t, 2)
+	m, err := migrations.NewWithFS(db.Pool, &migrations.Options{Schema: db.Schema}, upTo002)
+	require.NoError(t, err)
 	res, err := m.Migrate(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []int{2}, res.Versions())
@@ -372,4 +418,63 @@ INSERT INTO applied (projection, aggregate, version, event_id, hash) VALUES ('p'
 	require.NoError(t, err)
 	require.Equal(t, []int{2}, res.Versions())
 	require.Equal(t, want, entries("applied"), "the down migration moves the rows' logs into applied")
+}
+
+// TestOperationsMigration covers migration 003: checkpoints' EventStoreDB
+// positions become the opaque position C:<commit>/P:<prepare> (zero-padded,
+// so byte order is stream order) and back; conflicts gain an
+// acknowledgement; rejected deliveries gain their raw bytes.
+func TestOperationsMigration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	upTo002, _, _ := embedded(t, 2)
+	old, err := migrations.NewWithFS(db.Pool, &migrations.Options{Schema: db.Schema}, upTo002)
+	require.NoError(t, err)
+	_, err = old.Migrate(ctx)
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO checkpoints (name, commit_position, prepare_position)
+VALUES ('a', 1234, 1230), ('b', 9000000000000000000, 7)`)
+	require.NoError(t, err)
+
+	upTo003, _, _ := embedded(t, 3)
+	m, err := migrations.NewWithFS(db.Pool, &migrations.Options{Schema: db.Schema}, upTo003)
+	require.NoError(t, err)
+	_, err = m.Migrate(ctx)
+	require.NoError(t, err)
+	positions := func() map[string]string {
+		t.Helper()
+		rows, err := db.Pool.Query(ctx, `SELECT name, convert_from(position, 'UTF8') FROM checkpoints`)
+		require.NoError(t, err)
+		out := map[string]string{}
+		var n, p string
+		_, err = pgx.ForEachRow(rows, []any{&n, &p}, func() error { out[n] = p; return nil })
+		require.NoError(t, err)
+		return out
+	}
+	require.Equal(t, map[string]string{
+		"a": "C:00000000000000001234/P:00000000000000001230",
+		"b": "C:09000000000000000000/P:00000000000000000007",
+	}, positions())
+	_, err = db.Pool.Exec(ctx, `UPDATE conflicts SET acked_at = now(), ack_reason = 'x';
+SELECT raw_event_id, raw_aggregate, raw_type FROM rejected`)
+	require.NoError(t, err)
+
+	_, err = db.Pool.Exec(ctx, `INSERT INTO checkpoints (name, position) VALUES ('other', '\x0102')`)
+	require.NoError(t, err)
+	res, err := m.Rollback(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, []int{3}, res.Versions())
+	rows, err := db.Pool.Query(ctx, `SELECT name, commit_position, prepare_position FROM checkpoints ORDER BY name`)
+	require.NoError(t, err)
+	type cp struct {
+		name    string
+		commit  int64
+		prepare int64
+	}
+	var got []cp
+	var c cp
+	_, err = pgx.ForEachRow(rows, []any{&c.name, &c.commit, &c.prepare}, func() error { got = append(got, c); return nil })
+	require.NoError(t, err)
+	require.Equal(t, []cp{{"a", 1234, 1230}, {"b", 9000000000000000000, 7}, {"other", 0, 0}}, got)
 }

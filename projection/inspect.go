@@ -1,25 +1,28 @@
 package projection
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder/inorder/buffer"
 )
 
 // This file holds the processor's read-only operator views: what the CLI's
-// status, quarantine, conflicts and rejected commands and the HTTP status
-// endpoint show. Parked events are listed by the processor's [Processor.Buffer]
-// (buffer.Buffer.List and Waiting).
+// status, parked, quarantine, conflicts, rejected and oplog commands, the
+// HTTP API and the metrics show. They return the view types of views.go.
 
 // DefaultListLimit is the number of rows a listing returns when
 // ListOptions.Limit is not positive.
 const DefaultListLimit = 100
 
 // ListOptions filters and pages the operator listings. The zero value lists
-// the first DefaultListLimit rows of every projection.
+// the first DefaultListLimit rows of every projection, payloads included.
 type ListOptions struct {
 	// Projection, when set, restricts the listing to one projection, which
 	// must be one of the processor's (else ErrUnknownProjection). Rejected
@@ -29,11 +32,28 @@ type ListOptions struct {
 	Aggregate string
 	// Limit caps the rows returned; default DefaultListLimit.
 	Limit int
-	// AfterID pages through listings whose rows have ids (conflicts and
-	// rejected deliveries, ordered by id): only rows with a larger id are
-	// returned. Pass the last id of the previous page. The quarantine has no
-	// ids and ignores it.
+	// AfterID pages through listings whose rows have ids (conflicts,
+	// rejected deliveries and the operator log, ordered by id): only rows
+	// with a larger id are returned. Pass the last id of the previous page.
+	// The other listings ignore it.
 	AfterID int64
+	// OlderThan, when positive, keeps only parked events (Parked, Waiting)
+	// parked at least that long ago.
+	OlderThan time.Duration
+	// After pages through listings ordered by aggregate id (Aggregates,
+	// AppliedLog): only aggregates whose id sorts after it in byte order
+	// are listed. Pass the last aggregate of the previous page (for
+	// AppliedLog, whose page may end inside an aggregate, drop that
+	// aggregate's entries and pass the one before it).
+	After string
+	// Action, when set, restricts the operator log to one action.
+	Action string
+	// Open, when set, leaves acknowledged conflicts out of Conflicts and
+	// replayed deliveries out of Rejected.
+	Open bool
+	// OmitPayloads leaves events' data and metadata out (nil): for
+	// summaries, which must stay small whatever was delivered.
+	OmitPayloads bool
 }
 
 func (o ListOptions) limit() int {
@@ -57,82 +77,166 @@ func (p *Processor) checkFilter(opts ListOptions) error {
 // table returns the qualified name of one of inorder's tables.
 func (p *Processor) table(name string) string { return pgx.Identifier{p.cfg.Schema, name}.Sanitize() }
 
-// ProjectionStatus summarises the gate state of one projection.
-type ProjectionStatus struct {
-	// Name is the projection's name.
-	Name string `json:"name"`
-	// Aggregates counts the projection's version rows: every aggregate it
-	// has seen, applied or not.
-	Aggregates int64 `json:"aggregates"`
-	// Events is the sum of the applied versions: the events applied (or
-	// skipped by an operator) over all aggregates.
-	Events int64 `json:"events"`
-	// Parked counts parked events, ParkedAggregates the aggregates that have
-	// some, and OldestParked is when the oldest of them was parked (zero if
-	// none).
-	Parked           int64     `json:"parked"`
-	ParkedAggregates int64     `json:"parked_aggregates"`
-	OldestParked     time.Time `json:"oldest_parked,omitzero"`
-	// Quarantined counts quarantined events (at most one per aggregate).
-	Quarantined int64 `json:"quarantined"`
-	// Conflicts counts recorded conflicts: distinct conflicting events, not
-	// their deliveries.
-	Conflicts int64 `json:"conflicts"`
+// StatusOptions configures Processor.Status. A nil *StatusOptions is valid.
+type StatusOptions struct {
+	// NoTotals leaves ProjectionStatus.Aggregates and Events at zero: they
+	// count the projection's aggregates, which is slow on large read models
+	// and not what frequent callers (metrics scrapes) need.
+	NoTotals bool
+	// Entries is how many entries of each kind Status.Attention lists.
+	// Default StatusEntries; negative lists none (the slices are empty).
+	Entries int
 }
 
-// Status returns one row per projection of the processor, in the order of
-// Processor.Projections, including projections that have seen nothing yet.
-func (p *Processor) Status(ctx context.Context) ([]ProjectionStatus, error) {
-	sql := `SELECT n.name, coalesce(v.aggs, 0), coalesce(v.events, 0),
-  coalesce(pk.events, 0), coalesce(pk.aggs, 0), pk.oldest,
-  coalesce(q.n, 0), coalesce(c.n, 0)
-FROM unnest($1::text[]) WITH ORDINALITY AS n(name, ord)
-LEFT JOIN (SELECT projection, count(*) AS aggs, sum(version)::bigint AS events
-  FROM ` + p.table("versions") + ` WHERE projection = ANY($1) GROUP BY projection) v ON v.projection = n.name
-LEFT JOIN (SELECT projection, count(*) AS events, count(DISTINCT aggregate) AS aggs, min(parked_at) AS oldest
-  FROM ` + p.table("parked") + ` WHERE projection = ANY($1) GROUP BY projection) pk ON pk.projection = n.name
-LEFT JOIN (SELECT projection, count(*) AS n
-  FROM ` + p.table("quarantine") + ` WHERE projection = ANY($1) GROUP BY projection) q ON q.projection = n.name
-LEFT JOIN (SELECT projection, count(*) AS n
-  FROM ` + p.table("conflicts") + ` WHERE projection = ANY($1) GROUP BY projection) c ON c.projection = n.name
-ORDER BY n.ord`
-	rows, err := p.pool.Query(ctx, sql, p.Projections())
-	if err != nil {
-		return nil, fmt.Errorf("projection: status: %w", err)
+// Status returns the operator summary: one entry per projection of the
+// processor (including those that have seen nothing yet), the checkpoints
+// and the rejected counts, read in one snapshot, and the oldest entries
+// that wait for an operator.
+func (p *Processor) Status(ctx context.Context, opts *StatusOptions) (Status, error) {
+	if opts == nil {
+		opts = &StatusOptions{}
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ProjectionStatus, error) {
-		var s ProjectionStatus
-		var oldest *time.Time
-		err := row.Scan(&s.Name, &s.Aggregates, &s.Events, &s.Parked, &s.ParkedAggregates, &oldest, &s.Quarantined, &s.Conflicts)
-		if oldest != nil {
-			s.OldestParked = *oldest
-		}
-		return s, err
+	var st Status
+	err := pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(`SELECT now()`).QueryRow(func(row pgx.Row) error { return row.Scan(&st.Time) })
+		b.Queue(`SELECT n.name, coalesce(v.aggs, 0), coalesce(v.events, 0),
+  coalesce(pk.events, 0), coalesce(pk.aggs, 0), pk.oldest,
+  coalesce(q.n, 0), coalesce(c.open, 0), coalesce(c.acked, 0)
+FROM unnest($1::text[]) WITH ORDINALITY AS n(name, ord)
+LEFT JOIN (SELECT projection, count(*) AS aggs,
+    least(sum(version::numeric), $2::numeric)::bigint AS events
+  FROM `+p.table("versions")+` WHERE projection = ANY($1) AND NOT $3 GROUP BY projection) v ON v.projection = n.name
+LEFT JOIN (SELECT projection, count(*) AS events, count(DISTINCT aggregate) AS aggs, min(parked_at) AS oldest
+  FROM `+p.table("parked")+` WHERE projection = ANY($1) GROUP BY projection) pk ON pk.projection = n.name
+LEFT JOIN (SELECT projection, count(*) AS n
+  FROM `+p.table("quarantine")+` WHERE projection = ANY($1) GROUP BY projection) q ON q.projection = n.name
+LEFT JOIN (SELECT projection, count(*) FILTER (WHERE acked_at IS NULL) AS open,
+    count(*) FILTER (WHERE acked_at IS NOT NULL) AS acked
+  FROM `+p.table("conflicts")+` WHERE projection = ANY($1) GROUP BY projection) c ON c.projection = n.name
+ORDER BY n.ord`, p.Projections(), int64(math.MaxInt64), opts.NoTotals).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var s ProjectionStatus
+				var oldest *time.Time
+				if err := rows.Scan(&s.Name, &s.Aggregates, &s.Events, &s.Parked, &s.ParkedAggregates, &oldest,
+					&s.Quarantined, &s.Conflicts, &s.ConflictsAcknowledged); err != nil {
+					return err
+				}
+				if oldest != nil {
+					s.OldestParked = *oldest
+				}
+				st.Projections = append(st.Projections, s)
+			}
+			return rows.Err()
+		})
+		b.Queue(`SELECT count(*), count(*) FILTER (WHERE replayed_at IS NULL) FROM ` + p.table("rejected")).
+			QueryRow(func(row pgx.Row) error { return row.Scan(&st.Rejected.Total, &st.Rejected.Pending) })
+		queueCheckpoints(b, p.table("checkpoints"), &st.Checkpoints)
+		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
-		return nil, fmt.Errorf("projection: status: %w", err)
+		return Status{}, fmt.Errorf("projection: status: %w", err)
+	}
+	for i := range st.Projections {
+		if s := &st.Projections[i]; !s.OldestParked.IsZero() {
+			s.OldestParkedAge = max(st.Time.Sub(s.OldestParked), 0)
+			s.OldestParkedAgeSeconds = s.OldestParkedAge.Seconds()
+		}
+	}
+	if opts.Entries >= 0 {
+		lo := ListOptions{Limit: cmp.Or(opts.Entries, StatusEntries), Open: true, OmitPayloads: true}
+		if st.Attention.Quarantined, err = p.Quarantined(ctx, lo); err != nil {
+			return Status{}, err
+		}
+		if st.Attention.Conflicts, err = p.Conflicts(ctx, lo); err != nil {
+			return Status{}, err
+		}
+		if st.Attention.Rejected, err = p.Rejected(ctx, lo); err != nil {
+			return Status{}, err
+		}
+	}
+	st.Attention.Quarantined = nonNil(st.Attention.Quarantined)
+	st.Attention.Conflicts = nonNil(st.Attention.Conflicts)
+	st.Attention.Rejected = nonNil(st.Attention.Rejected)
+	st.Checkpoints = nonNil(st.Checkpoints)
+	return st, nil
+}
+
+func queueCheckpoints(b *pgx.Batch, table string, into *[]Checkpoint) {
+	b.Queue(`SELECT name, position, updated_at, greatest(extract(epoch FROM clock_timestamp() - updated_at), 0)::float8
+FROM ` + table + ` ORDER BY name COLLATE "C"`).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var c Checkpoint
+			var age float64
+			if err := rows.Scan(&c.Name, &c.Position, &c.UpdatedAt, &age); err != nil {
+				return err
+			}
+			c.Age, c.AgeSeconds = time.Duration(age*float64(time.Second)), age
+			*into = append(*into, c)
+		}
+		return rows.Err()
+	})
+}
+
+// Checkpoints lists the sources' checkpoints by name.
+func (p *Processor) Checkpoints(ctx context.Context) ([]Checkpoint, error) {
+	var out []Checkpoint
+	b := &pgx.Batch{}
+	queueCheckpoints(b, p.table("checkpoints"), &out)
+	if err := p.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("projection: checkpoints: %w", err)
 	}
 	return out, nil
 }
 
-// QuarantineEntry is a quarantined event: the one event of an aggregate
-// whose handler failed for good, with the last error.
-type QuarantineEntry struct {
-	Projection string `json:"projection"`
-	Aggregate  string `json:"aggregate"`
-	Version    int64  `json:"version"`
-	// EventID is the event's stable id.
-	EventID  string `json:"event_id"`
-	Type     string `json:"type"`
-	Data     []byte `json:"data"`
-	Metadata []byte `json:"metadata,omitempty"`
-	// Error is the handler's last error.
-	Error string `json:"error"`
-	// Attempts counts the handler calls that failed on the event, operator
-	// retries included.
-	Attempts      int       `json:"attempts"`
-	QuarantinedAt time.Time `json:"quarantined_at"`
-	LastAttemptAt time.Time `json:"last_attempt_at"`
+// Parked lists parked events, the longest parked first.
+func (p *Processor) Parked(ctx context.Context, opts ListOptions) ([]ParkedEntry, error) {
+	if err := p.checkFilter(opts); err != nil {
+		return nil, err
+	}
+	es, err := p.buf.List(ctx, p.pool, p.bufferOptions(opts))
+	if err != nil {
+		return nil, fmt.Errorf("projection: %w", err)
+	}
+	out := make([]ParkedEntry, len(es))
+	for i, e := range es {
+		out[i] = ParkedEntry{Projection: e.Projection, Aggregate: e.Aggregate, Version: e.Version, EventID: e.StableID(),
+			Type: e.Type, Data: Payload(e.Data), Metadata: Payload(e.Metadata), ParkedAt: e.ParkedAt, Current: e.Current}
+	}
+	return out, nil
+}
+
+// Waiting lists the aggregates that have parked events, the longest waiting
+// first.
+func (p *Processor) Waiting(ctx context.Context, opts ListOptions) ([]WaitingEntry, error) {
+	if err := p.checkFilter(opts); err != nil {
+		return nil, err
+	}
+	ws, err := p.buf.Waiting(ctx, p.pool, p.bufferOptions(opts))
+	if err != nil {
+		return nil, fmt.Errorf("projection: %w", err)
+	}
+	out := make([]WaitingEntry, len(ws))
+	for i, w := range ws {
+		from, to := w.Missing()
+		out[i] = WaitingEntry{Projection: w.Projection, Aggregate: w.Aggregate, Current: w.Current, Parked: w.Count,
+			MinVersion: w.MinVersion, MaxVersion: w.MaxVersion, MissingFrom: from, MissingTo: to, Oldest: w.Oldest}
+	}
+	return out, nil
+}
+
+func (p *Processor) bufferOptions(opts ListOptions) buffer.ListOptions {
+	return buffer.ListOptions{Projection: opts.Projection, Aggregate: opts.Aggregate, OlderThan: opts.OlderThan,
+		Limit: opts.limit(), OmitPayloads: opts.OmitPayloads}
+}
+
+// payloadColumns returns the data and metadata columns to select, or NULLs
+// when the listing omits payloads.
+func payloadColumns(opts ListOptions) string {
+	if opts.OmitPayloads {
+		return "NULL::bytea, NULL::bytea"
+	}
+	return "data, metadata"
 }
 
 // Quarantined lists quarantined events, the longest quarantined first.
@@ -140,7 +244,7 @@ func (p *Processor) Quarantined(ctx context.Context, opts ListOptions) ([]Quaran
 	if err := p.checkFilter(opts); err != nil {
 		return nil, err
 	}
-	rows, err := p.pool.Query(ctx, `SELECT projection, aggregate, version, event_id, type, data, metadata, error, attempts,
+	rows, err := p.pool.Query(ctx, `SELECT projection, aggregate, version, event_id, type, `+payloadColumns(opts)+`, error, attempts,
   quarantined_at, last_attempt_at
 FROM `+p.table("quarantine")+`
 WHERE ($1 = '' OR projection = $1) AND ($2 = '' OR aggregate = $2)
@@ -160,33 +264,6 @@ ORDER BY quarantined_at, projection, aggregate LIMIT $3`, opts.Projection, opts.
 	return out, nil
 }
 
-// ConflictEntry is a recorded conflict: deliveries of an (aggregate, version)
-// whose id or payload differ from the event that holds that version.
-type ConflictEntry struct {
-	ID         int64  `json:"id"`
-	Projection string `json:"projection"`
-	Aggregate  string `json:"aggregate"`
-	Version    int64  `json:"version"`
-	// ExistingState says what holds the version: "applied", "parked",
-	// "quarantined", "delivery" (an earlier delivery of the same batch) or
-	// "skipped" (skipped or declared missing by an operator; the existing
-	// id and hash are then empty).
-	ExistingState   string `json:"existing_state"`
-	ExistingEventID string `json:"existing_event_id"`
-	ExistingHash    []byte `json:"existing_hash"`
-	// IncomingEventID, IncomingHash, Type, Data and Metadata describe the
-	// conflicting delivery.
-	IncomingEventID string `json:"incoming_event_id"`
-	IncomingHash    []byte `json:"incoming_hash"`
-	Type            string `json:"type"`
-	Data            []byte `json:"data"`
-	Metadata        []byte `json:"metadata,omitempty"`
-	// Count is how many times it was delivered.
-	Count     int64     `json:"count"`
-	FirstSeen time.Time `json:"first_seen"`
-	LastSeen  time.Time `json:"last_seen"`
-}
-
 // Conflicts lists recorded conflicts in id order (the order they were first
 // seen); page with ListOptions.AfterID.
 func (p *Processor) Conflicts(ctx context.Context, opts ListOptions) ([]ConflictEntry, error) {
@@ -194,17 +271,21 @@ func (p *Processor) Conflicts(ctx context.Context, opts ListOptions) ([]Conflict
 		return nil, err
 	}
 	rows, err := p.pool.Query(ctx, `SELECT id, projection, aggregate, version, existing_state, existing_event_id, existing_hash,
-  incoming_event_id, incoming_hash, type, data, metadata, count, first_seen, last_seen
+  incoming_event_id, incoming_hash, type, `+payloadColumns(opts)+`, count, first_seen, last_seen, acked_at, ack_reason
 FROM `+p.table("conflicts")+`
-WHERE ($1 = '' OR projection = $1) AND ($2 = '' OR aggregate = $2) AND id > $4
-ORDER BY id LIMIT $3`, opts.Projection, opts.Aggregate, opts.limit(), opts.AfterID)
+WHERE ($1 = '' OR projection = $1) AND ($2 = '' OR aggregate = $2) AND id > $4 AND (NOT $5 OR acked_at IS NULL)
+ORDER BY id LIMIT $3`, opts.Projection, opts.Aggregate, opts.limit(), opts.AfterID, opts.Open)
 	if err != nil {
 		return nil, fmt.Errorf("projection: list conflicts: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ConflictEntry, error) {
 		var c ConflictEntry
+		var acked *time.Time
 		err := row.Scan(&c.ID, &c.Projection, &c.Aggregate, &c.Version, &c.ExistingState, &c.ExistingEventID, &c.ExistingHash,
-			&c.IncomingEventID, &c.IncomingHash, &c.Type, &c.Data, &c.Metadata, &c.Count, &c.FirstSeen, &c.LastSeen)
+			&c.IncomingEventID, &c.IncomingHash, &c.Type, &c.Data, &c.Metadata, &c.Count, &c.FirstSeen, &c.LastSeen, &acked, &c.AckReason)
+		if acked != nil {
+			c.AcknowledgedAt = *acked
+		}
 		return c, err
 	})
 	if err != nil {
@@ -213,42 +294,14 @@ ORDER BY id LIMIT $3`, opts.Projection, opts.Aggregate, opts.limit(), opts.After
 	return out, nil
 }
 
-// RejectedEntry is a delivery that failed validation. Its fields hold what
-// was delivered, which may be empty or invalid.
-type RejectedEntry struct {
-	// ID identifies the entry for Processor.ReplayRejected.
-	ID int64 `json:"id"`
-	// Fingerprint identifies the delivery: the hash of its source, envelope
-	// and error. Identical deliveries share one entry.
-	Fingerprint []byte `json:"fingerprint"`
-	Source      string `json:"source"`
-	EventID     string `json:"event_id"`
-	Aggregate   string `json:"aggregate"`
-	Version     int64  `json:"version"`
-	Type        string `json:"type"`
-	Data        []byte `json:"data"`
-	Metadata    []byte `json:"metadata,omitempty"`
-	// Reason is the stable code of the validation error
-	// (aggregate.Reason), Error its text.
-	Reason string `json:"reason"`
-	Error  string `json:"error"`
-	// Count is how many times it was delivered.
-	Count     int64     `json:"count"`
-	FirstSeen time.Time `json:"first_seen"`
-	LastSeen  time.Time `json:"last_seen"`
-	// ReplayedAt is when an operator replayed it successfully (zero if
-	// never).
-	ReplayedAt time.Time `json:"replayed_at,omitzero"`
-}
-
 // Rejected lists rejected deliveries in id order (the order they were first
 // seen); page with ListOptions.AfterID. ListOptions.Projection is ignored.
 func (p *Processor) Rejected(ctx context.Context, opts ListOptions) ([]RejectedEntry, error) {
-	rows, err := p.pool.Query(ctx, `SELECT id, fingerprint, source, event_id, aggregate, version, type, data, metadata,
-  reason, error, count, first_seen, last_seen, replayed_at
+	rows, err := p.pool.Query(ctx, `SELECT id, fingerprint, source, event_id, aggregate, version, type, `+payloadColumns(opts)+`,
+  coalesce(octet_length(data), 0), reason, error, count, first_seen, last_seen, replayed_at
 FROM `+p.table("rejected")+`
-WHERE ($1 = '' OR aggregate = $1) AND id > $3
-ORDER BY id LIMIT $2`, opts.Aggregate, opts.limit(), opts.AfterID)
+WHERE ($1 = '' OR aggregate = $1) AND id > $3 AND (NOT $4 OR replayed_at IS NULL)
+ORDER BY id LIMIT $2`, opts.Aggregate, opts.limit(), opts.AfterID, opts.Open)
 	if err != nil {
 		return nil, fmt.Errorf("projection: list rejected: %w", err)
 	}
@@ -256,7 +309,7 @@ ORDER BY id LIMIT $2`, opts.Aggregate, opts.limit(), opts.AfterID)
 		var r RejectedEntry
 		var replayed *time.Time
 		err := row.Scan(&r.ID, &r.Fingerprint, &r.Source, &r.EventID, &r.Aggregate, &r.Version, &r.Type, &r.Data, &r.Metadata,
-			&r.Reason, &r.Error, &r.Count, &r.FirstSeen, &r.LastSeen, &replayed)
+			&r.Size, &r.Reason, &r.Error, &r.Count, &r.FirstSeen, &r.LastSeen, &replayed)
 		if replayed != nil {
 			r.ReplayedAt = *replayed
 		}
@@ -264,6 +317,27 @@ ORDER BY id LIMIT $2`, opts.Aggregate, opts.limit(), opts.AfterID)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("projection: list rejected: %w", err)
+	}
+	return out, nil
+}
+
+// OperatorLog lists the operator log in id order (oldest first); page with
+// ListOptions.AfterID, filter with Projection, Aggregate and Action.
+func (p *Processor) OperatorLog(ctx context.Context, opts ListOptions) ([]OperatorLogEntry, error) {
+	rows, err := p.pool.Query(ctx, `SELECT id, at, action, projection, aggregate, from_version, to_version, reason
+FROM `+p.table("operator_log")+`
+WHERE ($1 = '' OR projection = $1) AND ($2 = '' OR aggregate = $2) AND ($3 = '' OR action = $3) AND id > $5
+ORDER BY id LIMIT $4`, opts.Projection, opts.Aggregate, opts.Action, opts.limit(), opts.AfterID)
+	if err != nil {
+		return nil, fmt.Errorf("projection: list operator log: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (OperatorLogEntry, error) {
+		var e OperatorLogEntry
+		err := row.Scan(&e.ID, &e.At, &e.Action, &e.Projection, &e.Aggregate, &e.From, &e.To, &e.Reason)
+		return e, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("projection: list operator log: %w", err)
 	}
 	return out, nil
 }
@@ -284,4 +358,68 @@ func (p *Processor) Version(ctx context.Context, projection, aggregate string) (
 		return 0, fmt.Errorf("projection %s: version of %s: %w", projection, aggregate, err)
 	}
 	return v, nil
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// Aggregates lists the gate state of the aggregates of one projection
+// (ListOptions.Projection, required), in aggregate id order (byte order);
+// page with ListOptions.After.
+func (p *Processor) Aggregates(ctx context.Context, opts ListOptions) ([]AggregateState, error) {
+	if err := p.needProjection(opts); err != nil {
+		return nil, err
+	}
+	rows, err := p.pool.Query(ctx, `SELECT aggregate, version, parked, blocked FROM `+p.table("versions")+`
+WHERE projection = $1 AND ($2 = '' OR aggregate = $2) AND aggregate COLLATE "C" > $3
+ORDER BY aggregate COLLATE "C" LIMIT $4`, opts.Projection, opts.Aggregate, opts.After, opts.limit())
+	if err != nil {
+		return nil, fmt.Errorf("projection: list aggregates: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AggregateState, error) {
+		a := AggregateState{Projection: opts.Projection}
+		err := row.Scan(&a.Aggregate, &a.Version, &a.Parked, &a.Quarantined)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("projection: list aggregates: %w", err)
+	}
+	return out, nil
+}
+
+// AppliedLog lists the applied log of one projection (ListOptions.Projection,
+// required), ordered by aggregate id (byte order) and version; page with
+// ListOptions.After. Versions an operator declared missing have no entry.
+func (p *Processor) AppliedLog(ctx context.Context, opts ListOptions) ([]AppliedEntry, error) {
+	if err := p.needProjection(opts); err != nil {
+		return nil, err
+	}
+	rows, err := p.pool.Query(ctx, `SELECT aggregate, version, event_id, hash FROM `+p.table("applied_log")+`
+WHERE projection = $1 AND ($2 = '' OR aggregate = $2) AND aggregate COLLATE "C" > $3
+ORDER BY aggregate COLLATE "C", version LIMIT $4`, opts.Projection, opts.Aggregate, opts.After, opts.limit())
+	if err != nil {
+		return nil, fmt.Errorf("projection: list applied log: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AppliedEntry, error) {
+		a := AppliedEntry{Projection: opts.Projection}
+		err := row.Scan(&a.Aggregate, &a.Version, &a.EventID, &a.Hash)
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("projection: list applied log: %w", err)
+	}
+	return out, nil
+}
+
+// needProjection requires opts.Projection to name one of the processor's
+// projections.
+func (p *Processor) needProjection(opts ListOptions) error {
+	if opts.Projection == "" {
+		return fmt.Errorf("%w: a projection is required", ErrUnknownProjection)
+	}
+	return p.checkFilter(opts)
 }

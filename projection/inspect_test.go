@@ -18,9 +18,13 @@ func TestStatusEmpty(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewMigrated(t)
 	proc := opProcessor(t, db, nil, opJournal{"b"}, ledger.New(nil), opJournal{"a"})
-	st, err := proc.Status(t.Context())
+	st, err := proc.Status(t.Context(), nil)
 	require.NoError(t, err)
-	require.Equal(t, []projection.ProjectionStatus{{Name: "a"}, {Name: "b"}, {Name: "ledger"}}, st)
+	require.Equal(t, []projection.ProjectionStatus{{Name: "a"}, {Name: "b"}, {Name: "ledger"}}, st.Projections)
+	require.Equal(t, projection.RejectedCounts{}, st.Rejected)
+	require.Equal(t, projection.Attention{Quarantined: []projection.QuarantineEntry{}, Conflicts: []projection.ConflictEntry{},
+		Rejected: []projection.RejectedEntry{}}, st.Attention)
+	require.Empty(t, st.Checkpoints)
 }
 
 // TestInspect builds a known gate state in two projections — the ledger,
@@ -55,13 +59,20 @@ func TestInspect(t *testing.T) {
 	ended := time.Now()
 
 	t.Run("Status", func(t *testing.T) {
-		st, err := proc.Status(ctx)
+		full, err := proc.Status(ctx, nil)
 		require.NoError(t, err)
+		st := full.Projections
 		require.Len(t, st, 2)
-		for _, s := range st {
+		for i, s := range st {
 			require.False(t, s.OldestParked.IsZero())
 			require.WithinRange(t, s.OldestParked, began.Add(-time.Minute), ended.Add(time.Minute)) // clock skew between server and test
+			require.GreaterOrEqual(t, s.OldestParkedAge, time.Duration(0))
+			require.Equal(t, s.OldestParkedAge.Seconds(), s.OldestParkedAgeSeconds)
+			st[i].OldestParkedAge, st[i].OldestParkedAgeSeconds = 0, 0
 		}
+		require.Len(t, full.Attention.Quarantined, 1)
+		require.Nil(t, full.Attention.Quarantined[0].Data, "the status omits payloads")
+		require.Len(t, full.Attention.Conflicts, 2)
 		require.Equal(t, projection.ProjectionStatus{
 			Name: "journal", Aggregates: 4, Events: 3 + 3 + 1, Parked: 3, ParkedAggregates: 2,
 			OldestParked: st[0].OldestParked, Quarantined: 1, Conflicts: 1,
@@ -207,8 +218,9 @@ func TestInspect(t *testing.T) {
 			require.Equal(t, bad[i].ID, r.EventID)
 			require.Equal(t, bad[i].Version, r.Version)
 			require.Equal(t, bad[i].Type, r.Type)
-			require.Equal(t, bad[i].Data, r.Data)
-			require.Equal(t, bad[i].Metadata, r.Metadata)
+			require.Equal(t, projection.Payload(bad[i].Data), r.Data)
+			require.EqualValues(t, len(bad[i].Data), r.Size)
+			require.Equal(t, projection.Payload(bad[i].Metadata), r.Metadata)
 			require.Equal(t, bad[i].Validate(nil).Error(), r.Error)
 		}
 		require.EqualValues(t, 2, byAgg["r-1"].Count)

@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -178,9 +179,21 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 func (p *Processor) ReplayRejected(ctx context.Context, id int64) (Result, error) {
 	var e aggregate.Event
 	var source string
-	err := p.pool.QueryRow(ctx, `SELECT source, event_id, aggregate, version, type, coalesce(data, ''), metadata FROM `+
-		pgx.Identifier{p.cfg.Schema, "rejected"}.Sanitize()+` WHERE id = $1`, id).
-		Scan(&source, &e.ID, &e.Aggregate, &e.Version, &e.Type, &e.Data, &e.Metadata)
+	var rawID, rawAgg, rawType []byte
+	err := p.pool.QueryRow(ctx, `SELECT source, event_id, aggregate, version, type, coalesce(data, ''), metadata,
+  raw_event_id, raw_aggregate, raw_type FROM `+p.table("rejected")+` WHERE id = $1`, id).
+		Scan(&source, &e.ID, &e.Aggregate, &e.Version, &e.Type, &e.Data, &e.Metadata, &rawID, &rawAgg, &rawType)
+	// The text columns hold an escaped form when the delivery's bytes were
+	// not valid text; the raw columns hold the bytes themselves.
+	if rawID != nil {
+		e.ID = string(rawID)
+	}
+	if rawAgg != nil {
+		e.Aggregate = string(rawAgg)
+	}
+	if rawType != nil {
+		e.Type = string(rawType)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Result{}, fmt.Errorf("%w: rejected event %d", ErrNotFound, id)
 	}
@@ -192,7 +205,7 @@ func (p *Processor) ReplayRejected(ctx context.Context, id int64) (Result, error
 			return nil
 		}
 		b := &pgx.Batch{}
-		b.Queue(`UPDATE `+pgx.Identifier{p.cfg.Schema, "rejected"}.Sanitize()+` SET replayed_at = now() WHERE id = $1`, id)
+		b.Queue(`UPDATE `+p.table("rejected")+` SET replayed_at = now() WHERE id = $1`, id)
 		b.Queue(p.sql.operatorLog, "replay-rejected", "", e.Aggregate, e.Version, e.Version, fmt.Sprintf("rejected event %d", id))
 		return tx.SendBatch(ctx, b).Close()
 	}})
@@ -200,4 +213,89 @@ func (p *Processor) ReplayRejected(ctx context.Context, id int64) (Result, error
 		return Result{}, err
 	}
 	return res[0], res[0].Err
+}
+
+// Action is an entry for the operator log (see Processor.LogAction).
+type Action struct {
+	// Action names what was done or found, e.g. "gap-missing-at-source".
+	Action     string
+	Projection string
+	Aggregate  string
+	// From and To are the versions concerned, if any.
+	From, To *int64
+	Reason   string
+	// Once records the entry only if no entry with the same action,
+	// projection, aggregate and versions exists: for findings a source
+	// makes again each time it looks.
+	Once bool
+}
+
+// LogAction records a into the operator log, where operators read every
+// decision and finding (Processor.OperatorLog). It reports whether an entry
+// was written (false when a.Once found one already).
+func (p *Processor) LogAction(ctx context.Context, a Action) (bool, error) {
+	if a.Action == "" {
+		return false, errors.New("projection: log action: empty action")
+	}
+	ol := p.table("operator_log")
+	sql := `INSERT INTO ` + ol + ` (action, projection, aggregate, from_version, to_version, reason)
+SELECT $1, $2, $3, $4, $5, $6`
+	if a.Once {
+		sql += ` WHERE NOT EXISTS (SELECT 1 FROM ` + ol + ` WHERE action = $1 AND projection = $2 AND aggregate = $3
+  AND from_version IS NOT DISTINCT FROM $4 AND to_version IS NOT DISTINCT FROM $5)`
+	}
+	var written bool
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if a.Once {
+			// Two processes making the same finding at once must not both
+			// see it unrecorded.
+			key := fmt.Sprintf("inorder.oplog\x00%s\x00%s\x00%s\x00%s\x00%v\x00%v", p.cfg.Schema, a.Action, a.Projection, a.Aggregate,
+				ptrValue(a.From), ptrValue(a.To))
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, advisoryKey64(key)); err != nil {
+				return err
+			}
+		}
+		tag, err := tx.Exec(ctx, sql, a.Action, a.Projection, a.Aggregate, a.From, a.To, a.Reason)
+		written = tag.RowsAffected() == 1
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("projection: log action %s: %w", a.Action, err)
+	}
+	return written, nil
+}
+
+// AckConflict acknowledges the recorded conflict with the given id: it stays
+// listed (Conflicts) but no longer counts as open (ProjectionStatus), and
+// the decision is written to the operator log. Acknowledging an
+// acknowledged conflict changes nothing; an unknown id wraps ErrNotFound.
+func (p *Processor) AckConflict(ctx context.Context, id int64, reason string) error {
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		var proj, agg string
+		var version int64
+		var already bool
+		err := tx.QueryRow(ctx, `SELECT projection, aggregate, version, acked_at IS NOT NULL FROM `+p.table("conflicts")+`
+WHERE id = $1 FOR UPDATE`, id).Scan(&proj, &agg, &version, &already)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: conflict %d", ErrNotFound, id)
+		}
+		if err != nil || already {
+			return err
+		}
+		b := &pgx.Batch{}
+		b.Queue(`UPDATE `+p.table("conflicts")+` SET acked_at = now(), ack_reason = $2 WHERE id = $1`, id, reason)
+		b.Queue(p.sql.operatorLog, "ack-conflict", proj, agg, version, version, cmp.Or(reason, fmt.Sprintf("conflict %d", id)))
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return fmt.Errorf("projection: ack conflict %d: %w", id, err)
+	}
+	return nil
+}
+
+func ptrValue(v *int64) any {
+	if v == nil {
+		return "-"
+	}
+	return *v
 }

@@ -21,16 +21,14 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/buffer"
+	"github.com/inorder/inorder/migrations"
 )
-
-// DefaultSchema is the schema of inorder's tables when Config.Schema is empty.
-const DefaultSchema = "inorder"
 
 // Config configures a Processor. A nil *Config is valid: every field has a
 // default.
 type Config struct {
 	// Schema holds inorder's tables (see package migrations). Default
-	// "inorder".
+	// migrations.DefaultSchema ("inorder").
 	Schema string
 
 	// Logger receives the processor's logs. Default: discarded.
@@ -123,7 +121,7 @@ func New(pool *pgxpool.Pool, cfg *Config, projections ...Projection) (*Processor
 		cfg = &Config{}
 	}
 	c := *cfg
-	c.Schema = cmp.Or(c.Schema, DefaultSchema)
+	c.Schema = cmp.Or(c.Schema, migrations.DefaultSchema)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 3)
 	c.MaxRetries = cmp.Or(c.MaxRetries, 10)
 	c.RetryBackoff = cmp.Or(c.RetryBackoff, 20*time.Millisecond)
@@ -171,7 +169,12 @@ func New(pool *pgxpool.Pool, cfg *Config, projections ...Projection) (*Processor
 
 // advisoryKey is the key of a projection's rebuild lock.
 func advisoryKey(schema, name string) int64 {
-	h := sha256.Sum256([]byte("inorder.rebuild\x00" + schema + "\x00" + name))
+	return advisoryKey64("inorder.rebuild\x00" + schema + "\x00" + name)
+}
+
+// advisoryKey64 derives an advisory lock key from a name.
+func advisoryKey64(name string) int64 {
+	h := sha256.Sum256([]byte(name))
 	return int64(binary.BigEndian.Uint64(h[:8]))
 }
 
@@ -188,11 +191,13 @@ func (p *Processor) Projections() []string {
 // Schema returns the schema of inorder's tables.
 func (p *Processor) Schema() string { return p.cfg.Schema }
 
-// Pool returns the processor's pool.
-func (p *Processor) Pool() *pgxpool.Pool { return p.pool }
-
-// Buffer returns the parked-table accessor of the processor's schema.
-func (p *Processor) Buffer() *buffer.Buffer { return p.buf }
+// Ping checks that the processor's database answers.
+func (p *Processor) Ping(ctx context.Context) error {
+	if err := p.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("projection: ping: %w", err)
+	}
+	return nil
+}
 
 // Setup runs Setup of every projection that implements Setuper, in one
 // transaction. Concurrent calls, from any number of processes, are
@@ -228,11 +233,15 @@ type Batch struct {
 	// rejected table in the batch's transaction, like invalid Events.
 	Rejects []Reject
 
+	// Checkpoint, if set, is the source position this batch takes its
+	// source to: it is stored (see Processor.SaveCheckpoint) in the batch's
+	// transaction, so the checkpoint and the work it covers commit or roll
+	// back together. Name and Position are used.
+	Checkpoint *Checkpoint
+
 	// BeforeCommit, if set, runs in the batch's transaction after the
-	// projections' writes and before the commit — a source writes its
-	// checkpoint here, so the checkpoint and the work it covers commit or
-	// roll back together. It may run more than once if the transaction is
-	// retried.
+	// projections' writes and the checkpoint, before the commit. It may run
+	// more than once if the transaction is retried.
 	BeforeCommit func(ctx context.Context, tx pgx.Tx) error
 }
 
@@ -772,6 +781,15 @@ func (p *Processor) casVersions(ctx context.Context, tx pgx.Tx, r *registered, p
 }
 
 func (p *Processor) beforeCommit(ctx context.Context, tx pgx.Tx, b Batch) error {
+	if b.Checkpoint != nil {
+		cb := &pgx.Batch{}
+		if err := p.queueCheckpoint(cb, b.Checkpoint); err != nil {
+			return err
+		}
+		if err := tx.SendBatch(ctx, cb).Close(); err != nil {
+			return fmt.Errorf("save checkpoint: %w", err)
+		}
+	}
 	if b.BeforeCommit == nil {
 		return nil
 	}
@@ -913,7 +931,7 @@ type quarantineRef struct {
 // gate's writes. In careful mode each aggregate is applied under a savepoint
 // and a failing event is cut off and quarantined.
 func (p *Processor) apply(ctx context.Context, tx pgx.Tx, r *registered, plans []*aggPlan, conflicts []conflict, careful bool, tally *counts) error {
-	ht := newTx(tx)
+	ht := newTx(tx, r.name)
 	if !careful {
 		var events []aggregate.Event
 		for _, pl := range plans {
@@ -977,7 +995,7 @@ func (p *Processor) trySavepoint(ctx context.Context, tx pgx.Tx, r *registered, 
 	if err != nil {
 		return nil, fmt.Errorf("savepoint: %w", err)
 	}
-	ht := newTx(sp)
+	ht := newTx(sp, r.name)
 	herr := p.callHandler(ctx, ht, r, events)
 	if herr == nil {
 		herr = ht.Flush(ctx)
@@ -1131,16 +1149,32 @@ func dedupeRejections(rs []rejection) []rejection {
 	return out
 }
 
+// queueRejected records rejections. Whatever a delivery holds, the insert
+// must succeed: text that PostgreSQL cannot store (NUL bytes, invalid UTF-8)
+// goes in escaped, with its exact bytes in the raw columns.
 func (p *Processor) queueRejected(b *pgx.Batch, rs []rejection) {
 	n := len(rs)
 	fps, data, meta := make([][]byte, n), make([][]byte, n), make([][]byte, n)
 	srcs, ids, aggs, types, reasons, errs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	rawIDs, rawAggs, rawTypes := make([][]byte, n), make([][]byte, n), make([][]byte, n)
 	vers, counts := make([]int64, n), make([]int64, n)
-	for i, r := range rs {
-		fps[i], srcs[i], ids[i], aggs[i], vers[i], types[i] = r.fingerprint, r.source, r.ev.ID, r.ev.Aggregate, r.ev.Version, r.ev.Type
-		data[i], meta[i], reasons[i], errs[i], counts[i] = r.ev.Data, r.ev.Metadata, r.reason, r.err, r.count
+	text := func(s string, raw *[]byte) string {
+		e, ok := escapeText(s)
+		if !ok {
+			*raw = []byte(s)
+		}
+		return e
 	}
-	b.Queue(p.sql.upsertRejected, fps, srcs, ids, aggs, vers, types, data, meta, reasons, errs, counts)
+	for i, r := range rs {
+		fps[i], vers[i], data[i], meta[i], counts[i] = r.fingerprint, r.ev.Version, r.ev.Data, r.ev.Metadata, r.count
+		ids[i] = text(r.ev.ID, &rawIDs[i])
+		aggs[i] = text(r.ev.Aggregate, &rawAggs[i])
+		types[i] = text(r.ev.Type, &rawTypes[i])
+		srcs[i], _ = escapeText(r.source)
+		reasons[i], _ = escapeText(r.reason)
+		errs[i], _ = escapeText(r.err)
+	}
+	b.Queue(p.sql.upsertRejected, fps, srcs, ids, aggs, vers, types, data, meta, reasons, errs, counts, rawIDs, rawAggs, rawTypes)
 }
 
 // counts tallies one transaction's outcomes for one projection.

@@ -64,11 +64,18 @@ type Resetter interface {
 // directly. Use Queue for writes whose result you do not need: that is what
 // makes the per-event API fast.
 type Tx struct {
-	tx    pgx.Tx
-	batch *pgx.Batch
+	tx         pgx.Tx
+	batch      *pgx.Batch
+	projection string
 }
 
-func newTx(tx pgx.Tx) *Tx { return &Tx{tx: tx, batch: &pgx.Batch{}} }
+func newTx(tx pgx.Tx, projection string) *Tx {
+	return &Tx{tx: tx, batch: &pgx.Batch{}, projection: projection}
+}
+
+// Projection returns the name of the projection whose handler holds the
+// transaction.
+func (t *Tx) Projection() string { return t.projection }
 
 // Queue adds a statement to the pipeline. Its error, if any, surfaces when
 // the pipeline is sent, and fails the transaction.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -119,7 +118,7 @@ func (p *Processor) ReadAggregate(ctx context.Context, projection, aggregate str
 	}
 	var view AggregateView
 	err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `SELECT version FROM `+p.readTable("versions")+` WHERE projection = $1 AND aggregate = $2`,
+		err := tx.QueryRow(ctx, `SELECT version FROM `+p.table("versions")+` WHERE projection = $1 AND aggregate = $2`,
 			projection, aggregate).Scan(&view.Version)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("version: %w", err)
@@ -139,60 +138,19 @@ func (p *Processor) ReadAggregate(ctx context.Context, projection, aggregate str
 	return view, nil
 }
 
-func (p *Processor) readTable(name string) string {
-	return pgx.Identifier{p.cfg.Schema, name}.Sanitize()
-}
-
-// Checkpoint is a source's stored position (see Batch.BeforeCommit).
-type Checkpoint struct {
-	// Name identifies the source's subscription.
-	Name            string    `json:"name"`
-	CommitPosition  int64     `json:"commit_position"`
-	PreparePosition int64     `json:"prepare_position"`
-	UpdatedAt       time.Time `json:"updated_at"`
-	// Age is the time since UpdatedAt by the database's clock: how far the
-	// source lags while events keep flowing.
-	Age time.Duration `json:"-"`
-}
-
-// Checkpoints lists the sources' checkpoints by name.
-func (p *Processor) Checkpoints(ctx context.Context) ([]Checkpoint, error) {
-	rows, err := p.pool.Query(ctx, `SELECT name, commit_position, prepare_position, updated_at,
-  greatest(extract(epoch FROM clock_timestamp() - updated_at), 0)::float8
-FROM `+p.readTable("checkpoints")+` ORDER BY name COLLATE "C"`)
+// ReadList reads one page of a projection's read models through its Reader
+// (see Reader.List), on the processor's pool. Errors wrap
+// ErrUnknownProjection or ErrNoReader when the projection cannot be read.
+func (p *Processor) ReadList(ctx context.Context, projection string, q ListQuery) (items []any, next string, err error) {
+	rd, err := p.Reader(projection)
 	if err != nil {
-		return nil, fmt.Errorf("projection: checkpoints: %w", err)
+		return nil, "", err
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Checkpoint, error) {
-		var c Checkpoint
-		var age float64
-		err := row.Scan(&c.Name, &c.CommitPosition, &c.PreparePosition, &c.UpdatedAt, &age)
-		c.Age = time.Duration(age * float64(time.Second))
-		return c, err
-	})
+	items, next, err = rd.List(ctx, p.pool, q)
 	if err != nil {
-		return nil, fmt.Errorf("projection: checkpoints: %w", err)
+		return nil, "", fmt.Errorf("projection %s: list: %w", projection, err)
 	}
-	return out, nil
-}
-
-// RejectedCounts counts the rejected table's entries: Total of them, of
-// which Pending were never replayed.
-type RejectedCounts struct {
-	Total   int64 `json:"total"`
-	Pending int64 `json:"pending"`
-}
-
-// CountRejected counts rejected deliveries (distinct entries, not their
-// deliveries).
-func (p *Processor) CountRejected(ctx context.Context) (RejectedCounts, error) {
-	var c RejectedCounts
-	err := p.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE replayed_at IS NULL) FROM `+p.readTable("rejected")).
-		Scan(&c.Total, &c.Pending)
-	if err != nil {
-		return RejectedCounts{}, fmt.Errorf("projection: count rejected: %w", err)
-	}
-	return c, nil
+	return items, next, nil
 }
 
 var (

@@ -317,9 +317,9 @@ WHERE application_name = $1 AND wait_event_type = 'Lock' AND wait_event = 'advis
 		require.NoError(t, b.proc.Rebuild(ctx, "ledger", rbReplay(events, 7), nil))
 		b.requireFold(t, events)
 		require.Equal(t, before, rbSnapshot(t, b, "journal"))
-		st, err := b.proc.Status(ctx)
+		st, err := b.proc.Status(ctx, nil)
 		require.NoError(t, err)
-		require.Equal(t, projection.ProjectionStatus{Name: "ledger", Aggregates: 10, Events: int64(len(events))}, st[1])
+		require.Equal(t, projection.ProjectionStatus{Name: "ledger", Aggregates: 10, Events: int64(len(events))}, st.Projections[1])
 	})
 
 	t.Run("Errors", func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/cli"
+	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/esdb/esdbtest"
 )
 
@@ -102,7 +103,7 @@ func TestRun(t *testing.T) {
 	})
 
 	t.Run("OperatorCommands", func(t *testing.T) {
-		var st cli.StatusReport
+		var st projection.Status
 		e.runJSON(t, &st, "status")
 		require.Len(t, st.Projections, 1)
 		require.Equal(t, "ledger", st.Projections[0].Name)
@@ -116,9 +117,9 @@ func TestRun(t *testing.T) {
 		out := e.run(t, "status")
 		require.Regexp(t, `(?m)^ledger\s+300\s+`+strconv.Itoa(len(w1))+`\s+0\s+0\s+-\s+0\s+0\s*$`, out)
 		require.Contains(t, out, "rejected deliveries: 1 (1 not replayed)")
-		require.Regexp(t, `(?m)^esdb\s+\d+\s+`, out)
+		require.Regexp(t, `(?m)^esdb\s+C:\d{20}/P:\d{20}\s+`, out)
 
-		var rej []cli.RejectedReport
+		var rej []projection.RejectedEntry
 		e.runJSON(t, &rej, "rejected", "list")
 		require.Len(t, rej, 1)
 		require.Equal(t, "junk-1", rej[0].Aggregate)
@@ -274,7 +275,7 @@ func TestDemo(t *testing.T) {
 	require.Regexp(t, `(?m)^applied:\s+1800 `, out)
 	require.Regexp(t, `(?m)^duplicates:\s+[1-9]\d*`, out, "redeliveries happened")
 	e.vars["INORDER_SCHEMA"] = e.db.Schema
-	var st cli.StatusReport
+	var st projection.Status
 	e.runJSON(t, &st, "status")
 	require.Equal(t, int64(1800), st.Projections[0].Events)
 

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
@@ -630,59 +629,50 @@ func verify(t *testing.T, c *tcase, events []aggregate.Event, deliveries int) {
 func RequireSettled(t testing.TB, p *projection.Processor, events []aggregate.Event) {
 	t.Helper()
 	ctx := context.Background()
-	pool := p.Pool()
-	table := func(name string) string { return pgx.Identifier{p.Schema(), name}.Sanitize() }
-	count := func(sql string, args ...any) int64 {
-		t.Helper()
-		var n int64
-		require.NoError(t, pool.QueryRow(ctx, sql, args...).Scan(&n), sql)
-		return n
-	}
 	last := map[string]int64{}
 	for _, e := range events {
 		last[e.Aggregate] = max(last[e.Aggregate], e.Version)
 	}
+	st, err := p.Status(ctx, nil)
+	require.NoError(t, err)
+	require.Zero(t, st.Rejected.Total, "rejected deliveries")
+	for _, s := range st.Projections {
+		name := s.Name
+		require.Zero(t, s.Parked, "%s: parked leftovers", name)
+		require.Zero(t, s.Quarantined, "%s: quarantined events", name)
+		require.Zero(t, s.Conflicts+s.ConflictsAcknowledged, "%s: conflicts", name)
+		requireAppliedLog(t, p, name, events)
 
-	require.Zero(t, count(`SELECT count(*) FROM `+table("rejected")), "rejected deliveries")
-	for _, name := range p.Projections() {
-		require.Zero(t, count(`SELECT count(*) FROM `+table("parked")+` WHERE projection = $1`, name), "%s: parked leftovers", name)
-		require.Zero(t, count(`SELECT count(*) FROM `+table("quarantine")+` WHERE projection = $1`, name), "%s: quarantined events", name)
-		require.Zero(t, count(`SELECT count(*) FROM `+table("conflicts")+` WHERE projection = $1`, name), "%s: conflicts", name)
-		requireAppliedLog(t, pool, table, name, events)
-
-		rows, err := pool.Query(ctx, `SELECT aggregate, version, parked, blocked FROM `+table("versions")+` WHERE projection = $1`, name)
-		require.NoError(t, err)
-		defer rows.Close() // on a failed assertion; closed below otherwise
 		got := map[string]int64{}
 		var stuck []string
-		for rows.Next() {
-			var agg string
-			var v int64
-			var parked int32
-			var blocked bool
-			require.NoError(t, rows.Scan(&agg, &v, &parked, &blocked))
-			got[agg] = v
-			if parked != 0 || blocked {
-				stuck = append(stuck, fmt.Sprintf("%s (parked %d, blocked %t)", agg, parked, blocked))
+		for after := ""; ; {
+			page, err := p.Aggregates(ctx, projection.ListOptions{Projection: name, After: after, Limit: settledPage})
+			require.NoError(t, err)
+			for _, a := range page {
+				got[a.Aggregate] = a.Version
+				if a.Parked != 0 || a.Quarantined {
+					stuck = append(stuck, fmt.Sprintf("%s (parked %d, quarantined %t)", a.Aggregate, a.Parked, a.Quarantined))
+				}
 			}
+			if len(page) < settledPage {
+				break
+			}
+			after = page[len(page)-1].Aggregate
 		}
-		require.NoError(t, rows.Err())
-		require.Empty(t, stuck, "%s: version rows with parked or blocked events", name)
-		require.Equal(t, last, got, "%s: every version row at its aggregate's last version", name)
+		require.Empty(t, stuck, "%s: aggregates with parked or quarantined events", name)
+		require.Equal(t, last, got, "%s: every aggregate at its last version", name)
 	}
 }
 
-// requireAppliedLog asserts that the applied log of projection name (the
-// applied_log view: the applied table plus the pages in the version rows)
-// holds each of events once, with its hash, and nothing else. (Ids are
-// compared only for events that carry one: a source may give events ids of
-// its own, as EventStoreDB does.)
-func requireAppliedLog(t testing.TB, pool interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}, table func(string) string, name string, events []aggregate.Event) {
+// settledPage is the page size RequireSettled reads the gate state in.
+const settledPage = 10_000
+
+// requireAppliedLog asserts that the applied log of projection name holds
+// each of events once, with its hash, and nothing else. (Ids are compared
+// only for events that carry one: a source may give events ids of its own,
+// as EventStoreDB does.)
+func requireAppliedLog(t testing.TB, p *projection.Processor, name string, events []aggregate.Event) {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT aggregate, version, event_id, hash FROM `+table("applied_log")+` WHERE projection = $1`, name)
-	require.NoError(t, err)
 	type key struct {
 		agg     string
 		version int64
@@ -693,21 +683,37 @@ func requireAppliedLog(t testing.TB, pool interface {
 	}
 	got := map[key]entry{}
 	var dup []key
-	var k key
-	var e entry
-	var hash []byte
-	_, err = pgx.ForEachRow(rows, []any{&k.agg, &k.version, &e.id, &hash}, func() error {
+	var entries []projection.AppliedEntry
+	for after := ""; ; {
+		page, err := p.AppliedLog(context.Background(), projection.ListOptions{Projection: name, After: after, Limit: settledPage})
+		require.NoError(t, err)
+		if len(page) < settledPage {
+			entries = append(entries, page...)
+			break
+		}
+		// The page may end inside an aggregate: keep whole aggregates and
+		// read the last one again with the next page.
+		lastAgg := page[len(page)-1].Aggregate
+		cut := len(page)
+		for cut > 0 && page[cut-1].Aggregate == lastAgg {
+			cut--
+		}
+		require.Positive(t, cut, "%s: one aggregate's applied log is longer than a page", name)
+		entries = append(entries, page[:cut]...)
+		after = page[cut-1].Aggregate
+	}
+	for _, a := range entries {
+		k := key{a.Aggregate, a.Version}
+		e := entry{id: a.EventID}
+		if a.EventID == "" {
+			t.Fatalf("%s v%d: empty id in the applied log", k.agg, k.version)
+		}
 		if _, ok := got[k]; ok {
 			dup = append(dup, k)
 		}
-		e.hash = fmt.Sprintf("%x", hash)
+		e.hash = fmt.Sprintf("%x", a.Hash)
 		got[k] = e
-		if e.id == "" {
-			return fmt.Errorf("%s v%d: empty id in the applied log", k.agg, k.version)
-		}
-		return nil
-	})
-	require.NoError(t, err)
+	}
 	require.Empty(t, dup, "%s: versions twice in the applied log", name)
 	want := make(map[key]entry, len(events))
 	for _, ev := range events {

@@ -3,6 +3,7 @@ package esdb_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -139,12 +140,15 @@ func (b *bundle) appliedRows(t testing.TB) int {
 // checkpoint reads a source's checkpoint row.
 func (b *bundle) checkpoint(t testing.TB, name string) (esdbc.Position, bool) {
 	t.Helper()
-	var c, p int64
-	err := b.db.Pool.QueryRow(context.Background(), `SELECT commit_position, prepare_position FROM checkpoints WHERE name = $1`, name).Scan(&c, &p)
-	if err != nil {
+	raw, ok, err := b.proc.LoadCheckpoint(context.Background(), name)
+	require.NoError(t, err)
+	if !ok {
 		return esdbc.Position{}, false
 	}
-	return esdbc.Position{Commit: uint64(c), Prepare: uint64(p)}, true
+	var p esdbc.Position
+	_, err = fmt.Sscanf(string(raw), "C:%20d/P:%20d", &p.Commit, &p.Prepare)
+	require.NoError(t, err, "an $all position: %q", raw)
+	return p, true
 }
 
 // notifier is a coalescing "something happened" channel.

@@ -3,8 +3,6 @@ package esdb
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,10 +10,8 @@ import (
 	"time"
 
 	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder/inorder/aggregate"
-	"github.com/inorder/inorder/buffer"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -48,7 +44,7 @@ func (s *Source) repairLoop(ctx context.Context) {
 type gap struct {
 	agg      string
 	from, to int64
-	waits    []buffer.Waiting
+	waits    []projection.WaitingEntry
 }
 
 // RepairOptions restricts Source.RepairNow. A nil *RepairOptions is valid:
@@ -101,7 +97,7 @@ func (s *Source) RepairNow(ctx context.Context, opts *RepairOptions) ([]Repair, 
 	limit := cmp.Or(opts.Limit, s.cfg.RepairLimit)
 	// An aggregate has a row per projection it waits in.
 	n := max(len(projections), 1)
-	waiting, err := proc.Buffer().Waiting(ctx, proc.Pool(), buffer.ListOptions{
+	waiting, err := proc.Waiting(ctx, projection.ListOptions{
 		Projection: opts.Projection, Aggregate: opts.Aggregate, OlderThan: opts.OlderThan,
 		Limit: min(limit, 1<<20/n) * n,
 	})
@@ -121,12 +117,12 @@ func (s *Source) repairRound(ctx context.Context) error {
 	// Gaps known to be missing at the source wait for an operator; list
 	// past them so they do not starve the others.
 	limit := min(s.cfg.RepairLimit+len(s.knownMissing), 10*s.cfg.RepairLimit)
-	waiting, err := proc.Buffer().Waiting(ctx, proc.Pool(), buffer.ListOptions{OlderThan: s.cfg.RepairAfter, Limit: limit})
+	waiting, err := proc.Waiting(ctx, projection.ListOptions{OlderThan: s.cfg.RepairAfter, Limit: limit})
 	if err != nil {
 		return err
 	}
 	stillMissing := map[string]bool{}
-	gaps := s.gaps(waiting, s.cfg.RepairLimit, func(w buffer.Waiting) bool {
+	gaps := s.gaps(waiting, s.cfg.RepairLimit, func(w projection.WaitingEntry) bool {
 		k := missingKey(w)
 		if s.knownMissing[k] {
 			stillMissing[k] = true
@@ -152,7 +148,7 @@ func (s *Source) repairRound(ctx context.Context) error {
 // gaps groups waiting rows of the processor's projections by aggregate, in
 // listing order, for at most limit aggregates; rows for which skip returns
 // true are left out.
-func (s *Source) gaps(waiting []buffer.Waiting, limit int, skip func(buffer.Waiting) bool) []*gap {
+func (s *Source) gaps(waiting []projection.WaitingEntry, limit int, skip func(projection.WaitingEntry) bool) []*gap {
 	mine := map[string]bool{}
 	for _, name := range s.cfg.Processor.Projections() {
 		mine[name] = true
@@ -167,7 +163,7 @@ func (s *Source) gaps(waiting []buffer.Waiting, limit int, skip func(buffer.Wait
 		if g == nil && len(gaps) == limit {
 			continue
 		}
-		from, to := w.Missing()
+		from, to := w.MissingFrom, w.MissingTo
 		if g == nil {
 			g = &gap{agg: w.Aggregate, from: from, to: to}
 			byAgg[w.Aggregate] = g
@@ -182,7 +178,7 @@ func (s *Source) gaps(waiting []buffer.Waiting, limit int, skip func(buffer.Wait
 // repairGaps repairs gaps one after the other with a client of its own,
 // calling OnRepair for each, until one fails. missing lists the waits it
 // recorded as missing at the source.
-func (s *Source) repairGaps(ctx context.Context, gaps []*gap) (reps []Repair, missing []buffer.Waiting, err error) {
+func (s *Source) repairGaps(ctx context.Context, gaps []*gap) (reps []Repair, missing []projection.WaitingEntry, err error) {
 	reps = make([]Repair, 0, len(gaps))
 	if len(gaps) == 0 {
 		return reps, nil, nil
@@ -209,7 +205,7 @@ func (s *Source) repairGaps(ctx context.Context, gaps []*gap) (reps []Repair, mi
 
 // repair reads one aggregate's missing versions, processes what it finds and
 // records what it does not; missing lists the waits recorded.
-func (s *Source) repair(ctx context.Context, client *esdbc.Client, g *gap) (r Repair, missing []buffer.Waiting) {
+func (s *Source) repair(ctx context.Context, client *esdbc.Client, g *gap) (r Repair, missing []projection.WaitingEntry) {
 	g.to = min(g.to, g.from+repairMax-1)
 	r = Repair{Aggregate: g.agg, From: g.from, To: g.to}
 	stream := s.cfg.Mapping.Stream(g.agg)
@@ -263,7 +259,7 @@ func (s *Source) repair(ctx context.Context, client *esdbc.Client, g *gap) (r Re
 	s.stats.repaired.Add(int64(r.Fed))
 	// What each projection waits for first and the stream does not have.
 	for _, w := range g.waits {
-		from, to := w.Missing()
+		from, to := w.MissingFrom, w.MissingTo
 		if have[from] || from > g.to {
 			continue
 		}
@@ -296,23 +292,15 @@ func (s *Source) repair(ctx context.Context, client *esdbc.Client, g *gap) (r Re
 }
 
 // missingKey identifies a projection's gap for knownMissing.
-func missingKey(w buffer.Waiting) string {
+func missingKey(w projection.WaitingEntry) string {
 	return fmt.Sprintf("%s\x00%s\x00%d", w.Projection, w.Aggregate, w.Current)
 }
 
 // recordMissing writes the operator-log row of a gap missing at the source,
-// unless it is there already. An advisory lock on the gap keeps two
-// processes from writing it twice.
+// unless it is there already.
 func (s *Source) recordMissing(ctx context.Context, proj, agg string, from, to int64, reason string) (inserted bool, err error) {
-	err = pgx.BeginFunc(ctx, s.cfg.Processor.Pool(), func(tx pgx.Tx) error {
-		key := sha256.Sum256(fmt.Appendf(nil, "inorder.gap-missing\x00%s\x00%s\x00%s\x00%d", s.cfg.Processor.Schema(), proj, agg, from))
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(binary.BigEndian.Uint64(key[:8]))); err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, s.sql.gapMissing, proj, agg, from, to, reason)
-		inserted = tag.RowsAffected() == 1
-		return err
-	})
+	inserted, err = s.cfg.Processor.LogAction(ctx, projection.Action{Action: "gap-missing-at-source",
+		Projection: proj, Aggregate: agg, From: &from, To: &to, Reason: reason, Once: true})
 	if err != nil {
 		return false, fmt.Errorf("esdb: record missing gap: %w", err)
 	}

@@ -30,7 +30,6 @@ type Source struct {
 	log     *slog.Logger
 	disp    *source.Dispatcher
 	tracker *source.Tracker[esdbc.Position]
-	sql     statements
 	ran     atomic.Bool
 
 	abort     chan struct{}
@@ -61,7 +60,6 @@ func New(cfg *Config) (*Source, error) {
 		cfg:     c,
 		log:     c.Logger,
 		tracker: source.NewTracker[esdbc.Position](),
-		sql:     newStatements(c.Processor.Schema()),
 		abort:   make(chan struct{}),
 		batchCP: map[*source.Delivery]esdbc.Position{},
 
@@ -376,8 +374,8 @@ func (s *Source) beforeCommit(ctx context.Context, tx pgx.Tx, batch []*source.De
 	if !ok || s.covered(p) {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, s.sql.saveCheckpoint, s.cfg.Name, int64(p.Commit), int64(p.Prepare)); err != nil {
-		return fmt.Errorf("esdb: save checkpoint: %w", err)
+	if err := s.cfg.Processor.SaveCheckpointTx(ctx, tx, s.cfg.Name, encodePosition(p)); err != nil {
+		return fmt.Errorf("esdb: %w", err)
 	}
 	s.cpMu.Lock()
 	s.batchCP[batch[0]] = p
@@ -460,8 +458,8 @@ func (s *Source) saveWatermark(ctx context.Context) error {
 	if !ok || s.covered(p) {
 		return nil
 	}
-	if _, err := s.cfg.Processor.Pool().Exec(ctx, s.sql.saveCheckpoint, s.cfg.Name, int64(p.Commit), int64(p.Prepare)); err != nil {
-		return fmt.Errorf("esdb: save checkpoint: %w", err)
+	if err := s.cfg.Processor.SaveCheckpoint(ctx, s.cfg.Name, encodePosition(p)); err != nil {
+		return fmt.Errorf("esdb: %w", err)
 	}
 	s.cpMu.Lock()
 	s.advanceLocked(p)
@@ -471,15 +469,14 @@ func (s *Source) saveWatermark(ctx context.Context) error {
 
 // loadCheckpoint reads the committed checkpoint.
 func (s *Source) loadCheckpoint(ctx context.Context) (esdbc.Position, bool, error) {
-	var c, p int64
-	err := s.cfg.Processor.Pool().QueryRow(ctx, s.sql.loadCheckpoint, s.cfg.Name).Scan(&c, &p)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return esdbc.Position{}, false, nil
+	raw, ok, err := s.cfg.Processor.LoadCheckpoint(ctx, s.cfg.Name)
+	if err != nil || !ok {
+		return esdbc.Position{}, false, err
 	}
+	pos, err := decodePosition(raw)
 	if err != nil {
-		return esdbc.Position{}, false, fmt.Errorf("esdb: load checkpoint: %w", err)
+		return esdbc.Position{}, false, fmt.Errorf("esdb: checkpoint %s: %w", s.cfg.Name, err)
 	}
-	pos := esdbc.Position{Commit: uint64(c), Prepare: uint64(p)}
 	s.cpMu.Lock()
 	if !s.hasSaved || less(s.saved, pos) {
 		s.saved, s.hasSaved = pos, true
@@ -722,25 +719,21 @@ func streamOrAll(stream string) string {
 	return stream
 }
 
-// statements are the source's SQL, on the processor's schema.
-type statements struct {
-	loadCheckpoint, saveCheckpoint, gapMissing string
+// encodePosition encodes an $all position for the checkpoints table as
+// C:<commit>/P:<prepare>, both zero-padded to 20 digits, so byte order is
+// stream order and operators can read it.
+func encodePosition(p esdbc.Position) projection.Position {
+	return projection.Position(fmt.Sprintf("C:%020d/P:%020d", p.Commit, p.Prepare))
 }
 
-func newStatements(schema string) statements {
-	cp := pgx.Identifier{schema, "checkpoints"}.Sanitize()
-	ol := pgx.Identifier{schema, "operator_log"}.Sanitize()
-	return statements{
-		loadCheckpoint: `SELECT commit_position, prepare_position FROM ` + cp + ` WHERE name = $1`,
-		// The checkpoint never moves back: the row's lock orders
-		// concurrent writers, and a lower position leaves it as it is.
-		saveCheckpoint: `INSERT INTO ` + cp + ` AS c (name, commit_position, prepare_position) VALUES ($1, $2, $3)
-ON CONFLICT (name) DO UPDATE SET commit_position = EXCLUDED.commit_position,
-  prepare_position = EXCLUDED.prepare_position, updated_at = now()
-WHERE (c.commit_position, c.prepare_position) < (EXCLUDED.commit_position, EXCLUDED.prepare_position)`,
-		gapMissing: `INSERT INTO ` + ol + ` (action, projection, aggregate, from_version, to_version, reason)
-SELECT 'gap-missing-at-source', $1, $2, $3, $4, $5
-WHERE NOT EXISTS (SELECT 1 FROM ` + ol + ` WHERE action = 'gap-missing-at-source'
-  AND projection = $1 AND aggregate = $2 AND from_version = $3 AND to_version = $4)`,
+// decodePosition is the inverse of encodePosition.
+func decodePosition(b projection.Position) (esdbc.Position, error) {
+	var p esdbc.Position
+	if len(b) != 45 {
+		return p, fmt.Errorf("not an EventStoreDB position: %q", b)
 	}
+	if _, err := fmt.Sscanf(string(b), "C:%20d/P:%20d", &p.Commit, &p.Prepare); err != nil {
+		return p, fmt.Errorf("not an EventStoreDB position: %q: %w", b, err)
+	}
+	return p, nil
 }

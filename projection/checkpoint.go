@@ -1,0 +1,68 @@
+package projection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// This file holds the checkpoints table: where sources store their position
+// in the same transaction as the work it covers (Batch.Checkpoint), or on
+// their own (SaveCheckpoint) when they pass events no projection needs.
+
+// saveCheckpointSQL never moves a checkpoint back: the row's lock orders
+// concurrent writers, and a smaller position leaves it as it is.
+func (p *Processor) saveCheckpointSQL() string {
+	return `INSERT INTO ` + p.table("checkpoints") + ` AS c (name, position) VALUES ($1, $2)
+ON CONFLICT (name) DO UPDATE SET position = EXCLUDED.position, updated_at = now()
+WHERE c.position < EXCLUDED.position`
+}
+
+// SaveCheckpoint stores a source's position under name, unless the stored
+// one is already at or after it (positions compare as byte strings: see
+// Position).
+func (p *Processor) SaveCheckpoint(ctx context.Context, name string, position Position) error {
+	if name == "" || len(position) == 0 {
+		return errors.New("projection: save checkpoint: empty name or position")
+	}
+	if _, err := p.pool.Exec(ctx, p.saveCheckpointSQL(), name, []byte(position)); err != nil {
+		return fmt.Errorf("projection: save checkpoint %s: %w", name, err)
+	}
+	return nil
+}
+
+// SaveCheckpointTx is SaveCheckpoint in tx: for a Batch.BeforeCommit hook
+// that computes the position only at commit time.
+func (p *Processor) SaveCheckpointTx(ctx context.Context, tx pgx.Tx, name string, position Position) error {
+	if name == "" || len(position) == 0 {
+		return errors.New("projection: save checkpoint: empty name or position")
+	}
+	if _, err := tx.Exec(ctx, p.saveCheckpointSQL(), name, []byte(position)); err != nil {
+		return fmt.Errorf("projection: save checkpoint %s: %w", name, err)
+	}
+	return nil
+}
+
+// LoadCheckpoint returns the position stored under name; ok is false when
+// there is none.
+func (p *Processor) LoadCheckpoint(ctx context.Context, name string) (position Position, ok bool, err error) {
+	err = p.pool.QueryRow(ctx, `SELECT position FROM `+p.table("checkpoints")+` WHERE name = $1`, name).Scan(&position)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("projection: load checkpoint %s: %w", name, err)
+	}
+	return position, true, nil
+}
+
+// queueCheckpoint queues the write of a batch's checkpoint.
+func (p *Processor) queueCheckpoint(b *pgx.Batch, cp *Checkpoint) error {
+	if cp.Name == "" || len(cp.Position) == 0 {
+		return errors.New("projection: batch checkpoint with an empty name or position")
+	}
+	b.Queue(p.saveCheckpointSQL(), cp.Name, []byte(cp.Position))
+	return nil
+}
