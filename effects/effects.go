@@ -1,0 +1,416 @@
+package effects
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/internal/retry"
+	"github.com/inorder/inorder/migrations"
+)
+
+// DefaultQueue is the River queue effect jobs go to when Config.Queue is
+// empty.
+const DefaultQueue = "inorder_effects"
+
+// JobKind is the River job kind of effect jobs: one kind for every effect,
+// whose args carry the intent's key (and its effect kind, for River's UI).
+const JobKind = "inorder.effect"
+
+// Sentinel errors; the functions that return them wrap them.
+var (
+	// ErrNotFound reports an intent key with no row.
+	ErrNotFound = errors.New("effects: no such intent")
+
+	// ErrUnknownKind reports an intent of a kind no Handler of the Client
+	// performs. Record refuses it rather than store an intent nothing will
+	// execute.
+	ErrUnknownKind = errors.New("effects: no handler for this effect kind")
+)
+
+// State is where an intent stands.
+type State string
+
+// The states of an intent. Pending, Running and Retrying are open; Done and
+// Cancelled are final; Failed waits for an operator.
+const (
+	// Pending: recorded, not tried yet.
+	Pending State = "pending"
+	// Running: an attempt holds the intent's claim (until its lease ends).
+	Running State = "running"
+	// Retrying: the last attempt failed; River tries again after a backoff.
+	Retrying State = "retrying"
+	// Done: the remote side has it, by a successful call or a Reconcile
+	// that found it done.
+	Done State = "done"
+	// Failed: a permanent error (see Permanent), or the attempts ran out.
+	// Nothing retries it until an operator calls Client.Retry; Client.Cancel
+	// gives up on it.
+	Failed State = "failed"
+	// Cancelled: an operator gave up on it; it is never executed again.
+	Cancelled State = "cancelled"
+)
+
+// States lists every state, open ones first.
+var States = []State{Pending, Running, Retrying, Failed, Done, Cancelled}
+
+// Intent is an external effect a projection's handler asks for, recorded
+// with Client.Record in the transaction that applies Event.
+type Intent struct {
+	// Kind names the effect ("payment.settled.webhook"); a Handler of the
+	// same Kind performs it. Required.
+	Kind string
+	// Event is the fact that causes the effect. Its stable id (the
+	// source's id, or "<aggregate>:<version>") is part of the key.
+	Event aggregate.Event
+	// Discriminator tells apart several effects of one Kind caused by one
+	// event (one e-mail per recipient, say): it is part of the key. Empty by
+	// default.
+	Discriminator string
+	// Salt is part of the key, empty by default. Leave it empty: then a
+	// rebuild, which replays the same facts, records nothing new and sends
+	// nothing again. Set it to send an already effected fact's effect once
+	// more on purpose — a new salt (a campaign id, a "resend-2025-05" tag,
+	// a rebuild generation if every generation must notify) gives every
+	// fact a new key, executed once per salt.
+	Salt string
+	// Args are the effect's arguments, stored as JSON and handed to the
+	// Handler. Nil stores JSON null.
+	Args any
+}
+
+// Key returns the intent's idempotency key as recorded by projection: the
+// first 128 bits of a SHA-256 over the projection name, the event's stable
+// id, the kind, the discriminator and the salt, in hex (32 characters). It
+// never depends on an attempt, a time or a random number, so every delivery,
+// replay and rebuild of the fact yields the same key; pass it to the remote
+// side (an Idempotency-Key header, a message id, a ledger reference).
+func (i Intent) Key(projection string) string {
+	return key(projection, i.Event.StableID(), i.Kind, i.Discriminator, i.Salt)
+}
+
+func key(fields ...string) string {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	for _, f := range fields {
+		// Length-prefixed, so no two field lists hash the same input.
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(f)))])
+		h.Write([]byte(f))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// Effect is a recorded intent: what handlers receive and operators see.
+type Effect struct {
+	// Key is the idempotency key (see Intent.Key).
+	Key string `json:"key"`
+	// Projection, Kind, EventID, Aggregate, Version, Discriminator and Salt
+	// are what the key was derived from.
+	Projection    string `json:"projection"`
+	Kind          string `json:"kind"`
+	EventID       string `json:"event_id"`
+	Aggregate     string `json:"aggregate"`
+	Version       int64  `json:"version"`
+	Discriminator string `json:"discriminator,omitempty"`
+	Salt          string `json:"salt,omitempty"`
+	// Args are the intent's arguments, as JSON.
+	Args json.RawMessage `json:"args"`
+	// State is where the intent stands.
+	State State `json:"state"`
+	// Uncertain is true when an attempt called the remote side and its
+	// outcome is unknown (a timeout, an error, a crash); the next attempt
+	// asks Reconcile first, if the handler has it.
+	Uncertain bool `json:"uncertain"`
+	// Attempts counts the calls of Perform so far, the current one
+	// included (a Handler sees 1 on its first call).
+	Attempts int `json:"attempts"`
+	// LeaseUntil is when a Running intent's claim expires (an attempt that
+	// holds it longer is presumed dead); zero otherwise.
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	// JobID is the River job of the last claim; zero before any.
+	JobID int64 `json:"job_id,omitempty"`
+	// LastError is the last attempt's error (or an operator's reason).
+	LastError string `json:"last_error,omitempty"`
+	// CreatedAt is when the intent was recorded, UpdatedAt when its row
+	// last changed, DoneAt when it became Done.
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	DoneAt    time.Time `json:"done_at,omitzero"`
+}
+
+// Handler performs the effects of one kind. Perform is called after the
+// intent's transaction committed, from River's workers, at least once per
+// intent and — unless it fails — until it succeeds or fails permanently; two
+// attempts of one intent never run at once (while the claim's lease holds).
+//
+// Perform must pass e.Key to the remote side as its idempotency key, and
+// must respect ctx: it ends after Config.Timeout. It returns nil once the
+// remote side has the effect, an error wrapped with Permanent when the
+// remote side refused it for good (a 4xx that a retry cannot change), and
+// any other error when a retry may help. Any error but a permanent one
+// leaves the outcome uncertain: the remote side may have applied the effect
+// before the error (a timeout, a 5xx, a lost connection).
+type Handler interface {
+	Kind() string
+	Perform(ctx context.Context, e *Effect) error
+}
+
+// Reconciler is implemented by a Handler that can ask the remote side
+// whether it has an effect. Reconcile is called before any attempt that
+// follows one whose outcome is uncertain (a crash after the call, a timeout,
+// an error), and by the reconciliation pass for failed intents whose last
+// outcome is uncertain. done=true settles the intent as Done without calling
+// Perform again; done=false with a nil error means the remote side does not
+// have it, and Perform is called (again, with the same key); an error is a
+// failed attempt.
+//
+// A remote side without idempotency keys needs Reconcile: it is the only
+// thing that prevents a second call after an uncertain one.
+type Reconciler interface {
+	Reconcile(ctx context.Context, e *Effect) (done bool, err error)
+}
+
+// HandlerFunc returns a Handler of kind that calls perform.
+func HandlerFunc(kind string, perform func(ctx context.Context, e *Effect) error) Handler {
+	return handlerFunc{kind: kind, perform: perform}
+}
+
+type handlerFunc struct {
+	kind    string
+	perform func(ctx context.Context, e *Effect) error
+}
+
+func (h handlerFunc) Kind() string                                 { return h.kind }
+func (h handlerFunc) Perform(ctx context.Context, e *Effect) error { return h.perform(ctx, e) }
+
+// PermanentError marks an error after which retrying an effect is useless:
+// the intent is Failed at once and stays listed for an operator. Build it
+// with Permanent.
+type PermanentError struct{ Err error }
+
+func (p *PermanentError) Error() string { return "permanent: " + p.Err.Error() }
+func (p *PermanentError) Unwrap() error { return p.Err }
+
+// Permanent wraps err so that the attempt that returns it fails the intent
+// for good instead of retrying. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// IsPermanent reports whether err is or wraps a PermanentError.
+func IsPermanent(err error) bool {
+	var p *PermanentError
+	return errors.As(err, &p)
+}
+
+// Attempt describes the outcome of one attempt at an intent, for
+// Config.OnAttempt.
+type Attempt struct {
+	// Key and Kind identify the intent.
+	Key  string
+	Kind string
+	// Number is the intent's Attempts after this one.
+	Number int
+	// Called is true when Perform was called (false when Reconcile settled
+	// it, or the attempt failed before calling).
+	Called bool
+	// Reconciled is true when Reconcile was asked first.
+	Reconciled bool
+	// State is the intent's state after the attempt: Done, Retrying or
+	// Failed (or Running, if the outcome could not be recorded).
+	State State
+	// Err is the attempt's error; nil when it is Done.
+	Err error
+	// Duration is the wall time of the attempt.
+	Duration time.Duration
+}
+
+// Config configures a Client. A nil *Config is valid: every field has a
+// default.
+type Config struct {
+	// Schema holds inorder's tables, the effects table among them (see
+	// package migrations). Default migrations.DefaultSchema ("inorder").
+	Schema string
+
+	// RiverSchema holds River's tables (see MigrateRiver). Default: Schema.
+	RiverSchema string
+
+	// Queue is the River queue of effect jobs. Default DefaultQueue.
+	Queue string
+
+	// Workers is how many effects a started Client performs at once.
+	// Default 10.
+	Workers int
+
+	// Timeout bounds each call of Perform and of Reconcile. An attempt's
+	// claim lasts twice Timeout: an intent whose attempt holds it longer
+	// (its worker died) is taken up again by the reconciliation pass.
+	// Default 30 s.
+	Timeout time.Duration
+
+	// MaxAttempts is how many times River works an intent's job before the
+	// intent is Failed. Default 25.
+	MaxAttempts int
+
+	// RetryBackoff bounds the delay before the first retry; it doubles with
+	// every attempt up to MaxBackoff, with jitter (inorder's one backoff
+	// policy: each delay is drawn from [d/2, d]). Default 1 s.
+	RetryBackoff time.Duration
+
+	// MaxBackoff caps the delay between retries. Default 1 h.
+	MaxBackoff time.Duration
+
+	// ReconcileInterval is how often a started Client runs the
+	// reconciliation pass (see Client.ReconcileStuck). Default 1 min.
+	ReconcileInterval time.Duration
+
+	// PollInterval is how often River looks for jobs when no notification
+	// arrives (River's FetchPollInterval). Default 1 s.
+	PollInterval time.Duration
+
+	// Logger receives the Client's logs and River's. Default: discarded.
+	Logger *slog.Logger
+
+	// OnAttempt, if set, is called after the outcome of every attempt is
+	// recorded (and after the reconciliation pass settles an intent), from
+	// the goroutine that ran it. It must be fast and must not block: it is
+	// how metrics and tests observe effects.
+	OnAttempt func(Attempt)
+}
+
+// Client records intents and performs them. Record is called from
+// projection handlers; Start (or Run) works the intents with River, in any
+// number of processes at once. A Client is safe for concurrent use.
+type Client struct {
+	pool        *pgxpool.Pool
+	cfg         Config
+	log         *slog.Logger
+	river       *river.Client[pgx.Tx]
+	handlers    map[string]Handler
+	reconcilers []string // kinds whose handler implements Reconciler
+	sql         statements
+
+	mu      sync.Mutex
+	stopBg  context.CancelFunc // stops the reconciliation loop
+	bgDone  chan struct{}
+	started bool
+}
+
+// New returns a Client on pool's database for handlers (one per kind).
+// Nothing runs until Start or Run; Record works without them.
+func New(pool *pgxpool.Pool, cfg *Config, handlers ...Handler) (*Client, error) {
+	if pool == nil {
+		return nil, errors.New("effects: New needs a pool")
+	}
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	c := *cfg
+	c.Schema = cmp.Or(c.Schema, migrations.DefaultSchema)
+	c.RiverSchema = cmp.Or(c.RiverSchema, c.Schema)
+	c.Queue = cmp.Or(c.Queue, DefaultQueue)
+	c.Workers = cmp.Or(c.Workers, 10)
+	c.Timeout = cmp.Or(c.Timeout, 30*time.Second)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 25)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, time.Second)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, time.Hour)
+	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, time.Minute)
+	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Workers < 0 || c.Timeout < 0 || c.MaxAttempts < 0 || c.RetryBackoff < 0 || c.MaxBackoff < 0 || c.ReconcileInterval < 0 || c.PollInterval < 0 {
+		return nil, errors.New("effects: Config has a negative setting")
+	}
+	cl := &Client{
+		pool:     pool,
+		cfg:      c,
+		log:      c.Logger,
+		handlers: map[string]Handler{},
+		sql:      newStatements(c.Schema),
+	}
+	for _, h := range handlers {
+		k := h.Kind()
+		if k == "" {
+			return nil, errors.New("effects: a handler has an empty kind")
+		}
+		if _, dup := cl.handlers[k]; dup {
+			return nil, fmt.Errorf("effects: two handlers of kind %q", k)
+		}
+		cl.handlers[k] = h
+		if _, ok := h.(Reconciler); ok {
+			cl.reconcilers = append(cl.reconcilers, k)
+		}
+	}
+	slices.Sort(cl.reconcilers)
+	if cl.reconcilers == nil {
+		cl.reconcilers = []string{}
+	}
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, &worker{c: cl}); err != nil {
+		return nil, fmt.Errorf("effects: register River worker: %w", err)
+	}
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Schema:            c.RiverSchema,
+		Logger:            c.Logger,
+		Workers:           workers,
+		Queues:            map[string]river.QueueConfig{c.Queue: {MaxWorkers: c.Workers}},
+		MaxAttempts:       c.MaxAttempts,
+		FetchPollInterval: c.PollInterval,
+		FetchCooldown:     min(c.PollInterval, river.FetchCooldownDefault),
+		// Attempts bound themselves (Timeout for Reconcile, Timeout for
+		// Perform); River's own timeout is a backstop past both.
+		JobTimeout: 2*c.Timeout + 10*time.Second,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("effects: River client: %w", err)
+	}
+	cl.river = rc
+	return cl, nil
+}
+
+// Schema returns the schema of the effects table.
+func (c *Client) Schema() string { return c.cfg.Schema }
+
+// Kinds returns the kinds the Client has handlers for, sorted.
+func (c *Client) Kinds() []string {
+	kinds := make([]string, 0, len(c.handlers))
+	for k := range c.handlers {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	return kinds
+}
+
+// lease is how long an attempt's claim lasts.
+func (c *Client) lease() time.Duration { return 2 * c.cfg.Timeout }
+
+// backoff returns the delay before River's next try after attempt attempt
+// (1-based).
+func (c *Client) backoff(attempt int) time.Duration {
+	return retry.Policy{Initial: c.cfg.RetryBackoff, Max: c.cfg.MaxBackoff}.Delay(attempt)
+}
+
+func (c *Client) observe(a Attempt) {
+	if c.cfg.OnAttempt != nil {
+		c.cfg.OnAttempt(a)
+	}
+}

@@ -1,0 +1,201 @@
+package effects_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/effects"
+	"github.com/inorder/inorder/projection"
+)
+
+// TestKey pins the key's derivation: from the fact, never the attempt; every
+// input changes it.
+func TestKey(t *testing.T) {
+	t.Parallel()
+	e, err := aggregate.New("pay-1", 3, "payment.captured", map[string]int{"amount": 5})
+	require.NoError(t, err)
+	base := effects.Intent{Kind: "webhook", Event: e}
+	k := base.Key("ledger")
+	require.Len(t, k, 32)
+	require.Equal(t, k, base.Key("ledger"), "same fact, same key")
+	again := base
+	again.Args = map[string]string{"other": "args"}
+	require.Equal(t, k, again.Key("ledger"), "args are not part of the key")
+	e2 := e
+	e2.ID = "pay-1:3"
+	require.Equal(t, k, effects.Intent{Kind: "webhook", Event: e2}.Key("ledger"), "the default id is the stable id")
+
+	variants := map[string]string{}
+	add := func(name, key string) {
+		for other, v := range variants {
+			require.NotEqual(t, v, key, "%s and %s have the same key", name, other)
+		}
+		variants[name] = key
+	}
+	add("base", k)
+	add("projection", base.Key("ledger2"))
+	withKind := base
+	withKind.Kind = "webhook2"
+	add("kind", withKind.Key("ledger"))
+	withDisc := base
+	withDisc.Discriminator = "to:alice"
+	add("discriminator", withDisc.Key("ledger"))
+	withSalt := base
+	withSalt.Salt = "resend-1"
+	add("salt", withSalt.Key("ledger"))
+	e3 := e
+	e3.ID = "esdb-uuid-1"
+	add("event id", effects.Intent{Kind: "webhook", Event: e3}.Key("ledger"))
+	// Fields are length-prefixed: moving a boundary changes the key.
+	a := effects.Intent{Kind: "ab", Event: e, Discriminator: "c"}
+	b := effects.Intent{Kind: "a", Event: e, Discriminator: "bc"}
+	require.NotEqual(t, a.Key("p"), b.Key("p"))
+}
+
+// TestRecordAndPerform is the life of one intent: recorded with the
+// projection's writes, performed once after the commit with its key, done.
+func TestRecordAndPerform(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	es := events(t, "a", 3)
+	b.process(t, es...)
+	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM effects WHERE state = 'pending'`))
+	for _, e := range es {
+		require.Equal(t, 1, b.jobsOf(t, keyOf(kindNotify, e)))
+	}
+	b.start(t)
+	b.waitAllDone(t)
+	for _, e := range es {
+		k := keyOf(kindNotify, e)
+		require.Len(t, b.idem.callsOf(k), 1, "one call per key")
+		got, err := b.fx.Get(t.Context(), k)
+		require.NoError(t, err)
+		require.Equal(t, effects.Done, got.State)
+		require.Equal(t, 1, got.Attempts)
+		require.False(t, got.Uncertain)
+		require.Equal(t, "notifier", got.Projection)
+		require.Equal(t, e.StableID(), got.EventID)
+		require.Equal(t, e.Version, got.Version)
+		require.JSONEq(t, fmt.Sprintf(`{"aggregate":"a","version":%d}`, e.Version), string(got.Args))
+		require.False(t, got.DoneAt.IsZero())
+	}
+}
+
+// TestRecordRollsBack: intents and their jobs are in the batch's
+// transaction — a handler that fails after recording leaves neither, and the
+// event is quarantined without an effect.
+func TestRecordRollsBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.notifier.fail = func([]aggregate.Event) error { return errors.New("read model write failed") }
+	res := b.process(t, events(t, "a", 1)...)
+	require.Equal(t, projection.Quarantined, res[0].Outcome)
+	require.Zero(t, b.count(t, `SELECT count(*) FROM effects`))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job`))
+}
+
+// TestRecordRefusesUnknownKind: an intent nothing would perform is an error
+// in the handler, not a row that waits forever.
+func TestRecordRefusesUnknownKind(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &setupOpts{kind: "no.such.kind"})
+	_, err := b.proc.Process(t.Context(), projection.Batch{Events: events(t, "a", 1)})
+	require.NoError(t, err) // quarantined
+	q, err := b.proc.Quarantined(t.Context(), projection.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, q, 1)
+	require.Contains(t, q[0].Error, effects.ErrUnknownKind.Error())
+	require.Zero(t, b.count(t, `SELECT count(*) FROM effects`))
+}
+
+// TestSameEventConcurrently is the seed's test for effects: one event
+// delivered at once by 2, 8 and 64 goroutines — through the gate, and
+// recorded directly by as many transactions, bypassing the gate — records
+// exactly one intent and one job, and the remote side gets exactly one call
+// with its key.
+func TestSameEventConcurrently(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{2, 8, 64} {
+		t.Run(fmt.Sprintf("goroutines=%d", n), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, nil)
+			es := events(t, "agg", 3)
+			for v, e := range es {
+				outcomes := make([]projection.Outcome, n)
+				atOnce(t, n, func(i int) error {
+					res, err := b.proc.Process(context.Background(), projection.Batch{Events: []aggregate.Event{e}})
+					if err == nil {
+						outcomes[i] = res[0].Outcome
+					}
+					return err
+				})
+				applied := 0
+				for _, o := range outcomes {
+					if o == projection.Applied {
+						applied++
+					} else {
+						require.Equal(t, projection.Duplicate, o)
+					}
+				}
+				require.Equal(t, 1, applied, "version %d", v+1)
+				k := keyOf(kindNotify, e)
+				require.Equal(t, 1, b.count(t, `SELECT count(*) FROM effects WHERE key = $1`, k))
+				require.Equal(t, 1, b.jobsOf(t, k))
+			}
+
+			// The constraint, not the gate, decides: n transactions record
+			// the same intent directly.
+			direct := events(t, "direct", 1)[0]
+			recorded := make([]int, n)
+			atOnce(t, n, func(i int) error {
+				return pgx.BeginFunc(context.Background(), b.db.Pool, func(tx pgx.Tx) error {
+					var err error
+					recorded[i], err = b.fx.RecordTx(context.Background(), tx, "notifier",
+						effects.Intent{Kind: kindNotify, Event: direct, Args: "direct"})
+					return err
+				})
+			})
+			sum := 0
+			for _, r := range recorded {
+				sum += r
+			}
+			require.Equal(t, 1, sum, "exactly one transaction recorded it")
+			dk := keyOf(kindNotify, direct)
+			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM effects WHERE key = $1`, dk))
+			require.Equal(t, 1, b.jobsOf(t, dk))
+
+			b.start(t)
+			b.waitAllDone(t)
+			calls := b.idem.callsByKey()
+			require.Len(t, calls, len(es)+1)
+			for _, e := range append(es, direct) {
+				require.Equal(t, 1, calls[keyOf(kindNotify, e)], "one remote call for %s v%d", e.Aggregate, e.Version)
+			}
+		})
+	}
+}
+
+// atOnce runs fn(0…n-1) on n goroutines released together and requires
+// that none failed.
+func atOnce(t *testing.T, n int, fn func(i int) error) {
+	t.Helper()
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			errs[i] = fn(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+}

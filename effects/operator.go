@@ -1,0 +1,193 @@
+package effects
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// StateError reports an operator action that the intent's state does not
+// allow: retrying a done intent, cancelling one whose attempt is under way.
+type StateError struct {
+	Key    string
+	Action string
+	State  State
+}
+
+func (e *StateError) Error() string {
+	return fmt.Sprintf("effects: cannot %s intent %s: it is %s", e.Action, e.Key, e.State)
+}
+
+// Get returns the intent of key, or an error wrapping ErrNotFound.
+func (c *Client) Get(ctx context.Context, key string) (Effect, error) {
+	var e Effect
+	err := scanEffect(c.pool.QueryRow(ctx, c.sql.get, key), &e)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Effect{}, fmt.Errorf("effects: %s: %w", key, ErrNotFound)
+	case err != nil:
+		return Effect{}, fmt.Errorf("effects: get %s: %w", key, err)
+	}
+	return e, nil
+}
+
+// ListOptions filters List. The zero value lists the oldest 100 intents.
+type ListOptions struct {
+	// State, Kind and Projection, when set, keep only the intents that
+	// match.
+	State      State
+	Kind       string
+	Projection string
+	// Limit caps the rows returned. Default 100.
+	Limit int
+}
+
+// List returns intents, oldest first.
+func (c *Client) List(ctx context.Context, opts ListOptions) ([]Effect, error) {
+	if opts.State != "" && !slices.Contains(States, opts.State) {
+		return nil, fmt.Errorf("effects: list: unknown state %q", opts.State)
+	}
+	rows, err := c.pool.Query(ctx, c.sql.list, string(opts.State), opts.Kind, opts.Projection, cmp.Or(opts.Limit, 100))
+	if err != nil {
+		return nil, fmt.Errorf("effects: list: %w", err)
+	}
+	out := []Effect{}
+	for rows.Next() {
+		var e Effect
+		if err := scanEffect(rows, &e); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("effects: list: %w", err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("effects: list: %w", err)
+	}
+	return out, nil
+}
+
+// Retry reopens an intent — failed, cancelled, or waiting (pending,
+// retrying) — and enqueues a job for it now, in one transaction. If its
+// last outcome is uncertain, the attempt asks Reconcile first. A done
+// intent, or one whose attempt is under way, is refused with a
+// *StateError.
+func (c *Client) Retry(ctx context.Context, key string) (Effect, error) {
+	var e Effect
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if err := scanEffect(tx.QueryRow(ctx, c.sql.retry, key), &e); err != nil {
+			return err
+		}
+		return c.enqueue(ctx, tx, c.jobsFor([]string{e.Key}, []string{e.Kind}))
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Effect{}, c.refused(ctx, key, "retry")
+	}
+	if err != nil {
+		return Effect{}, fmt.Errorf("effects: retry %s: %w", key, err)
+	}
+	c.log.InfoContext(ctx, "inorder: effect retried by an operator", "key", key, "effect", e.Kind)
+	return e, nil
+}
+
+// Cancel gives up on an intent that is not done: it is never executed
+// again (a job already enqueued for it completes without calling anything).
+// reason is kept as its last error. An intent whose attempt is under way is
+// refused with a *StateError: the call may be reaching the remote side; try
+// again once it ended.
+func (c *Client) Cancel(ctx context.Context, key, reason string) (Effect, error) {
+	var e Effect
+	err := scanEffect(c.pool.QueryRow(ctx, c.sql.cancel, key, "cancelled: "+cmp.Or(reason, "by an operator")), &e)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Effect{}, c.refused(ctx, key, "cancel")
+	}
+	if err != nil {
+		return Effect{}, fmt.Errorf("effects: cancel %s: %w", key, err)
+	}
+	c.log.InfoContext(ctx, "inorder: effect cancelled by an operator", "key", key, "effect", e.Kind, "reason", reason)
+	return e, nil
+}
+
+// refused explains why an operator action matched no row.
+func (c *Client) refused(ctx context.Context, key, action string) error {
+	e, err := c.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	return &StateError{Key: key, Action: action, State: e.State}
+}
+
+// KindStats are the open intents of one kind.
+type KindStats struct {
+	Kind string `json:"kind"`
+	// Pending, Running, Retrying and Failed count the intents in each
+	// state; Uncertain those among them whose last outcome is unknown.
+	Pending   int64 `json:"pending"`
+	Running   int64 `json:"running"`
+	Retrying  int64 `json:"retrying"`
+	Failed    int64 `json:"failed"`
+	Uncertain int64 `json:"uncertain"`
+	// OldestPending is when the oldest pending or retrying intent was
+	// recorded; zero if there is none.
+	OldestPending time.Time `json:"oldest_pending,omitzero"`
+}
+
+// OldestPendingAge is how long the oldest pending or retrying intent has
+// waited at now; zero if there is none.
+func (s KindStats) OldestPendingAge(now time.Time) time.Duration {
+	if s.OldestPending.IsZero() {
+		return 0
+	}
+	return max(now.Sub(s.OldestPending), 0)
+}
+
+// Stats returns the open intents per kind, for status and metrics: every
+// kind of the Client's handlers, and any other kind found in the table,
+// sorted by kind.
+func (c *Client) Stats(ctx context.Context) ([]KindStats, error) {
+	rows, err := c.pool.Query(ctx, c.sql.stats)
+	if err != nil {
+		return nil, fmt.Errorf("effects: stats: %w", err)
+	}
+	by := map[string]*KindStats{}
+	for _, k := range c.Kinds() {
+		by[k] = &KindStats{Kind: k}
+	}
+	var kind, state string
+	var n, uncertain int64
+	var oldest time.Time
+	if _, err := pgx.ForEachRow(rows, []any{&kind, &state, &n, &uncertain, &oldest}, func() error {
+		s := by[kind]
+		if s == nil {
+			s = &KindStats{Kind: kind}
+			by[kind] = s
+		}
+		s.Uncertain += uncertain
+		switch State(state) {
+		case Pending:
+			s.Pending += n
+		case Running:
+			s.Running += n
+		case Retrying:
+			s.Retrying += n
+		case Failed:
+			s.Failed += n
+		}
+		if (State(state) == Pending || State(state) == Retrying) && (s.OldestPending.IsZero() || oldest.Before(s.OldestPending)) {
+			s.OldestPending = oldest
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("effects: stats: %w", err)
+	}
+	out := make([]KindStats, 0, len(by))
+	for _, s := range by {
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b KindStats) int { return cmp.Compare(a.Kind, b.Kind) })
+	return out, nil
+}

@@ -1,0 +1,517 @@
+package effects_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/effects"
+	"github.com/inorder/inorder/projection"
+)
+
+// The multi-process tests re-execute the test binary, running only
+// TestHelperProcess, with these variables naming what the helper does.
+const (
+	envMode      = "INORDER_EFFECTS_HELPER"        // "same" or "kill"
+	envURL       = "INORDER_EFFECTS_HELPER_DB_URL" // the test schema's URL
+	envSchema    = "INORDER_EFFECTS_HELPER_SCHEMA"
+	envIdem      = "INORDER_EFFECTS_HELPER_IDEMPOTENT" // the idempotent remote's URL
+	envPlain     = "INORDER_EFFECTS_HELPER_PLAIN"      // the other remote's URL
+	envKind      = "INORDER_EFFECTS_HELPER_KIND"       // kill: the effect kind
+	helperPrefix = "effects-helper: "
+	helperLimit  = 90 * time.Second
+)
+
+const (
+	sameProcs, sameGoroutines = 3, 4
+	sameVersions              = 3 // rounds: versions 1, 2, 3 of one aggregate
+	extraJobs                 = 3 // more jobs per key than the one Record enqueued
+)
+
+// TestProcessesSameEvent is the seed's test across processes: the same event
+// delivered at once by 4 goroutines in each of 3 processes records one
+// intent and one job; then, with 3 more jobs per key enqueued on purpose,
+// the 3 processes work them at once — and the remote gets exactly one call
+// per key: the intents table decides, not River.
+func TestProcessesSameEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	es := events(t, "same", sameVersions)
+	helpers := make([]*helperProc, sameProcs)
+	for i := range helpers {
+		helpers[i] = startHelper(t, "same", b, "")
+	}
+	for v, e := range es {
+		for _, h := range helpers {
+			require.Equal(t, strconv.Itoa(v), h.expect(t, "READY"))
+		}
+		for _, h := range helpers {
+			h.send(t, "GO")
+		}
+		var applied, duplicates, recorded int
+		for _, h := range helpers {
+			var r sameResult
+			require.NoError(t, json.Unmarshal([]byte(h.expect(t, "RESULT")), &r))
+			applied, duplicates, recorded = applied+r.Applied, duplicates+r.Duplicate, recorded+r.Recorded
+		}
+		require.Equal(t, 1, applied, "version %d", e.Version)
+		require.Equal(t, sameProcs*sameGoroutines-1, duplicates)
+		require.Equal(t, 1, recorded, "one transaction recorded the intent")
+		k := keyOf(kindNotify, e)
+		require.Equal(t, 1, b.count(t, `SELECT count(*) FROM effects WHERE key = $1`, k))
+		require.Equal(t, 1, b.jobsOf(t, k))
+		for range extraJobs {
+			_, err := b.fx.Retry(t.Context(), k)
+			require.NoError(t, err)
+		}
+		require.Equal(t, 1+extraJobs, b.jobsOf(t, k))
+	}
+	for _, h := range helpers {
+		h.send(t, "WORK")
+	}
+	// Every job ends (River's completed events, reported by the helpers),
+	// and every intent is settled once.
+	settled, finished := map[string]int{}, map[string]int{}
+	want := len(es) * (1 + extraJobs)
+	n := 0
+	for n < want || len(settled) < len(es) {
+		kind, payload := expectAny(t, helpers, "SETTLED", "JOBDONE")
+		if kind == "SETTLED" {
+			settled[payload]++
+		} else {
+			finished[payload]++
+			n++
+		}
+	}
+	for _, h := range helpers {
+		h.send(t, "EXIT")
+	}
+	for _, h := range helpers {
+		h.requireExit(t)
+	}
+	calls := b.idem.callsByKey()
+	require.Len(t, calls, len(es))
+	for _, e := range es {
+		k := keyOf(kindNotify, e)
+		require.Equal(t, 1, settled[k], "one process settled %s v%d", e.Aggregate, e.Version)
+		require.Equal(t, 1+extraJobs, finished[k])
+		require.Equal(t, 1, calls[k], "one remote call for v%d", e.Version)
+		got, err := b.fx.Get(t.Context(), k)
+		require.NoError(t, err)
+		require.Equal(t, effects.Done, got.State)
+		require.Equal(t, 1, got.Attempts)
+	}
+}
+
+type sameResult struct{ Applied, Duplicate, Recorded int }
+
+// TestKillAfterCall kills the effect worker's process with SIGKILL after the
+// remote side answered and before the outcome is recorded: the intent stays
+// running, uncertain, its claim held by a dead process. Once the claim
+// expires, the reconciliation pass of another worker takes it up.
+//   - idempotent remote: the retry calls again with the same key; the remote
+//     sees two calls and applies one;
+//   - remote without idempotency, with Reconcile: the retry asks, finds it
+//     done, and does not call again.
+func TestKillAfterCall(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{kindNotify, kindChecked} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, nil)
+			k := b.record(t, intent(t, kind, "victim"))[0]
+			rem := b.idem
+			if kind == kindChecked {
+				rem = b.plain
+			}
+			h := startHelper(t, "kill", b, kind)
+			require.Equal(t, k, h.expect(t, "CALLED"))
+			require.Len(t, rem.callsOf(k), 1)
+			require.Equal(t, 1, rem.appliedOf(k))
+			e, err := b.fx.Get(t.Context(), k)
+			require.NoError(t, err)
+			require.Equal(t, effects.Running, e.State)
+			require.True(t, e.Uncertain, "the call's outcome is not recorded")
+			require.Equal(t, 1, e.Attempts)
+			h.kill(t)
+
+			b.start(t) // claims of 2×Timeout; the pass runs every 100 ms
+			e = b.waitState(t, k, effects.Done)
+			require.False(t, e.Uncertain)
+			require.Equal(t, 1, rem.appliedOf(k), "the remote applied it once")
+			last := b.seen.of(k)
+			require.NotEmpty(t, last)
+			if kind == kindNotify {
+				require.Len(t, rem.callsOf(k), 2, "the retry called again, with the same key")
+				require.Equal(t, 2, e.Attempts)
+				require.True(t, last[len(last)-1].Called)
+			} else {
+				require.Len(t, rem.callsOf(k), 1, "not called again")
+				require.Equal(t, 1, rem.checksOf(k))
+				require.Equal(t, 1, e.Attempts)
+				require.True(t, last[len(last)-1].Reconciled)
+				require.False(t, last[len(last)-1].Called)
+			}
+		})
+	}
+}
+
+// TestHelperProcess is the body of the helper processes; it does nothing
+// unless re-executed by the tests above.
+func TestHelperProcess(t *testing.T) {
+	mode := os.Getenv(envMode)
+	if mode == "" {
+		t.Skip("helper process: runs only when re-executed by the multi-process tests")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), helperLimit)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, os.Getenv(envURL))
+	require.NoError(t, err)
+	defer pool.Close()
+	in := bufio.NewReader(os.Stdin)
+	switch mode {
+	case "same":
+		err = helperSame(ctx, pool, in)
+	case "kill":
+		err = helperKill(ctx, pool)
+	default:
+		err = fmt.Errorf("unknown helper mode %q", mode)
+	}
+	require.NoError(t, err)
+}
+
+func say(kind, payload string) { fmt.Printf("%s%s %s\n", helperPrefix, kind, payload) }
+
+func await(in *bufio.Reader, want string) error {
+	line, err := in.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("read from parent: %w", err)
+	}
+	if got := strings.TrimSpace(line); got != want {
+		return fmt.Errorf("parent said %q, want %q", got, want)
+	}
+	return nil
+}
+
+// helperConfig is the effects configuration of a helper.
+func helperConfig(onAttempt func(effects.Attempt)) *effects.Config {
+	return &effects.Config{
+		Schema:            os.Getenv(envSchema),
+		Timeout:           time.Second,
+		RetryBackoff:      20 * time.Millisecond,
+		MaxBackoff:        200 * time.Millisecond,
+		ReconcileInterval: 100 * time.Millisecond,
+		PollInterval:      50 * time.Millisecond,
+		OnAttempt:         onAttempt,
+	}
+}
+
+// helperSame delivers each round's event from several goroutines at once
+// through its own processor, then works the jobs, reporting settled intents
+// and finished jobs, until the parent says EXIT.
+func helperSame(ctx context.Context, pool *pgxpool.Pool, in *bufio.Reader) error {
+	fx, err := effects.New(pool, helperConfig(func(a effects.Attempt) {
+		if a.State == effects.Done {
+			say("SETTLED", a.Key)
+		}
+	}), &httpEffect{kind: kindNotify, url: os.Getenv(envIdem)})
+	if err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	recorded := 0
+	n := &notifier{fx: fx, kind: kindNotify}
+	counting := &countingNotifier{notifier: n, recorded: &recorded, mu: &mu}
+	proc, err := projection.New(pool, &projection.Config{Schema: os.Getenv(envSchema)}, counting)
+	if err != nil {
+		return err
+	}
+	for v := range sameVersions {
+		e, err := aggregate.New("same", int64(v+1), "thing.happened", map[string]any{"n": v + 1})
+		if err != nil {
+			return err
+		}
+		say("READY", strconv.Itoa(v))
+		if err := await(in, "GO"); err != nil {
+			return err
+		}
+		mu.Lock()
+		recorded = 0
+		mu.Unlock()
+		var r sameResult
+		var errs []error
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for range sameGoroutines {
+			wg.Go(func() {
+				<-start
+				res, err := proc.Process(ctx, projection.Batch{Events: []aggregate.Event{e}})
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil:
+					errs = append(errs, err)
+				case res[0].Outcome == projection.Applied:
+					r.Applied++
+				case res[0].Outcome == projection.Duplicate:
+					r.Duplicate++
+				default:
+					errs = append(errs, fmt.Errorf("outcome %v", res[0].Outcome))
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		r.Recorded = recorded
+		raw, _ := json.Marshal(r)
+		say("RESULT", string(raw))
+	}
+	if err := await(in, "WORK"); err != nil {
+		return err
+	}
+	jobs, unsubscribe := effects.SubscribeJobs(fx)
+	defer unsubscribe()
+	go func() {
+		for ev := range jobs {
+			if ev.Kind == river.EventKindJobCompleted {
+				var args struct{ Key string }
+				if json.Unmarshal(ev.Job.EncodedArgs, &args) == nil {
+					say("JOBDONE", args.Key)
+				}
+			}
+		}
+	}()
+	if err := fx.Start(ctx); err != nil {
+		return err
+	}
+	if err := await(in, "EXIT"); err != nil {
+		return err
+	}
+	return fx.Stop(ctx)
+}
+
+// countingNotifier is the notifier, counting the intents its transactions
+// recorded (committed or not: a transaction that recorded one and then
+// lost its version write would be a bug too).
+type countingNotifier struct {
+	*notifier
+	mu       *sync.Mutex
+	recorded *int
+}
+
+func (c *countingNotifier) ApplyBatch(ctx context.Context, tx *projection.Tx, events []aggregate.Event) error {
+	intents := make([]effects.Intent, len(events))
+	for i, e := range events {
+		intents[i] = effects.Intent{Kind: c.kind, Event: e, Args: map[string]any{"aggregate": e.Aggregate, "version": e.Version}}
+	}
+	n, err := c.fx.Record(ctx, tx, intents...)
+	c.mu.Lock()
+	*c.recorded += n
+	c.mu.Unlock()
+	return err
+}
+
+// helperKill works the intents with a handler that, once the remote side
+// answered, reports CALLED and waits to be killed: the outcome is never
+// recorded.
+func helperKill(ctx context.Context, pool *pgxpool.Pool) error {
+	called := make(chan string, 1)
+	after := func(e *effects.Effect) {
+		called <- e.Key
+		<-ctx.Done() // SIGKILL comes first
+	}
+	h := effects.Handler(&httpEffect{kind: kindNotify, url: os.Getenv(envIdem), after: after})
+	if os.Getenv(envKind) == kindChecked {
+		h = &checkedEffect{httpEffect{kind: kindChecked, url: os.Getenv(envPlain), after: after}}
+	}
+	cfg := helperConfig(nil)
+	cfg.ReconcileInterval = time.Hour
+	fx, err := effects.New(pool, cfg, h)
+	if err != nil {
+		return err
+	}
+	if err := fx.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case k := <-called:
+		say("CALLED", k)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	<-ctx.Done()
+	return errors.New("not killed in time")
+}
+
+// helperProc is the parent's handle on a helper process; the test's cleanup
+// kills it if it still runs.
+type helperProc struct {
+	name   string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	msgs   chan string
+	done   chan struct{}
+	err    error
+	output syncBuffer
+}
+
+func startHelper(t *testing.T, mode string, b *bundle, kind string) *helperProc {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), helperLimit+15*time.Second)
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1",
+		"-test.timeout="+(helperLimit+5*time.Second).String())
+	cmd.Env = append(os.Environ(), envMode+"="+mode, envURL+"="+b.db.URL, envSchema+"="+b.db.Schema,
+		envIdem+"="+b.idem.srv.URL, envPlain+"="+b.plain.srv.URL, envKind+"="+kind)
+	cmd.WaitDelay = 5 * time.Second
+	h := &helperProc{name: mode + " helper", cmd: cmd, msgs: make(chan string, 256), done: make(chan struct{})}
+	cmd.Stderr = &h.output
+	var err error
+	h.stdin, err = cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	if err := cmd.Start(); err != nil {
+		cancel()
+		require.NoError(t, err)
+	}
+	go func() {
+		defer cancel()
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			h.output.Write([]byte(line + "\n"))
+			if msg, ok := strings.CutPrefix(line, helperPrefix); ok {
+				h.msgs <- msg
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+		h.err = cmd.Wait()
+		close(h.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-h.done:
+		default:
+			_ = cmd.Process.Kill()
+			<-h.done
+		}
+		if t.Failed() {
+			t.Logf("%s (exit: %v) output:\n%s", h.name, h.err, h.output.String())
+		}
+	})
+	return h
+}
+
+// expect waits for the helper's next protocol line, which must be of kind,
+// and returns its payload.
+func (h *helperProc) expect(t *testing.T, kind string) string {
+	t.Helper()
+	select {
+	case msg := <-h.msgs:
+		got, payload, _ := strings.Cut(msg, " ")
+		require.Equal(t, kind, got, "%s said %q", h.name, msg)
+		return payload
+	case <-h.done:
+		require.FailNow(t, h.name+" exited", "waiting for %s: exit %v; output:\n%s", kind, h.err, h.output.String())
+	case <-time.After(helperLimit):
+		require.FailNow(t, h.name+" timed out", "waiting for %s", kind)
+	}
+	return ""
+}
+
+// expectAny waits for the next protocol line of any of the helpers, which
+// must be one of kinds.
+func expectAny(t *testing.T, hs []*helperProc, kinds ...string) (kind, payload string) {
+	t.Helper()
+	cases := make(chan string)
+	stop := make(chan struct{})
+	defer close(stop)
+	for _, h := range hs {
+		go func() {
+			select {
+			case msg := <-h.msgs:
+				select {
+				case cases <- msg:
+				case <-stop:
+					h.msgs <- msg // put it back for the next call
+				}
+			case <-stop:
+			}
+		}()
+	}
+	select {
+	case msg := <-cases:
+		kind, payload, _ = strings.Cut(msg, " ")
+		require.Contains(t, kinds, kind, "a helper said %q", msg)
+		return kind, payload
+	case <-time.After(helperLimit):
+		require.FailNow(t, "helpers timed out", "waiting for %v", kinds)
+	}
+	return "", ""
+}
+
+func (h *helperProc) send(t *testing.T, line string) {
+	t.Helper()
+	_, err := io.WriteString(h.stdin, line+"\n")
+	require.NoError(t, err, "%s: write %q", h.name, line)
+}
+
+func (h *helperProc) requireExit(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.done:
+	case <-time.After(helperLimit):
+		require.FailNow(t, h.name+" did not exit")
+	}
+	require.NoError(t, h.err, "%s output:\n%s", h.name, h.output.String())
+}
+
+// kill sends SIGKILL and requires that the helper died of it.
+func (h *helperProc) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, h.cmd.Process.Signal(syscall.SIGKILL))
+	<-h.done
+	var exit *exec.ExitError
+	require.ErrorAs(t, h.err, &exit)
+	ws, ok := exit.Sys().(syscall.WaitStatus)
+	require.True(t, ok)
+	require.True(t, ws.Signaled(), "%s: %v", h.name, h.err)
+	require.Equal(t, syscall.SIGKILL, ws.Signal())
+}
+
+// syncBuffer is a bytes buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,140 @@
+package effects
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/inorder/inorder/projection"
+)
+
+// Record records intents in the handler's transaction tx, keyed by
+// tx.Projection() (see Intent.Key), and enqueues a River job for each
+// intent it records, in the same transaction: both commit with the
+// projection's writes and the event's version, or neither does.
+//
+// An intent whose key is already recorded — the event was replayed by a
+// rebuild, retried after a quarantine, delivered twice at once — is left
+// alone: the effects table's primary key decides, not a check before the
+// insert, so concurrent transactions record a key exactly once. Record
+// returns how many intents it recorded.
+//
+// Record sends what tx has queued first, and takes two round trips (the
+// insert, then River's). A BatchHandler records the intents of its whole
+// batch with one call; a per-event handler calls it per event.
+func (c *Client) Record(ctx context.Context, tx *projection.Tx, intents ...Intent) (int, error) {
+	if len(intents) == 0 {
+		return 0, nil
+	}
+	name := tx.Projection()
+	if name == "" {
+		return 0, errors.New("effects: Record needs the transaction of a projection's handler (Tx.Projection is empty); use RecordTx")
+	}
+	ptx, err := tx.Tx(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("effects: record: %w", err)
+	}
+	return c.RecordTx(ctx, ptx, name, intents...)
+}
+
+// RecordTx is Record for code that holds a plain pgx transaction: it
+// records intents on behalf of the projection named projection.
+func (c *Client) RecordTx(ctx context.Context, tx pgx.Tx, projection string, intents ...Intent) (int, error) {
+	if len(intents) == 0 {
+		return 0, nil
+	}
+	if projection == "" {
+		return 0, errors.New("effects: record: empty projection name")
+	}
+	type row struct {
+		key  string
+		in   *Intent
+		args []byte
+	}
+	rows := make([]row, 0, len(intents))
+	for i := range intents {
+		in := &intents[i]
+		if in.Kind == "" {
+			return 0, errors.New("effects: record: an intent has an empty kind")
+		}
+		if _, ok := c.handlers[in.Kind]; !ok {
+			return 0, fmt.Errorf("effects: record %q: %w", in.Kind, ErrUnknownKind)
+		}
+		if in.Event.Aggregate == "" || in.Event.Version < 1 {
+			return 0, fmt.Errorf("effects: record %q: the intent's event has no aggregate or version", in.Kind)
+		}
+		args, err := json.Marshal(in.Args)
+		if err != nil {
+			return 0, fmt.Errorf("effects: record %q: args: %w", in.Kind, err)
+		}
+		rows = append(rows, row{key: in.Key(projection), in: in, args: args})
+	}
+	// Sorted keys: concurrent transactions lock them in one order. The
+	// first of equal keys stays.
+	slices.SortStableFunc(rows, func(a, b row) int { return strings.Compare(a.key, b.key) })
+	rows = slices.CompactFunc(rows, func(a, b row) bool { return a.key == b.key })
+
+	n := len(rows)
+	keys, kinds, ids, aggs, discs, salts := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	vers := make([]int64, n)
+	args := make([]string, n)
+	for i, r := range rows {
+		keys[i], kinds[i], ids[i], aggs[i], vers[i] = r.key, r.in.Kind, r.in.Event.StableID(), r.in.Event.Aggregate, r.in.Event.Version
+		discs[i], salts[i], args[i] = r.in.Discriminator, r.in.Salt, string(r.args)
+	}
+	res, err := tx.Query(ctx, c.sql.insert, projection, keys, kinds, ids, aggs, vers, discs, salts, args)
+	if err != nil {
+		return 0, fmt.Errorf("effects: record: %w", err)
+	}
+	var newKeys, newKinds []string
+	var k, kind string
+	if _, err := pgx.ForEachRow(res, []any{&k, &kind}, func() error {
+		newKeys, newKinds = append(newKeys, k), append(newKinds, kind)
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("effects: record: %w", err)
+	}
+	jobs := c.jobsFor(newKeys, newKinds)
+	if err := c.enqueue(ctx, tx, jobs); err != nil {
+		return 0, fmt.Errorf("effects: record: %w", err)
+	}
+	return len(jobs), nil
+}
+
+// enqueue inserts River jobs in tx.
+func (c *Client) enqueue(ctx context.Context, tx pgx.Tx, jobs []river.InsertManyParams) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	if _, err := c.river.InsertManyFastTx(ctx, tx, jobs); err != nil {
+		return fmt.Errorf("enqueue River jobs: %w", err)
+	}
+	return nil
+}
+
+// jobArgs are the args of an effect's River job: the intent's key, which
+// is all the worker needs, and its effect kind, for people reading River's
+// tables or UI.
+type jobArgs struct {
+	Key    string `json:"key"`
+	Effect string `json:"effect"`
+}
+
+// Kind implements river.JobArgs.
+func (jobArgs) Kind() string { return JobKind }
+
+// jobsFor returns the job parameters of keys.
+func (c *Client) jobsFor(keys, kinds []string) []river.InsertManyParams {
+	opts := &river.InsertOpts{Queue: c.cfg.Queue, MaxAttempts: c.cfg.MaxAttempts}
+	jobs := make([]river.InsertManyParams, len(keys))
+	for i := range keys {
+		jobs[i] = river.InsertManyParams{Args: jobArgs{Key: keys[i], Effect: kinds[i]}, InsertOpts: opts}
+	}
+	return jobs
+}

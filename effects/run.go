@@ -1,0 +1,201 @@
+package effects
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Start starts working intents: River's workers on Config.Queue (and River's
+// maintenance services) and the reconciliation pass every
+// Config.ReconcileInterval. It returns once they run; Stop stops them.
+// Cancelling ctx stops them too, as Stop would.
+func (c *Client) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return errors.New("effects: client already started")
+	}
+	if err := c.river.Start(ctx); err != nil {
+		return fmt.Errorf("effects: start River: %w", err)
+	}
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
+	c.stopBg, c.bgDone, c.started = stop, make(chan struct{}), true
+	go c.reconcileLoop(ctx, bg, c.bgDone)
+	return nil
+}
+
+// Stop stops working intents: no new attempt starts, and the attempts under
+// way finish (their outcomes are recorded) unless ctx ends first — then
+// their contexts are cancelled, and the intents they held are taken up
+// again once their claims expire. It returns when every worker returned.
+func (c *Client) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.started {
+		return nil
+	}
+	c.started = false
+	c.stopBg()
+	<-c.bgDone
+	err := c.river.Stop(ctx)
+	if err != nil && ctx.Err() != nil {
+		// Soft stop timed out: cancel the attempts still running.
+		err = errors.Join(err, c.river.StopAndCancel(context.WithoutCancel(ctx)))
+	}
+	if err != nil {
+		return fmt.Errorf("effects: stop: %w", err)
+	}
+	return nil
+}
+
+// Run starts the Client, works intents until ctx is done, then stops it,
+// giving the attempts under way up to drain to finish. It returns nil after a
+// clean stop.
+func (c *Client) Run(ctx context.Context, drain time.Duration) error {
+	if err := c.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
+	defer cancel()
+	return c.Stop(sctx)
+}
+
+// reconcileLoop runs ReconcileStuck every Config.ReconcileInterval until bg
+// is done or ctx (Start's) is.
+func (c *Client) reconcileLoop(ctx, bg context.Context, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(c.cfg.ReconcileInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-bg.Done():
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := c.ReconcileStuck(bg); err != nil && bg.Err() == nil {
+			c.log.WarnContext(bg, "inorder: effects reconciliation pass failed", "error", err)
+		}
+	}
+}
+
+// reconcileBatch bounds how many intents one step of the reconciliation pass
+// takes.
+const reconcileBatch = 100
+
+// Reconciled reports what a reconciliation pass did.
+type Reconciled struct {
+	// Requeued counts intents whose attempt died holding the claim (its
+	// lease expired), handed back to River with a new job; their next
+	// attempt asks Reconcile first, if their handler can.
+	Requeued int `json:"requeued"`
+	// Checked counts failed intents with an uncertain last outcome whose
+	// handler's Reconcile was asked; Done counts those it found done
+	// (settled as Done), NotDone those it did not (now known not applied:
+	// they stay Failed, for Retry or Cancel).
+	Checked int `json:"checked"`
+	Done    int `json:"done"`
+	NotDone int `json:"not_done"`
+}
+
+// ReconcileStuck is the reconciliation pass; a started Client runs it every
+// Config.ReconcileInterval, and any number of processes may run it at once.
+// It hands intents whose attempt died holding the claim back to River, and
+// asks Reconcile about failed intents whose last outcome is uncertain, so
+// that an effect the remote side did apply is not left failed.
+func (c *Client) ReconcileStuck(ctx context.Context) (Reconciled, error) {
+	var r Reconciled
+	// The pass asks about an intent once: those it settles get a later
+	// updated_at than this (the database's clock, as updated_at's).
+	var began time.Time
+	if err := c.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&began); err != nil {
+		return r, fmt.Errorf("effects: reconciliation pass: %w", err)
+	}
+	for {
+		var keys, kinds []string
+		err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, c.sql.requeueStuck, reconcileBatch)
+			if err != nil {
+				return err
+			}
+			var k, kind string
+			if _, err := pgx.ForEachRow(rows, []any{&k, &kind}, func() error {
+				keys, kinds = append(keys, k), append(kinds, kind)
+				return nil
+			}); err != nil {
+				return err
+			}
+			return c.enqueue(ctx, tx, c.jobsFor(keys, kinds))
+		})
+		if err != nil {
+			return r, fmt.Errorf("effects: requeue stuck intents: %w", err)
+		}
+		r.Requeued += len(keys)
+		if len(keys) > 0 {
+			c.log.WarnContext(ctx, "inorder: effects whose attempt died requeued", "count", len(keys))
+		}
+		if len(keys) < reconcileBatch {
+			break
+		}
+	}
+	if len(c.reconcilers) == 0 {
+		return r, nil
+	}
+	for {
+		rows, err := c.pool.Query(ctx, c.sql.claimFailed, c.reconcilers, c.lease(), reconcileBatch, began)
+		if err != nil {
+			return r, fmt.Errorf("effects: claim failed intents: %w", err)
+		}
+		type claimed struct {
+			e     Effect
+			claim int64
+		}
+		var batch []claimed
+		for rows.Next() {
+			var cl claimed
+			if err := scanEffect(rows, &cl.e, &cl.claim); err != nil {
+				rows.Close()
+				return r, fmt.Errorf("effects: claim failed intents: %w", err)
+			}
+			batch = append(batch, cl)
+		}
+		if err := rows.Err(); err != nil {
+			return r, fmt.Errorf("effects: claim failed intents: %w", err)
+		}
+		for _, cl := range batch {
+			start := time.Now()
+			e := cl.e
+			done, rerr := c.askReconcile(ctx, c.handlers[e.Kind].(Reconciler), &e)
+			a := Attempt{Key: e.Key, Kind: e.Kind, Number: e.Attempts, Reconciled: true, State: Failed, Err: rerr}
+			uncertain, msg := true, e.LastError
+			switch {
+			case rerr != nil:
+				msg = "reconcile: " + rerr.Error()
+			case done:
+				a.State, uncertain, msg = Done, false, ""
+				r.Done++
+			default:
+				uncertain = false
+				r.NotDone++
+			}
+			r.Checked++
+			octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), outcomeTimeout)
+			_, err := c.pool.Exec(octx, c.sql.settle, e.Key, cl.claim, string(a.State), uncertain, nullable(msg))
+			cancel()
+			if err != nil {
+				return r, fmt.Errorf("effects: record reconciliation of %s: %w", e.Key, err)
+			}
+			a.Duration = time.Since(start)
+			c.observe(a)
+		}
+		if len(batch) < reconcileBatch {
+			return r, nil
+		}
+	}
+}

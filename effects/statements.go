@@ -1,0 +1,146 @@
+package effects
+
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// columns are the effects table's columns as scanned by scanEffect.
+const columns = `key, projection, kind, event_id, aggregate, version, discriminator, salt, args, state,
+  uncertain, attempts, lease_until, job_id, last_error, created_at, updated_at, done_at`
+
+// statements are every statement on the effects table: this package is its
+// only writer and reader.
+type statements struct {
+	insert, claim, start, settle, get, list, stats string
+	requeueStuck, claimFailed, retry, cancel       string
+}
+
+func newStatements(schema string) statements {
+	t := pgx.Identifier{schema, "effects"}.Sanitize()
+	return statements{
+		// insert records intents; keys arrive sorted, so concurrent
+		// transactions take the key locks in one order. RETURNING names the
+		// keys this statement inserted: only those get a job.
+		insert: `INSERT INTO ` + t + ` (key, projection, kind, event_id, aggregate, version, discriminator, salt, args)
+SELECT k.key, $1, k.kind, k.event_id, k.aggregate, k.version, k.discriminator, k.salt, k.args
+FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::jsonb[])
+  AS k(key, kind, event_id, aggregate, version, discriminator, salt, args)
+ON CONFLICT (key) DO NOTHING
+RETURNING key, kind`,
+
+		// claim takes an intent that is pending, retrying, or running with
+		// an expired lease (its attempt died) for one attempt: it counts the
+		// claim, sets the lease and, unless the last outcome is uncertain
+		// and the kind can reconcile ($4: such kinds), starts the attempt —
+		// attempts + 1, and uncertain from here until the outcome is
+		// recorded. It returns the row and whether Reconcile must be asked
+		// first. No row: another attempt holds it, or it is settled.
+		claim: `WITH old AS (
+  SELECT key, uncertain AND kind = ANY($4::text[]) AS reconcile FROM ` + t + ` WHERE key = $1 FOR UPDATE)
+UPDATE ` + t + ` e SET state = 'running', claim = e.claim + 1, lease_until = now() + $2::interval, job_id = $3,
+  attempts = e.attempts + CASE WHEN old.reconcile THEN 0 ELSE 1 END, uncertain = true, updated_at = now()
+FROM old
+WHERE e.key = old.key AND (e.state IN ('pending', 'retrying') OR (e.state = 'running' AND e.lease_until < now()))
+RETURNING ` + prefixed("e.", columns) + `, e.claim, old.reconcile`,
+
+		// start begins the attempt after Reconcile found the effect not
+		// done, renewing the lease.
+		start: `UPDATE ` + t + ` SET attempts = attempts + 1, uncertain = true, lease_until = now() + $3::interval, updated_at = now()
+WHERE key = $1 AND claim = $2 AND state = 'running'
+RETURNING attempts`,
+
+		// settle records an attempt's outcome, if the attempt still holds
+		// the claim.
+		settle: `UPDATE ` + t + ` SET state = $3, uncertain = $4, last_error = $5, lease_until = NULL, updated_at = now(),
+  done_at = CASE WHEN $3 = 'done' THEN now() END
+WHERE key = $1 AND claim = $2 AND state = 'running'`,
+
+		get: `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1`,
+
+		// list filters on state, kind and projection ('' = any) and pages
+		// by (created_at, key).
+		list: `SELECT ` + columns + ` FROM ` + t + `
+WHERE ($1 = '' OR state = $1) AND ($2 = '' OR kind = $2) AND ($3 = '' OR projection = $3)
+ORDER BY created_at, key LIMIT $4`,
+
+		// stats counts the open intents per kind and state (the partial
+		// index effects_open covers them), with the oldest waiting one.
+		stats: `SELECT kind, state, count(*), count(*) FILTER (WHERE uncertain), min(created_at)
+FROM ` + t + ` WHERE state IN ('pending', 'running', 'retrying', 'failed')
+GROUP BY kind, state`,
+
+		// requeueStuck hands the intents whose attempt died holding the
+		// claim (lease expired) back to River: retrying, with a new job.
+		requeueStuck: `UPDATE ` + t + ` SET state = 'retrying', lease_until = NULL, updated_at = now()
+WHERE key IN (SELECT key FROM ` + t + `
+  WHERE state = 'running' AND lease_until < now() ORDER BY key LIMIT $1 FOR UPDATE SKIP LOCKED)
+RETURNING key, kind`,
+
+		// claimFailed takes failed intents whose last outcome is uncertain,
+		// of kinds that can reconcile ($1), not touched since the pass began
+		// ($4), for the reconciliation pass.
+		claimFailed: `UPDATE ` + t + ` SET state = 'running', claim = claim + 1, lease_until = now() + $2::interval, updated_at = now()
+WHERE key IN (SELECT key FROM ` + t + `
+  WHERE state = 'failed' AND uncertain AND kind = ANY($1::text[]) AND updated_at < $4
+  ORDER BY key LIMIT $3 FOR UPDATE SKIP LOCKED)
+RETURNING ` + columns + `, claim`,
+
+		// retry reopens an intent for an operator; the caller enqueues its
+		// job in the same transaction.
+		retry: `UPDATE ` + t + ` SET state = CASE WHEN attempts = 0 THEN 'pending' ELSE 'retrying' END,
+  lease_until = NULL, updated_at = now()
+WHERE key = $1 AND (state IN ('pending', 'retrying', 'failed', 'cancelled') OR (state = 'running' AND lease_until < now()))
+RETURNING ` + columns,
+
+		cancel: `UPDATE ` + t + ` SET state = 'cancelled', last_error = $2, lease_until = NULL, updated_at = now()
+WHERE key = $1 AND (state IN ('pending', 'retrying', 'failed') OR (state = 'running' AND lease_until < now()))
+RETURNING ` + columns,
+	}
+}
+
+// prefixed qualifies every column of a column list with prefix.
+func prefixed(prefix, cols string) string {
+	out := make([]byte, 0, len(cols)+16*len(prefix))
+	start := true
+	for i := 0; i < len(cols); i++ {
+		ch := cols[i]
+		if start && ch != ' ' && ch != '\n' {
+			out = append(out, prefix...)
+			start = false
+		}
+		out = append(out, ch)
+		if ch == ',' {
+			start = true
+		}
+	}
+	return string(out)
+}
+
+// scanEffect scans the columns of an effects row, then extra.
+func scanEffect(row pgx.Row, e *Effect, extra ...any) error {
+	var leaseUntil, doneAt *time.Time
+	var jobID *int64
+	var lastError *string
+	var state string
+	dest := append([]any{&e.Key, &e.Projection, &e.Kind, &e.EventID, &e.Aggregate, &e.Version, &e.Discriminator, &e.Salt,
+		&e.Args, &state, &e.Uncertain, &e.Attempts, &leaseUntil, &jobID, &lastError, &e.CreatedAt, &e.UpdatedAt, &doneAt}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return err
+	}
+	e.State = State(state)
+	if leaseUntil != nil {
+		e.LeaseUntil = *leaseUntil
+	}
+	if doneAt != nil {
+		e.DoneAt = *doneAt
+	}
+	if jobID != nil {
+		e.JobID = *jobID
+	}
+	if lastError != nil {
+		e.LastError = *lastError
+	}
+	return nil
+}
