@@ -15,6 +15,15 @@
 // set-based one (one query to read the payments, unnest writes), and
 // [Simple] wraps it as a per-event projection for comparison.
 //
+// # Settlement webhooks
+//
+// With [Options].Effects, the projection also tells the outside world: every
+// capture that moves money records a "payment settled" webhook intent
+// ([SettledWebhook], package effects) in the transaction that applies it, and
+// [Webhook] sends it with the intent's key as Idempotency-Key — once per
+// settlement, whatever the deliveries, retries and rebuilds.
+// [Settlements] lists the settlements a stream must notify.
+//
 // Tables (created by Setup in the configured schema, default: the connection's
 // search_path): ledger_payments, ledger_legs and ledger_balances.
 package ledger

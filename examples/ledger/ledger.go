@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -201,6 +202,7 @@ type Projection struct {
 	name   string
 	schema string
 	t      tables
+	fx     *effects.Client
 }
 
 type tables struct{ payments, legs, balances string }
@@ -212,6 +214,11 @@ type Options struct {
 	// Schema holds the read-model tables; default: unqualified names,
 	// resolved through the connection's search_path.
 	Schema string
+	// Effects, if set, records a "payment settled" webhook intent
+	// (SettledWebhook) for every capture that moves money, in the
+	// transaction that applies it; a Webhook handler registered on the
+	// client sends it. Nil records nothing.
+	Effects *effects.Client
 }
 
 // New returns the ledger projection.
@@ -219,7 +226,7 @@ func New(opts *Options) *Projection {
 	if opts == nil {
 		opts = &Options{}
 	}
-	p := &Projection{name: opts.Name, schema: opts.Schema}
+	p := &Projection{name: opts.Name, schema: opts.Schema, fx: opts.Effects}
 	if p.name == "" {
 		p.name = "ledger"
 	}
@@ -271,21 +278,44 @@ func (p *Projection) Reset(ctx context.Context, tx pgx.Tx) error {
 
 // ApplyBatch implements projection.BatchHandler: it reads the payments of the
 // batch in one query, folds the events in Go, and writes payments, legs and
-// balances with three set-based statements.
+// balances with three set-based statements; with Options.Effects, it
+// records the batch's settlement webhooks with one more call.
 func (p *Projection) ApplyBatch(ctx context.Context, tx *projection.Tx, events []aggregate.Event) error {
 	w, err := p.fold(ctx, tx, events)
 	if err != nil {
 		return err
 	}
 	w.queue(tx, p.t)
+	return p.recordSettlements(ctx, tx, w)
+}
+
+// recordSettlements records the settlement webhooks of a batch's writes.
+func (p *Projection) recordSettlements(ctx context.Context, tx *projection.Tx, w *writes) error {
+	if p.fx == nil || len(w.settled) == 0 {
+		return nil
+	}
+	intents := make([]effects.Intent, len(w.settled))
+	for i, s := range w.settled {
+		intents[i] = effects.Intent{Kind: SettledWebhook, Event: s.event, Args: s.payload}
+	}
+	if _, err := p.fx.Record(ctx, tx, intents...); err != nil {
+		return fmt.Errorf("ledger: record settlement webhooks: %w", err)
+	}
 	return nil
 }
 
-// writes are the set-based writes of a batch.
+// writes are the set-based writes of a batch, and the settlements it makes.
 type writes struct {
 	payments []*Payment
 	legs     []Leg
 	balances map[string]int64
+	settled  []settlement
+}
+
+// settlement is a capture that moved money, and its webhook's payload.
+type settlement struct {
+	event   aggregate.Event
+	payload Settled
 }
 
 func (p *Projection) fold(ctx context.Context, tx *projection.Tx, events []aggregate.Event) (*writes, error) {
@@ -318,11 +348,15 @@ FROM `+p.t.payments+` WHERE payment_id = ANY($1)`, ids)
 func foldInto(state map[string]*Payment, events []aggregate.Event) (*writes, error) {
 	w := &writes{balances: map[string]int64{}}
 	for i, e := range events {
-		next, legs, err := Step(state[e.Aggregate], e)
+		prev := state[e.Aggregate]
+		next, legs, err := Step(prev, e)
 		if err != nil {
 			return nil, err
 		}
 		state[e.Aggregate] = next
+		if s, ok := settles(prev, next, e); ok {
+			w.settled = append(w.settled, settlement{event: e, payload: s})
+		}
 		if i == len(events)-1 || events[i+1].Aggregate != e.Aggregate {
 			w.payments = append(w.payments, next)
 		}
@@ -460,7 +494,7 @@ func (s Simple) Apply(ctx context.Context, tx *projection.Tx, e aggregate.Event)
 		return err
 	}
 	w.queue(tx, s.p.t)
-	return nil
+	return s.p.recordSettlements(ctx, tx, w)
 }
 
 var (

@@ -1,0 +1,150 @@
+package ledger_test
+
+import (
+	"context"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/effects"
+	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/projection/projectiontest"
+)
+
+// receiver is a webhook receiver that remembers idempotency keys: it counts
+// every delivery, and applies each key once. Its first answer to every
+// third key is a 503, so some deliveries are retried.
+type receiver struct {
+	mu         sync.Mutex
+	deliveries map[string]int
+	applied    map[string]ledger.Settled
+	changed    chan struct{}
+}
+
+func newReceiver() *receiver {
+	return &receiver{deliveries: map[string]int{}, applied: map[string]ledger.Settled{}, changed: make(chan struct{})}
+}
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	key := req.Header.Get("Idempotency-Key")
+	body, err := io.ReadAll(req.Body)
+	if err != nil || key == "" {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	s, err := ledger.Decode(body)
+	if err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.deliveries[key]++
+	close(r.changed)
+	r.changed = make(chan struct{})
+	if r.deliveries[key] == 1 && key[0]%3 == 0 {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	if _, seen := r.applied[key]; !seen {
+		r.applied[key] = s
+	}
+}
+
+// TestSettlementWebhooks runs a shuffled stream with duplicates through the
+// ledger (set-based and per-event) from several goroutines and sends its
+// settlement webhooks: the receiver is notified of each settled payment,
+// with the right amounts, exactly once — retries of the 503s included.
+func TestSettlementWebhooks(t *testing.T) {
+	t.Parallel()
+	for _, perEvent := range []bool{false, true} {
+		name := map[bool]string{false: "set-based", true: "per-event"}[perEvent]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			db := pgtest.NewMigrated(t)
+			_, err := effects.MigrateRiver(ctx, db.Pool, &effects.RiverMigrateOptions{Schema: db.Schema})
+			require.NoError(t, err)
+			recv := newReceiver()
+			srv := httptest.NewServer(recv)
+			t.Cleanup(srv.Close)
+			fx, err := effects.New(db.Pool, &effects.Config{
+				Schema: db.Schema, RetryBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+				PollInterval: 50 * time.Millisecond,
+			}, &ledger.Webhook{URL: srv.URL})
+			require.NoError(t, err)
+			var p projection.Projection = ledger.New(&ledger.Options{Effects: fx})
+			if perEvent {
+				p = ledger.NewSimple(&ledger.Options{Effects: fx})
+			}
+			proc, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema}, p)
+			require.NoError(t, err)
+			require.NoError(t, proc.Setup(ctx))
+
+			rng := rand.New(rand.NewPCG(7, 8))
+			events := ledger.Generate(rng, 40, 6)
+			deliveries := append([]aggregate.Event{}, events...)
+			for range len(events) / 3 {
+				deliveries = append(deliveries, events[rng.IntN(len(events))])
+			}
+			rng.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
+			var work [][]aggregate.Event
+			for len(deliveries) > 0 {
+				n := min(1+rng.IntN(20), len(deliveries))
+				work = append(work, deliveries[:n])
+				deliveries = deliveries[n:]
+			}
+			require.NoError(t, projectiontest.Deliver(ctx, work, 4, func(ctx context.Context, b []aggregate.Event) error {
+				_, err := proc.Process(ctx, projection.Batch{Events: b})
+				return err
+			}))
+			want, err := ledger.Settlements(events, "ledger")
+			require.NoError(t, err)
+			require.NotEmpty(t, want)
+
+			require.NoError(t, fx.Start(ctx))
+			t.Cleanup(func() { require.NoError(t, fx.Stop(context.Background())) })
+			deadline := time.After(time.Minute)
+			for {
+				recv.mu.Lock()
+				n, ch := len(recv.applied), recv.changed
+				recv.mu.Unlock()
+				if n == len(want) {
+					break
+				}
+				select {
+				case <-ch:
+				case <-deadline:
+					require.FailNow(t, "timed out", "%d of %d settlements notified", n, len(want))
+				}
+			}
+			recv.mu.Lock()
+			defer recv.mu.Unlock()
+			require.Equal(t, want, recv.applied, "each settlement notified, with its payload")
+			retried := 0
+			for k, n := range recv.deliveries {
+				_, ok := want[k]
+				require.True(t, ok, "a delivery with an unknown key")
+				if k[0]%3 == 0 {
+					require.Equal(t, 2, n, "a 503 is retried once, with the same key")
+					retried++
+				} else {
+					require.Equal(t, 1, n)
+				}
+			}
+			require.Positive(t, retried)
+			intents, err := fx.List(ctx, effects.ListOptions{Kind: ledger.SettledWebhook, Limit: 1000})
+			require.NoError(t, err)
+			require.Len(t, intents, len(want), "one intent per settlement")
+		})
+	}
+}
