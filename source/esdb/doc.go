@@ -55,6 +55,11 @@
 // Every [Config].RepairEvery, aggregates whose parked events have waited
 // longer than [Config].RepairAfter are repaired: the missing versions are
 // read straight from the aggregate's stream ([Mapping].Stream) and processed.
+// With [Mapping].VersionField the stream's order need not be the versions'
+// (versions written 1,3,2; a version re-sent later under a new event id), so
+// the stream is scanned from its first event until every missing version is
+// found, and the first occurrence of a version in stream order is the one
+// processed — what a catch-up subscription would have applied.
 // Versions the stream does not have (deleted, truncated, never written) are
 // recorded once per gap in the operator log (action
 // 'gap-missing-at-source'), and left to an operator

@@ -17,8 +17,8 @@ import (
 
 const (
 	// repairPage is how many events gap repair reads per request when it
-	// scans a stream's tail (version-from-metadata mapping).
-	repairPage = 100
+	// scans a stream (version-from-metadata mapping).
+	repairPage = 500
 	// repairMax caps the versions gap repair reads for one aggregate in a
 	// round; the next round goes on from there.
 	repairMax = 10000
@@ -214,7 +214,7 @@ func (s *Source) repair(ctx context.Context, client *esdbc.Client, g *gap) (r Re
 	if s.cfg.Mapping.VersionField == "" {
 		found, r.Reason, err = s.readRevisions(ctx, client, stream, g.from, g.to)
 	} else {
-		found, r.Reason, err = s.readTail(ctx, client, stream, g.from, g.to)
+		found, r.Reason, err = s.readScan(ctx, client, stream, g.from, g.to)
 	}
 	if err != nil {
 		r.Err = err
@@ -340,17 +340,22 @@ func (s *Source) readRevisions(ctx context.Context, client *esdbc.Client, stream
 	}
 }
 
-// readTail reads a stream backwards from its end until it passes version
-// from, for a mapping whose versions come from metadata, and returns the
-// events with versions from…to.
-func (s *Source) readTail(ctx context.Context, client *esdbc.Client, stream string, from, to int64) (found []foundEvent, gone string, err error) {
-	var start esdbc.StreamPosition = esdbc.End{}
+// readScan reads a stream from its first event, for a mapping whose versions
+// come from metadata, and returns the first occurrence in stream order of
+// each version from…to. Stream order need not be version order (versions
+// written 1,3,2, or one re-sent later under a new event id), so no position
+// in the stream tells that a version is absent: the scan stops once every
+// version was found, and otherwise reads the whole stream.
+func (s *Source) readScan(ctx context.Context, client *esdbc.Client, stream string, from, to int64) (found []foundEvent, gone string, err error) {
+	var start esdbc.StreamPosition = esdbc.Start{}
+	have := map[int64]bool{}
+	want := int(to - from + 1)
 	for {
-		rs, err := client.ReadStream(ctx, stream, esdbc.ReadStreamOptions{From: start, Direction: esdbc.Backwards}, repairPage)
+		rs, err := client.ReadStream(ctx, stream, esdbc.ReadStreamOptions{From: start}, repairPage)
 		if err != nil {
 			return nil, "", fmt.Errorf("esdb: read %s: %w", stream, err)
 		}
-		n, past, last := 0, false, uint64(0)
+		n, last := 0, uint64(0)
 		for {
 			ev, err := safeRead(rs)
 			if errors.Is(err, io.EOF) {
@@ -367,22 +372,17 @@ func (s *Source) readTail(ctx context.Context, client *esdbc.Client, stream stri
 			n++
 			last = ev.OriginalEvent().EventNumber
 			e, err := s.cfg.mapRead(ev.Event)
-			if err != nil {
-				continue // no version to place it by
+			if err != nil || e.Version < from || e.Version > to || have[e.Version] {
+				continue // no version to place it by, not wanted, or a later copy
 			}
-			if e.Version < from {
-				past = true
-				break
-			}
-			if e.Version <= to {
-				found = append(found, foundEvent{ev: e})
-			}
+			have[e.Version] = true
+			found = append(found, foundEvent{ev: e})
 		}
 		rs.Close()
-		if past || n < repairPage || last == 0 {
+		if len(have) == want || n < repairPage {
 			return found, "", nil
 		}
-		start = esdbc.Revision(last - 1)
+		start = esdbc.Revision(last + 1)
 	}
 }
 
