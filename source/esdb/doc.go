@@ -79,11 +79,17 @@
 //
 // # Connections
 //
-// When the server is lost the source reconnects with exponential backoff
-// ([Config].ReconnectMin … ReconnectMax), with a new client each time (a v4
-// client whose node discovery failed stays closed for good), and resubscribes
-// — in catch-up mode from the last committed checkpoint, after the batches in
-// flight were settled — so nothing is lost and nothing is applied twice.
+// When the server is lost the source reconnects with exponential, jittered
+// backoff ([Config].ReconnectMin … ReconnectMax, the policy of package
+// internal/retry), with a new client each time (a v4 client whose node
+// discovery failed stays closed for good), and resubscribes — in catch-up
+// mode from the last committed checkpoint, after the batches in flight were
+// settled — so nothing is lost and nothing is applied twice. A subscription
+// the server rejects for good — access denied, a persistent subscription
+// group that does not exist while [Persistent].NoCreate is set, a tombstoned
+// stream, a request it does not support or finds invalid — is not retried:
+// Run drains and returns an error wrapping [ErrRejected] that says what to
+// fix.
 //
 // # Lifecycle
 //

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +12,7 @@ import (
 	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inorder/inorder/internal/retry"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
 )
@@ -145,7 +145,10 @@ func (s *Source) Abort() { s.abortOnce.Do(func() { close(s.abort) }) }
 // whenever the server is lost. When ctx is cancelled it drains: it stops
 // receiving, lets every batch in flight commit and be acknowledged, saves
 // the checkpoint, and returns nil. Abort or Config.DrainTimeout cut the drain
-// short (ErrAborted). Run may be called once.
+// short (ErrAborted). When the server rejects the subscription for good
+// (ErrRejected: access denied, a group that must not be created…) Run drains
+// the same way and returns that error at once instead of retrying. Run may
+// be called once.
 func (s *Source) Run(ctx context.Context) error {
 	if !s.ran.CompareAndSwap(false, true) {
 		return errors.New("esdb: Source.Run called twice")
@@ -189,7 +192,8 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	s.log.Info("inorder: esdb source starting", "name", s.cfg.Name, "mode", s.mode())
 
-	s.consume(soft, hard)
+	rejected := s.consume(soft, hard)
+	cancelSoft() // the background loops stop too when the server rejected us
 
 	if s.cfg.Persistent == nil && hard.Err() == nil {
 		if err := s.saveWatermark(hard); err != nil {
@@ -199,6 +203,9 @@ func (s *Source) Run(ctx context.Context) error {
 	stopWork()
 	<-dispDone
 	bg.Wait()
+	if rejected != nil {
+		return rejected
+	}
 	if hard.Err() != nil {
 		return ErrAborted
 	}
@@ -213,30 +220,32 @@ func (s *Source) mode() string {
 	return "catch-up"
 }
 
-// consume runs sessions until soft is done, with backoff between them.
-func (s *Source) consume(soft, hard context.Context) {
-	delay := s.cfg.ReconnectMin
+// consume runs sessions until soft is done, with backoff between them
+// (internal/retry, from ReconnectMin to ReconnectMax, reset by a session that
+// received events). It returns an error wrapping ErrRejected when the server
+// rejects the subscription for good, nil when soft is done.
+func (s *Source) consume(soft, hard context.Context) error {
+	backoff := retry.Policy{Initial: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax, MaxElapsed: -1}.Start()
 	for attempt := 0; soft.Err() == nil; attempt++ {
 		if attempt > 0 {
 			s.stats.reconnects.Add(1)
 		}
 		progressed, err := s.session(soft, hard)
 		if soft.Err() != nil {
-			return
+			return nil
+		}
+		if rej := s.rejected(err); rej != nil {
+			s.log.Error("inorder: esdb subscription rejected, stopping", "name", s.cfg.Name, "error", rej)
+			return rej
 		}
 		if progressed {
-			delay = s.cfg.ReconnectMin
+			backoff.Reset()
 		}
-		wait := delay/2 + rand.N(delay/2+1)
+		wait, _ := backoff.Next()
 		s.log.Warn("inorder: esdb subscription lost, reconnecting", "name", s.cfg.Name, "error", err, "in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-soft.Done():
-		case <-t.C:
-		}
-		t.Stop()
-		delay = min(2*delay, s.cfg.ReconnectMax)
+		_ = retry.Sleep(soft, wait)
 	}
+	return nil
 }
 
 // session connects, subscribes and dispatches until the subscription is lost

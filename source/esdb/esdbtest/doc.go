@@ -79,7 +79,8 @@
 //
 // [Server.DropSubscriptions] ends every open subscription with
 // codes.Unavailable; [Server.SetUnavailable] makes every RPC fail with
-// codes.Unavailable; [Server.Stop] and [Server.Restart] take the node down
+// codes.Unavailable; [Server.SetError] makes one RPC fail with the status
+// of your choice (PermissionDenied, InvalidArgument…); [Server.Stop] and [Server.Restart] take the node down
 // and up again on the same address, keeping the data.
 //
 // Note on the v4.2.0 client: after an RPC fails with Unavailable it

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -49,6 +50,9 @@ type Server struct {
 	closed    bool
 
 	unavailable atomic.Bool
+
+	faultMu sync.Mutex
+	faults  map[string]error // SetError: method suffix -> error
 
 	mu       sync.Mutex // everything below
 	log      []*record  // the transaction log ($all), append-only
@@ -224,6 +228,37 @@ func (s *Server) SetUnavailable(on bool) {
 	}
 }
 
+// SetError makes every call of the RPCs whose full gRPC method name ends
+// with method (such as "PersistentSubscriptions/Read" or
+// "Streams/Read") fail with err, a gRPC status error (status.Error), until
+// it is called again with a nil err. It injects what a real node answers
+// for good — PermissionDenied, InvalidArgument, NotFound — or for a while.
+// Subscriptions open already are not dropped.
+func (s *Server) SetError(method string, err error) {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	if s.faults == nil {
+		s.faults = map[string]error{}
+	}
+	if err == nil {
+		delete(s.faults, method)
+		return
+	}
+	s.faults[method] = err
+}
+
+// fault returns the injected error of a full method name, if any.
+func (s *Server) fault(fullMethod string) error {
+	s.faultMu.Lock()
+	defer s.faultMu.Unlock()
+	for m, err := range s.faults {
+		if strings.HasSuffix(fullMethod, m) {
+			return err
+		}
+	}
+	return nil
+}
+
 // Append writes events to a stream (expected revision "any") without gRPC
 // and returns the revision of the last one. Appending to a soft-deleted
 // stream recreates it; appending to a tombstoned one fails.
@@ -295,6 +330,9 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	if s.unavailable.Load() {
 		return nil, s.unavailableErr()
 	}
+	if err := s.fault(info.FullMethod); err != nil {
+		return nil, err
+	}
 	resp, err := handler(ctx, req)
 	if err != nil {
 		s.logger.Debug("esdbtest: rpc failed", "method", info.FullMethod, "err", err)
@@ -304,9 +342,12 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 
 func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	var err error
-	if s.unavailable.Load() {
+	switch {
+	case s.unavailable.Load():
 		err = s.unavailableErr()
-	} else {
+	case s.fault(info.FullMethod) != nil:
+		err = s.fault(info.FullMethod)
+	default:
 		err = handler(srv, ss)
 	}
 	if err != nil {
