@@ -11,6 +11,7 @@ import (
 
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/esdb"
+	"github.com/inorder/inorder/source/esdb/esdbtest"
 )
 
 // lastPosition returns the $all position of a stream's last event.
@@ -64,8 +65,9 @@ func TestCatchUp(t *testing.T) {
 	require.Zero(t, st.Skipped+st.Rejected+st.Nacked+st.Reconnects)
 }
 
-// The server's checkpoints move the watermark past filtered-out history and
-// it is saved though no event is processed; a restart resumes from there.
+// With TrustServerCheckpoints, the server's checkpoints move the watermark
+// past filtered-out history and it is saved though no event is processed; a
+// restart resumes from there.
 func TestCatchUpCheckpointsFilteredHistory(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -78,7 +80,7 @@ func TestCatchUpCheckpointsFilteredHistory(t *testing.T) {
 	target := e.lastPosition(t, noiseStream(noise-64))
 	cfg := esdb.Config{
 		URL: e.url, Processor: b.proc, Name: "filtered", CheckpointEvery: 10 * time.Millisecond,
-		Mapping: esdb.Mapping{StreamPrefix: e.prefix},
+		Mapping: esdb.Mapping{StreamPrefix: e.prefix}, TrustServerCheckpoints: true,
 	}
 	r := start(t, cfg)
 	waitFor(t, r.saved, func() bool { cp, ok := b.checkpoint(t, "filtered"); return ok && !posLess(cp, target) }, "checkpoint past the noise")
@@ -97,4 +99,47 @@ func TestCatchUpCheckpointsFilteredHistory(t *testing.T) {
 	b.requireFold(t, events)
 	cp, _ := b.checkpoint(t, "filtered")
 	require.False(t, posLess(cp, saved))
+}
+
+// A server that sends a checkpoint at the end of the log when a filtered
+// subscription catches up (kurrent-io/KurrentDB#4970): by default the source
+// saves only positions of events it received, so the event written next, at
+// exactly that position, is not missed after a restart. Trusting the
+// server's checkpoints there loses it — which is why that is not the default.
+func TestCatchUpServerCheckpointAhead(t *testing.T) {
+	t.Parallel()
+	for _, trust := range []bool{false, true} {
+		t.Run(fmt.Sprintf("TrustServerCheckpoints=%v", trust), func(t *testing.T) {
+			t.Parallel()
+			srv, err := esdbtest.Start(&esdbtest.Options{CheckpointAtEnd: true})
+			require.NoError(t, err)
+			t.Cleanup(srv.Close)
+			e := newEnvAt(t, srv)
+			b := setup(t)
+			events := generate(15, 4, 3)
+			e.appendEvents(t, events[:len(events)-1])
+			cfg := esdb.Config{
+				URL: e.url, Processor: b.proc, Name: "ahead", CheckpointEvery: 10 * time.Millisecond,
+				Mapping: esdb.Mapping{StreamPrefix: e.prefix}, TrustServerCheckpoints: trust,
+			}
+			r := start(t, cfg)
+			waitSignal(t, r.caughtUp, "caught up")
+			waitFor(t, r.commits, applied(len(events)-1, b.proc), "the first events applied")
+			require.NoError(t, r.stop())
+
+			// Written while the source is down, at the end of the log.
+			e.appendEvents(t, events[len(events)-1:])
+			r2 := start(t, cfg)
+			waitSignal(t, r2.caughtUp, "caught up again")
+			if trust {
+				require.NoError(t, r2.stop())
+				require.EqualValues(t, len(events)-1, b.proc.Counts()["ledger"].Applied(),
+					"resuming from the server's checkpoint skipped the event written there")
+				return
+			}
+			waitFor(t, r2.commits, applied(len(events), b.proc), "the event written after the restart")
+			require.NoError(t, r2.stop())
+			b.requireFold(t, events)
+		})
+	}
 }

@@ -84,9 +84,23 @@ type Config struct {
 	MaxWait   time.Duration
 
 	// CheckpointEvery is how often, in catch-up mode, the low watermark is
-	// saved outside batch transactions — when only filtered-out events or
+	// saved outside batch transactions — when only skipped events or
 	// server checkpoints moved it. Default 1 s.
 	CheckpointEvery time.Duration
+
+	// TrustServerCheckpoints lets the checkpoint messages of a filtered
+	// catch-up subscription move the saved checkpoint past events the
+	// server filtered out, so a restart does not scan them again. Default
+	// false: only positions of events the source received and committed
+	// (or skipped) are saved — a restart after a long filtered-out tail
+	// scans it again on the server, and nothing can be missed. Some server
+	// releases sent checkpoints at positions whose events were not yet
+	// delivered (KurrentDB 25.0.0 and 24.10 releases before the fix of
+	// kurrent-io/KurrentDB#4970; EventStoreDB 22.10 before the fix of the
+	// extra checkpoint on the switch to live): resuming from one skips the
+	// next event. Set it only on releases without those bugs (see the
+	// package documentation for the supported versions).
+	TrustServerCheckpoints bool
 
 	// ReconnectMin and ReconnectMax bound the exponential, jittered delay
 	// between connection attempts after the server is lost. Defaults

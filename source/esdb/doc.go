@@ -16,13 +16,16 @@
 // as the projections' writes. With several workers batches commit out of
 // order, so the checkpoint is a low watermark: the highest position P such
 // that every event at or before P is committed ([source.Tracker]). It never
-// moves back (a lower position leaves the row as it is). The server's
-// checkpoint messages and skipped events move the watermark too, and it is
-// saved every [Config].CheckpointEvery even when no event is processed, so a
-// restart does not rescan filtered-out history. After a crash (even SIGKILL)
-// the source resumes from the committed checkpoint: events after it may be
-// delivered again, and the processor's version gate discards them as
-// duplicates.
+// moves back (a lower position leaves the row as it is). Events the source
+// skips (see Mapping) move the watermark too, and it is saved every
+// [Config].CheckpointEvery even when no event is processed. By default only
+// positions of events the source received are saved: the server's own
+// checkpoint messages, which could skip filtered-out history on a restart,
+// are ignored unless [Config].TrustServerCheckpoints is set, because some
+// server releases sent them ahead of events not yet delivered (see Supported
+// servers). After a crash (even SIGKILL) the source resumes from the
+// committed checkpoint: events after it may be delivered again, and the
+// processor's version gate discards them as duplicates.
 //
 // # Persistent mode
 //
@@ -98,6 +101,25 @@
 // checkpoint and returns nil. [Source.Abort] (the second signal) or
 // [Config].DrainTimeout cut the drain short. [Source.Stats] exposes counters
 // for metrics, and the On… hooks of [Config] let tests wait on events.
+//
+// # Supported servers
+//
+// The source speaks EventStoreDB's gRPC protocol through the v4 Go client
+// (v4.2.0): EventStoreDB 22.10 and later, and KurrentDB (the same server
+// renamed, 24.10 and later). Persistent subscriptions to $all need 21.10 or
+// later; a server without them rejects the subscription ([ErrRejected]).
+// The package's tests run against the in-process server of package esdbtest
+// (which reports 23.10.0) and, with ESDB_URL set, against a real node.
+//
+// Server checkpoints ([Config].TrustServerCheckpoints) are safe only on
+// releases without the known bugs that sent a filtered $all subscription a
+// checkpoint ahead of events it had not delivered: KurrentDB 25.0.0 and the
+// 24.10 releases that carry kurrent-io/KurrentDB#4892 without its fix #4975
+// (issue #4970; fixed in 25.0.1) send the end of the log, where the next
+// event will be written; EventStoreDB 22.10 before its late-2023 patches
+// sent an extra checkpoint on the switch to live (EventStore#4023). The
+// default, which saves only positions of events the source received, is
+// safe on every release.
 //
 // # Tests
 //

@@ -39,13 +39,21 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{prefix: "t" + strings.ReplaceAll(uuid.NewString(), "-", "")[:10] + "-"}
 	if u := os.Getenv("ESDB_URL"); u != "" {
-		e.url = u
-	} else {
-		e.srv = esdbtest.New(t)
-		e.url = e.srv.URL()
+		return newEnvURL(t, u, nil)
 	}
+	return newEnvAt(t, esdbtest.New(t))
+}
+
+// newEnvAt is newEnv on a given in-process server, whatever ESDB_URL says.
+func newEnvAt(t testing.TB, srv *esdbtest.Server) *env {
+	t.Helper()
+	return newEnvURL(t, srv.URL(), srv)
+}
+
+func newEnvURL(t testing.TB, url string, srv *esdbtest.Server) *env {
+	t.Helper()
+	e := &env{prefix: "t" + strings.ReplaceAll(uuid.NewString(), "-", "")[:10] + "-", url: url, srv: srv}
 	cfg, err := esdbc.ParseConnectionString(e.url)
 	require.NoError(t, err)
 	cfg.Logger = esdbc.NoopLogging()

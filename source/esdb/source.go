@@ -324,7 +324,9 @@ func (s *Source) catchUpSession(soft, hard context.Context, client *esdbc.Client
 				return progressed, err
 			}
 		case m.CheckPointReached != nil:
-			s.tracker.Pass(*m.CheckPointReached)
+			if s.cfg.TrustServerCheckpoints {
+				s.tracker.Pass(*m.CheckPointReached)
+			}
 		case m.CaughtUp != nil:
 			s.log.Debug("inorder: esdb caught up", "name", s.cfg.Name)
 			if s.cfg.OnCaughtUp != nil {

@@ -35,6 +35,13 @@ type Options struct {
 	// MessageTimeout is the persistent subscription message timeout used
 	// when the create request gives none (0). Default 30s.
 	MessageTimeout time.Duration
+	// CheckpointAtEnd emulates a server bug (KurrentDB 25.0.0 and some
+	// 24.10 releases, kurrent-io/KurrentDB#4970, fixed by #4975): when a
+	// filtered $all subscription catches up, its checkpoint carries the
+	// end of the log — the position the next event will be written at —
+	// instead of the last event's. A client that resumes from it
+	// (exclusive) misses that next event. Default false.
+	CheckpointAtEnd bool
 }
 
 // Server is an in-memory, in-process EventStoreDB speaking the gRPC protocol

@@ -213,12 +213,13 @@ func (x *streamsService) subscribe(opts *streams.ReadReq_Options, srv streams.St
 		scanned     int     // events scanned since the last checkpoint
 		lastScanned *record // last event scanned by a filtered $all subscription
 	)
-	checkpoint := func(r *record) error {
+	checkpointAt := func(pos uint64) error {
 		scanned = 0
 		return srv.Send(&streams.ReadResp{Content: &streams.ReadResp_Checkpoint_{
-			Checkpoint: &streams.ReadResp_Checkpoint{CommitPosition: r.pos, PreparePosition: r.pos},
+			Checkpoint: &streams.ReadResp_Checkpoint{CommitPosition: pos, PreparePosition: pos},
 		}})
 	}
+	checkpoint := func(r *record) error { return checkpointAt(r.pos) }
 	for {
 		select {
 		case <-dropCh:
@@ -278,7 +279,14 @@ func (x *streamsService) subscribe(opts *streams.ReadReq_Options, srv streams.St
 		}
 		if !caughtUp {
 			caughtUp = true
-			if f != nil && scanned > 0 {
+			if f != nil && s.opts.CheckpointAtEnd {
+				s.mu.Lock()
+				end := s.nextPos
+				s.mu.Unlock()
+				if err := checkpointAt(end); err != nil {
+					return err
+				}
+			} else if f != nil && scanned > 0 {
 				if err := checkpoint(lastScanned); err != nil {
 					return err
 				}
