@@ -3,13 +3,14 @@ package cli
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/spf13/cobra"
+
+	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -22,17 +23,23 @@ const (
 	// ExitUsage: the command line was invalid (unknown command or flag,
 	// missing or invalid argument).
 	ExitUsage = 2
+	// ExitIncomplete: the command did what it could but something is left
+	// that needs an operator (parked repair: versions missing at the
+	// source).
+	ExitIncomplete = 3
 )
-
-// DefaultHTTPAddr is the listen address of the HTTP server of run, serve and
-// demo when --http-addr is not given.
-const DefaultHTTPAddr = "127.0.0.1:8080"
 
 // Config configures a binary built on this package. Only Projections is
 // required.
 type Config struct {
 	// Name is the program name shown in help and errors. Default "inorder".
 	Name string
+
+	// Version is the version "inorder version" and --version print.
+	// Default: the main module's version and VCS revision from the build
+	// information (set it from -ldflags "-X main.version=…" where the build
+	// has no VCS information, as in a container build).
+	Version string
 
 	// Projections are the projections the binary runs (run), serves
 	// (serve), rebuilds (rebuild) and operates on (status, parked,
@@ -46,9 +53,13 @@ type Config struct {
 	// from the command line.
 	Processor projection.Config
 
-	// Demo, if set, enables the demo command with this workload. Nil
-	// leaves the demo out of the binary.
-	Demo *Demo
+	// Commands add a binary's own commands to the command line, next to
+	// the built-in ones: each is called once per run with the App and
+	// returns a command (with subcommands, if it likes). Its flags get
+	// their environment variables like the built-in ones (see package
+	// doc); an error wrapping ErrUsage exits with status 2. The shipped
+	// binary adds the demo this way.
+	Commands []func(*App) *cobra.Command
 
 	// Stdout receives the commands' output (tables, JSON, summaries).
 	// Default os.Stdout.
@@ -60,9 +71,20 @@ type Config struct {
 	Getenv func(string) string
 }
 
+// ErrUsage is wrapped by the errors Run returns for invalid command lines
+// (exit status 2). Commands of a binary's own return one with Usagef.
+var ErrUsage = clikit.ErrUsage
+
+// ErrIncomplete is wrapped by the error of a command that did what it
+// could while something is left for an operator (exit status 3).
+var ErrIncomplete = errors.New("incomplete")
+
+// Usagef returns an error wrapping ErrUsage: the command line was invalid.
+func Usagef(format string, args ...any) error { return clikit.Usagef(format, args...) }
+
 // Main runs the command line in os.Args and returns the process's exit code
-// (ExitOK, ExitFailure or ExitUsage); a main function ends with
-// os.Exit(cli.Main(cfg)).
+// (ExitOK, ExitFailure, ExitUsage or ExitIncomplete); a main function ends
+// with os.Exit(cli.Main(cfg)).
 //
 // The first SIGINT or SIGTERM asks the command to stop gracefully: workers
 // stop taking deliveries, finish and commit the batches in flight, and the
@@ -96,70 +118,39 @@ func Main(cfg Config) int {
 			cancelHard()
 		}
 	}()
-	return exitCode(newApp(cfg), run(hard, soft, cfg, os.Args[1:]))
+	a := newApp(cfg, soft)
+	return a.exitCode(a.execute(hard, os.Args[1:]))
 }
 
 // Run runs one command line (args without the program name) and returns its
 // error: nil on success, an error wrapping ErrUsage for an invalid command
 // line. Cancelling ctx stops the command at once; Run installs no signal
-// handlers (Main does).
+// handlers (Main does) and prints no error (Main does).
 func Run(ctx context.Context, cfg Config, args []string) error {
-	return run(ctx, ctx, cfg, args)
+	return newApp(cfg, ctx).execute(ctx, args)
 }
 
-// ErrUsage is wrapped by the errors Run returns for invalid command lines.
-var ErrUsage = errors.New("usage")
-
-// ErrVerify is wrapped by the error of a demo whose read model does not
-// equal the in-order fold of its workload.
-var ErrVerify = errors.New("verification failed")
-
-func exitCode(a *app, err error) int {
-	switch {
-	case err == nil:
-		return ExitOK
-	case errors.Is(err, errHelp):
-		return ExitOK
-	case errors.Is(err, ErrUsage):
-		fmt.Fprintf(a.stderr, "%s: %v\n", a.name, err)
-		return ExitUsage
-	default:
-		fmt.Fprintf(a.stderr, "%s: error: %v\n", a.name, err)
-		return ExitFailure
-	}
-}
-
-// errHelp reports that help was asked for and printed.
-var errHelp = errors.New("help requested")
-
-func run(hard, drain context.Context, cfg Config, args []string) error {
-	a := newApp(cfg)
-	a.drain = drain
-	if len(cfg.Projections) == 0 {
-		return errors.New("cli: Config.Projections is empty")
-	}
-	err := a.root().dispatch(hard, a, nil, args)
-	if errors.Is(err, errHelp) {
-		return nil
-	}
-	return err
-}
-
-// app is one invocation: the configuration and its writers.
-type app struct {
+// App is one run of the command line, as the commands see it: what a
+// binary's own commands (Config.Commands) share with the built-in ones.
+type App struct {
 	cfg    Config
 	name   string
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
 	// drain is done when the command should stop gracefully (first
-	// signal); the context passed to Run is done when it must stop at
-	// once.
+	// signal); the command's context is done when it must stop at once.
 	drain context.Context
+	// ran is set once a command's RunE starts: an error before that is the
+	// command line's.
+	ran bool
+	// json is set when the running command logs JSON: errors are printed
+	// as JSON too.
+	json bool
 }
 
-func newApp(cfg Config) *app {
-	a := &app{cfg: cfg, name: cfg.Name, stdout: cfg.Stdout, stderr: cfg.Stderr, getenv: cfg.Getenv, drain: context.Background()}
+func newApp(cfg Config, drain context.Context) *App {
+	a := &App{cfg: cfg, name: cfg.Name, stdout: cfg.Stdout, stderr: cfg.Stderr, getenv: cfg.Getenv, drain: drain}
 	if a.name == "" {
 		a.name = "inorder"
 	}
@@ -175,11 +166,26 @@ func newApp(cfg Config) *app {
 	return a
 }
 
-// logger returns the logger the options ask for, writing to stderr.
-func (a *app) logger(o *logOptions) *slog.Logger {
-	hopts := &slog.HandlerOptions{Level: o.level}
-	if o.Format == "json" {
-		return slog.New(slog.NewJSONHandler(a.stderr, hopts))
-	}
-	return slog.New(slog.NewTextHandler(a.stderr, hopts))
-}
+// Name is the program's name, as in "inorder status".
+func (a *App) Name() string { return a.name }
+
+// Stdout receives a command's output: tables, JSON, summaries.
+func (a *App) Stdout() io.Writer { return a.stdout }
+
+// Stderr receives logs, progress and notes.
+func (a *App) Stderr() io.Writer { return a.stderr }
+
+// Getenv looks up an environment variable (Config.Getenv).
+func (a *App) Getenv(key string) string { return a.getenv(key) }
+
+// Drain is closed when the command should stop gracefully: at the first
+// SIGINT or SIGTERM. The command's context (cobra.Command.Context) is
+// cancelled when it must stop at once: at the second.
+func (a *App) Drain() <-chan struct{} { return a.drain.Done() }
+
+// Projections are the binary's projections (Config.Projections).
+func (a *App) Projections() []projection.Projection { return a.cfg.Projections }
+
+// ProcessorConfig is the template of the processors' configuration
+// (Config.Processor).
+func (a *App) ProcessorConfig() projection.Config { return a.cfg.Processor }

@@ -3,245 +3,206 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
+	"log/slog"
 	"strings"
-	"text/tabwriter"
-	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/inorder/inorder/internal/clikit"
 )
 
 // options is implemented by every command's options type: validate checks
-// the flags and positional arguments once they are parsed.
+// the flags and positional arguments once they are parsed, before anything
+// connects anywhere.
 type options interface {
 	validate(args []string) error
 }
 
-// command is one node of the command tree: a group of subcommands or a
-// runnable command.
-type command struct {
-	name    string
-	args    string // positional arguments, for the usage line
-	summary string // one line, for the parent's list
-	help    string // what it does and what it changes
-	sub     []*command
-	// bind defines the command's flags on fs and returns the function that
-	// validates the options and runs the command.
-	bind func(fs *flagSet) func(ctx context.Context, args []string) error
-}
-
-// leaf builds a runnable command from an options constructor (which binds
-// the flags) and a Run method.
-func leaf[O options](name, args, summary, help string, bind func(fs *flagSet) O, runFn func(ctx context.Context, o O) error) *command {
-	return &command{name: name, args: args, summary: summary, help: help,
-		bind: func(fs *flagSet) func(ctx context.Context, args []string) error {
-			o := bind(fs)
-			return func(ctx context.Context, args []string) error {
-				if err := o.validate(args); err != nil {
-					return err
-				}
-				return runFn(ctx, o)
-			}
-		}}
-}
-
-// dispatch finds the subcommand named by args and runs it.
-func (c *command) dispatch(ctx context.Context, a *app, path []string, args []string) error {
-	path = append(path, c.name)
-	if c.bind != nil && len(args) > 0 {
-		for _, s := range c.sub {
-			if s.name == args[0] {
-				return s.dispatch(ctx, a, path, args[1:])
-			}
+// leaf builds a runnable command: bind defines its flags on the command's
+// flag set and returns its options, which are validated before run.
+func leaf[O options](use, short, long string, bind func(fs *pflag.FlagSet) O, run func(ctx context.Context, o O) error) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Long: long, Args: cobra.ArbitraryArgs}
+	o := bind(cmd.Flags())
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := o.validate(args); err != nil {
+			return err
 		}
+		return run(cmd.Context(), o)
 	}
-	if c.bind == nil {
-		if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-			c.printGroupHelp(a.stdout, path)
+	return cmd
+}
+
+// group builds a command that only holds subcommands.
+func group(use, short, long string, subs ...*cobra.Command) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Long: long, Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return usageErrorf("%s: missing command", strings.Join(path, " "))
+				return clikit.Usagef("missing command")
 			}
-			return errHelp
-		}
-		for _, s := range c.sub {
-			if s.name == args[0] {
-				return s.dispatch(ctx, a, path, args[1:])
-			}
-		}
-		return usageErrorf("unknown command %q for %q (see %s --help)", args[0], strings.Join(path, " "), strings.Join(path, " "))
+			return clikit.Usagef("unknown command %q", args[0])
+		}}
+	cmd.AddCommand(subs...)
+	return cmd
+}
+
+// root builds the command tree.
+func (a *App) root() *cobra.Command {
+	root := group(a.name, "", `inorder turns an at-least-once, any-order event stream into exactly-once,
+in-order effects on PostgreSQL read models.
+
+Every flag that has an environment variable names it in its help
+(DATABASE_URL, ESDB_URL, INORDER_SCHEMA, INORDER_HTTP_ADDR, ...); a flag on
+the command line wins.`)
+	root.Version = a.version().String()
+	root.SetVersionTemplate("{{.Name}} {{.Version}}\n")
+	root.SilenceErrors, root.SilenceUsage = true, true
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return clikit.Usagef("%v", err) })
+	migrate := (&migrateCmd{a}).command()
+	migrate.AddCommand((&migrateStatusCmd{a}).command())
+	root.AddCommand(
+		migrate,
+		(&runCmd{a}).command(),
+		(&serveCmd{a}).command(),
+		(&statusCmd{a}).command(),
+		group("parked", "inspect and unblock aggregates waiting for missing versions",
+			`Parked events are future versions stored until the versions before them
+arrive. These commands list them, fetch the missing versions from the source,
+or declare versions that will never arrive.`,
+			(&parkedListCmd{a}).command(),
+			(&parkedShowCmd{a}).command(),
+			(&parkedRepairCmd{a}).command(),
+			(&declareGapCmd{a}).command(),
+		),
+		group("quarantine", "inspect, retry or skip events whose handler failed for good",
+			`A quarantined event is one whose projection handler kept failing. It blocks
+its aggregate (later versions park behind it) and nothing else. Fix the cause,
+then retry it; or skip it, on purpose, with a reason.`,
+			(&quarantineListCmd{a}).command(),
+			(&quarantineActionCmd{a: a}).command(),
+			(&quarantineActionCmd{a: a, skip: true}).command(),
+		),
+		group("conflicts", "list deliveries that reuse a version with another id or payload",
+			`A conflict is a delivery that claims an (aggregate, version) already held by
+a different event. It is recorded, never applied.`,
+			(&conflictsListCmd{a}).command(),
+		),
+		group("rejected", "list or replay deliveries that failed validation",
+			`A rejected delivery had an invalid envelope. It was acknowledged to the source,
+recorded with its reason, and applied nowhere.`,
+			(&rejectedListCmd{a}).command(),
+			(&rejectedReplayCmd{a}).command(),
+		),
+		(&rebuildCmd{a}).command(),
+		(&versionCmd{a}).command(),
+	)
+	for _, ext := range a.cfg.Commands {
+		root.AddCommand(ext(a))
 	}
-	fs := newFlagSet(strings.Join(path, " "), a.getenv)
-	runFn := c.bind(fs)
-	if err := fs.applyEnv(); err != nil {
-		return err
-	}
-	pos, err := fs.parse(args)
-	if errors.Is(err, flag.ErrHelp) {
-		c.printHelp(a.stdout, path, fs)
-		return errHelp
-	}
-	if err != nil {
-		return usageErrorf("%s: %v (see %s --help)", strings.Join(path, " "), err, strings.Join(path, " "))
-	}
-	if err := runFn(ctx, pos); err != nil {
-		var ue *usageError
-		if errors.As(err, &ue) {
-			return usageErrorf("%s: %s (see %s --help)", strings.Join(path, " "), ue.msg, strings.Join(path, " "))
-		}
-		return err
-	}
-	return nil
-}
-
-func (c *command) printGroupHelp(w io.Writer, path []string) {
-	fmt.Fprintf(w, "Usage: %s <command> [flags] [arguments]\n\n", strings.Join(path, " "))
-	if c.help != "" {
-		fmt.Fprintf(w, "%s\n\n", strings.TrimSpace(c.help))
-	}
-	fmt.Fprintln(w, "Commands:")
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	for _, s := range c.sub {
-		fmt.Fprintf(tw, "  %s\t%s\n", s.name, s.summary)
-	}
-	tw.Flush()
-	fmt.Fprintf(w, "\nRun '%s <command> --help' for what a command does and what it changes.\n", strings.Join(path, " "))
-}
-
-func (c *command) printHelp(w io.Writer, path []string, fs *flagSet) {
-	usage := strings.Join(path, " ") + " [flags]"
-	if c.args != "" {
-		usage += " " + c.args
-	}
-	fmt.Fprintf(w, "Usage: %s\n\n%s\n", usage, strings.TrimSpace(c.help))
-	var any bool
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fs.VisitAll(func(f *flag.Flag) {
-		if !any {
-			fmt.Fprintln(w, "\nFlags:")
-			any = true
-		}
-		name, usage := flag.UnquoteUsage(f)
-		arg := "--" + f.Name
-		if name != "" {
-			arg += " " + name
-		}
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
-			usage += fmt.Sprintf(" (default %s)", f.DefValue)
-		}
-		if env := fs.env[f.Name]; env != "" {
-			usage += " [$" + env + "]"
-		}
-		fmt.Fprintf(tw, "  %s\t%s\n", arg, usage)
-	})
-	tw.Flush()
-}
-
-// usageError is an invalid command line.
-type usageError struct{ msg string }
-
-func (e *usageError) Error() string { return e.msg }
-func (e *usageError) Unwrap() error { return ErrUsage }
-
-func usageErrorf(format string, args ...any) error {
-	return &usageError{msg: fmt.Sprintf(format, args...)}
-}
-
-// flagSet is a flag.FlagSet whose flags may have environment variables as
-// defaults.
-type flagSet struct {
-	*flag.FlagSet
-	env    map[string]string // flag name → environment variable
-	getenv func(string) string
-}
-
-func newFlagSet(name string, getenv func(string) string) *flagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	return &flagSet{FlagSet: fs, env: map[string]string{}, getenv: getenv}
-}
-
-// withEnv records that environment variable env supplies flag name when the
-// flag is not given.
-func (fs *flagSet) withEnv(name, env string) { fs.env[name] = env }
-
-func (fs *flagSet) stringVar(p *string, name, env, def, usage string) {
-	fs.StringVar(p, name, def, usage)
-	fs.withEnv(name, env)
-}
-
-func (fs *flagSet) intVar(p *int, name, env string, def int, usage string) {
-	fs.IntVar(p, name, def, usage)
-	fs.withEnv(name, env)
-}
-
-func (fs *flagSet) durationVar(p *time.Duration, name, env string, def time.Duration, usage string) {
-	fs.DurationVar(p, name, def, usage)
-	fs.withEnv(name, env)
-}
-
-func (fs *flagSet) boolVar(p *bool, name, env string, def bool, usage string) {
-	fs.BoolVar(p, name, def, usage)
-	fs.withEnv(name, env)
-}
-
-// applyEnv sets every flag whose environment variable is set.
-func (fs *flagSet) applyEnv() error {
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		env := fs.env[f.Name]
-		if env == "" || err != nil {
-			return
-		}
-		if v := fs.getenv(env); v != "" {
-			if serr := fs.Set(f.Name, v); serr != nil {
-				err = usageErrorf("invalid $%s=%q: %v", env, v, serr)
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "help":
+			c.Long = "Prints the help of any command: what it does, what it changes, its flags.\n\nRead-only."
+		case "completion":
+			c.Long = strings.TrimSpace(c.Long) + "\n\nRead-only: prints a script on stdout."
+			for _, s := range c.Commands() {
+				s.Long = strings.TrimSpace(s.Long) + "\n\nRead-only: prints the script on stdout."
 			}
 		}
-	})
+	}
+	clikit.AnnotateEnv(root)
+	return root
+}
+
+// execute runs one command line.
+func (a *App) execute(ctx context.Context, args []string) error {
+	if len(a.cfg.Projections) == 0 {
+		return errors.New("cli: Config.Projections is empty")
+	}
+	if args == nil {
+		args = []string{} // nil makes cobra read os.Args
+	}
+	root := a.root()
+	root.SetArgs(args)
+	// The variables stand in for flags not on the command line: set them
+	// first, and let parsing override them.
+	if cmd, _, err := root.Find(args); err == nil {
+		if err := clikit.ApplyEnv(cmd, a.getenv); err != nil {
+			return a.usage(cmd, err)
+		}
+	}
+	// Wrap every command's RunE: an error before it ran is the command
+	// line's (cobra's own argument and command checks).
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if run := c.RunE; run != nil {
+			c.RunE = func(cmd *cobra.Command, args []string) error {
+				a.ran = true
+				return run(cmd, args)
+			}
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
+	cmd, err := root.ExecuteContextC(ctx)
+	a.json = logsJSON(cmd, a.getenv)
+	switch {
+	case err == nil:
+		return nil
+	case !a.ran || errors.Is(err, ErrUsage):
+		return a.usage(cmd, err)
+	}
 	return err
 }
 
-// parse parses args, allowing flags after positional arguments
-// ("rebuild ledger --batch-size 500"). Everything after "--" is
-// positional.
-func (fs *flagSet) parse(args []string) ([]string, error) {
-	var pos, rest []string
-	for i, a := range args {
-		if a == "--" {
-			args, rest = args[:i], args[i+1:]
-			break
-		}
+// usage makes err a usage error of cmd that says where the help is.
+func (a *App) usage(cmd *cobra.Command, err error) error {
+	path := a.name
+	if cmd != nil {
+		path = cmd.CommandPath()
 	}
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
+	if !errors.Is(err, ErrUsage) {
+		err = clikit.Usagef("%v", err)
 	}
+	return fmt.Errorf("%s: %w (see '%s --help')", path, err, path)
 }
 
-// noArgs is the validate step of commands without positional arguments.
-func noArgs(args []string) error {
-	if len(args) > 0 {
-		return usageErrorf("unexpected argument %q", args[0])
+// logsJSON tells whether the command ran with JSON logs.
+func logsJSON(cmd *cobra.Command, getenv func(string) string) bool {
+	if cmd != nil {
+		if f := cmd.Flags().Lookup("log-format"); f != nil {
+			return f.Value.String() == "json"
+		}
 	}
-	return nil
+	return getenv(clikit.EnvLogFormat) == "json"
 }
 
-// oneArg returns the single positional argument.
-func oneArg(args []string, what string) (string, error) {
+// exitCode prints err (once, with the program's name once) and returns the
+// exit status it means.
+func (a *App) exitCode(err error) int {
+	code := ExitFailure
+	msg := ""
 	switch {
-	case len(args) == 0:
-		return "", usageErrorf("missing %s", what)
-	case len(args) > 1:
-		return "", usageErrorf("unexpected argument %q", args[1])
-	case args[0] == "":
-		return "", usageErrorf("empty %s", what)
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, ErrUsage):
+		code, msg = ExitUsage, err.Error() // starts with the command's path
+	case errors.Is(err, ErrIncomplete):
+		code, msg = ExitIncomplete, a.name+": "+err.Error()
+	default:
+		msg = a.name + ": error: " + err.Error()
 	}
-	return args[0], nil
+	if a.json {
+		slog.New(slog.NewJSONHandler(a.stderr, nil)).Error(err.Error(), "exit_code", code)
+		return code
+	}
+	fmt.Fprintln(a.stderr, msg)
+	return code
 }

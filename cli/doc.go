@@ -1,10 +1,13 @@
-// Package cli is the inorder command line: the projection workers (run), the
-// read-model HTTP API (serve), the operator tools (status, parked,
-// quarantine, conflicts, rejected), rebuild, migrate and the demo.
+// Package cli is the inorder command line, built on cobra: the projection
+// workers (run), the read-model HTTP API (serve), the operator tools
+// (status, parked, quarantine, conflicts, rejected), rebuild, migrate,
+// version and shell completion.
 //
 // The shipped binary, cmd/inorder, is a few lines around [Main] with the
-// ledger example. A team with its own projections builds its own binary the
-// same way, and gets every command for its projections:
+// ledger example and the demo. A team with its own projections builds its
+// own binary the same way, gets every command for its projections, and
+// adds commands of its own through [Config].Commands (the shipped binary
+// adds the demo that way):
 //
 //	func main() {
 //		orders := myorders.New()
@@ -12,14 +15,24 @@
 //			Name:        "orders-inorder",
 //			Projections: []projection.Projection{orders},
 //			Processor:   projection.Config{MaxAttempts: 5},
+//			Commands:    []func(*cli.App) *cobra.Command{myCommand},
 //		}))
 //	}
+//
+// A command of a binary's own receives the [App]: its output writers, the
+// first-signal [App.Drain] channel, the projections. Its flags get their
+// environment variables like the built-in ones, and an error wrapping
+// [ErrUsage] (see [Usagef]) exits with status 2.
+//
+// This package links neither the demo nor test servers: the demo lives in
+// the module's internal/demo.
 //
 // # Commands
 //
 // Each command is a small struct with a validated options type and a Run
-// method. Run "inorder <command> --help" for what a command does and what it
-// changes:
+// method; options are validated before anything connects. Run
+// "inorder help <command>" (or "inorder <command> --help") for what a
+// command does and what it changes:
 //
 //	migrate [--dry-run] | migrate status   apply / list inorder's migrations, create read-model tables
 //	run                                    workers against EventStoreDB (catch-up or persistent)
@@ -30,17 +43,25 @@
 //	conflicts list                         deliveries reusing a version with another payload
 //	rejected list|replay                   deliveries that failed validation
 //	rebuild <projection>                   empty a read model and replay the stream into it
-//	demo                                   the whole pipeline on a generated workload (Config.Demo)
+//	version                                the module version and VCS revision (also --version)
+//	completion bash|zsh|fish|powershell    shell completion scripts
 //
-// Operator commands print aligned tables, or JSON with --json (the Report
-// types of this package).
+// Operator commands print aligned tables, or JSON with --json: the view
+// types of package projection, the same JSON as the HTTP API.
+//
+// # Exit status
+//
+// 0 success; 1 failure; 2 invalid command line (unknown command or flag,
+// invalid value, missing argument); 3 done but incomplete (parked repair
+// found versions missing at the source).
 //
 // # Configuration
 //
 // Every flag has a default; most can also be set from the environment
 // (DATABASE_URL, ESDB_URL, INORDER_SCHEMA, INORDER_HTTP_ADDR,
-// INORDER_LOG_FORMAT, …; each flag's help names its variable). A flag on the
-// command line wins over the environment.
+// INORDER_LOG_FORMAT, …; each flag's help names its variable). One table
+// names the variable of each flag name, in every command alike. A flag on
+// the command line wins over the environment.
 //
 // The projections' read-model tables are created in the connection's
 // search_path (add "?search_path=myschema" or "options=-c search_path=…" to

@@ -5,19 +5,29 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/spf13/cobra"
+
 	"github.com/inorder/inorder/cli"
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/projection"
 )
 
-// A binary of your own: every command of inorder, for your projections.
-// This is the whole main function.
+// A binary of your own: every command of inorder, for your projections,
+// and a command of yours. This is the whole main function.
 func ExampleMain() {
 	payments := ledger.New(&ledger.Options{Name: "payments"})
+	hello := func(app *cli.App) *cobra.Command {
+		return &cobra.Command{Use: "hello", Short: "say hello",
+			Long: "Says hello. Read-only.",
+			RunE: func(cmd *cobra.Command, args []string) error {
+				_, err := fmt.Fprintf(app.Stdout(), "hello from %s\n", app.Name())
+				return err
+			}}
+	}
 	os.Exit(cli.Main(cli.Config{
 		Name:        "payments-inorder",
 		Projections: []projection.Projection{payments},
-		Demo:        cli.LedgerDemo(payments),
+		Commands:    []func(*cli.App) *cobra.Command{hello},
 	}))
 }
 
@@ -27,17 +37,22 @@ func ExampleRun() {
 		Projections: []projection.Projection{ledger.New(nil)},
 		Stdout:      os.Stdout,
 	}
-	err := cli.Run(context.Background(), cfg, []string{"conflicts", "--help"})
+	err := cli.Run(context.Background(), cfg, []string{"help", "conflicts"})
 	fmt.Println("error:", err)
 	// Output:
-	// Usage: inorder conflicts <command> [flags] [arguments]
-	//
 	// A conflict is a delivery that claims an (aggregate, version) already held by
 	// a different event. It is recorded, never applied.
 	//
-	// Commands:
-	//   list  list deliveries that reuse a version with a different id or payload
+	// Usage:
+	//   inorder conflicts [flags]
+	//   inorder conflicts [command]
 	//
-	// Run 'inorder conflicts <command> --help' for what a command does and what it changes.
+	// Available Commands:
+	//   list        list deliveries that reuse a version with a different id or payload
+	//
+	// Flags:
+	//   -h, --help   help for conflicts
+	//
+	// Use "inorder conflicts [command] --help" for more information about a command.
 	// error: <nil>
 }

@@ -3,34 +3,37 @@ package cli
 import (
 	"context"
 	"fmt"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/migrations"
 )
 
 // migrateOptions configures migrate.
 type migrateOptions struct {
-	log    logOptions
-	db     dbOptions
-	out    outputOptions
+	log    clikit.LogOptions
+	db     clikit.DBOptions
+	out    clikit.OutputOptions
 	DryRun bool
 }
 
 func (o *migrateOptions) validate(args []string) error {
-	if err := noArgs(args); err != nil {
+	if err := clikit.NoArgs(args); err != nil {
 		return err
 	}
-	if err := o.log.validate(); err != nil {
+	if err := o.log.Validate(); err != nil {
 		return err
 	}
-	return o.db.validate()
+	return o.db.Validate()
 }
 
 // migrateCmd applies inorder's migrations and creates the projections'
 // read-model tables.
-type migrateCmd struct{ a *app }
+type migrateCmd struct{ a *App }
 
-func (c *migrateCmd) command() *command {
-	return leaf("migrate", "", "apply inorder's migrations and create the projections' tables",
+func (c *migrateCmd) command() *cobra.Command {
+	return leaf("migrate", "apply inorder's migrations and create the projections' tables",
 		`Applies the pending migrations embedded in this binary to --schema (creating
 the schema and its schema_migrations table if needed), then creates the
 read-model tables of every projection that has a Setup (CREATE TABLE IF NOT
@@ -42,11 +45,11 @@ Several processes may migrate at once: an advisory lock lets one apply the
 steps while the others wait and then find nothing to do.
 
 Subcommand: 'migrate status' lists the migrations and whether they are applied.`,
-		func(fs *flagSet) *migrateOptions {
+		func(fs *pflag.FlagSet) *migrateOptions {
 			o := &migrateOptions{}
-			bindLog(fs, &o.log, "warn")
-			bindDB(fs, &o.db)
-			bindOutput(fs, &o.out)
+			clikit.BindLog(fs, &o.log, "warn")
+			clikit.BindDB(fs, &o.db)
+			clikit.BindOutput(fs, &o.out)
 			fs.BoolVar(&o.DryRun, "dry-run", false, "print the migrations that would be applied; change nothing")
 			return o
 		}, c.Run)
@@ -54,8 +57,8 @@ Subcommand: 'migrate status' lists the migrations and whether they are applied.`
 
 // Run applies the migrations.
 func (c *migrateCmd) Run(ctx context.Context, o *migrateOptions) error {
-	logger := c.a.logger(&o.log)
-	pool, err := connect(ctx, &o.db, 4, logger)
+	logger := o.log.Logger(c.a.stderr)
+	pool, err := clikit.Connect(ctx, &o.db, 4, logger)
 	if err != nil {
 		return err
 	}
@@ -75,7 +78,7 @@ func (c *migrateCmd) Run(ctx context.Context, o *migrateOptions) error {
 			return err
 		}
 		if err := proc.Setup(ctx); err != nil {
-			return fmt.Errorf("migrate: create the projections' tables: %w", err)
+			return err // the processor names the projection and the step
 		}
 		setup = true
 	}
@@ -89,7 +92,7 @@ func (c *migrateCmd) Run(ctx context.Context, o *migrateOptions) error {
 		for _, s := range res.Steps {
 			steps = append(steps, step{s.Version, s.Name, float64(s.Duration.Microseconds()) / 1000})
 		}
-		return writeJSON(c.a.stdout, map[string]any{
+		return clikit.WriteJSON(c.a.stdout, map[string]any{
 			"schema": o.db.Schema, "dry_run": res.DryRun, "steps": steps,
 			"projections_setup": setup, "projections": c.a.projectionNames(),
 		})
@@ -104,7 +107,7 @@ func (c *migrateCmd) Run(ctx context.Context, o *migrateOptions) error {
 	for _, s := range res.Steps {
 		fmt.Fprintf(c.a.stdout, "%s %03d_%s to schema %s", verb, s.Version, s.Name, o.db.Schema)
 		if !res.DryRun {
-			fmt.Fprintf(c.a.stdout, " in %s", age(s.Duration))
+			fmt.Fprintf(c.a.stdout, " in %s", clikit.Age(s.Duration))
 		}
 		fmt.Fprintln(c.a.stdout)
 	}
@@ -116,42 +119,42 @@ func (c *migrateCmd) Run(ctx context.Context, o *migrateOptions) error {
 
 // migrateStatusOptions configures migrate status.
 type migrateStatusOptions struct {
-	log logOptions
-	db  dbOptions
-	out outputOptions
+	log clikit.LogOptions
+	db  clikit.DBOptions
+	out clikit.OutputOptions
 }
 
 func (o *migrateStatusOptions) validate(args []string) error {
-	if err := noArgs(args); err != nil {
+	if err := clikit.NoArgs(args); err != nil {
 		return err
 	}
-	if err := o.log.validate(); err != nil {
+	if err := o.log.Validate(); err != nil {
 		return err
 	}
-	return o.db.validate()
+	return o.db.Validate()
 }
 
 // migrateStatusCmd lists the migrations and whether they are applied.
-type migrateStatusCmd struct{ a *app }
+type migrateStatusCmd struct{ a *App }
 
-func (c *migrateStatusCmd) command() *command {
-	return leaf("status", "", "list the migrations and whether they are applied",
+func (c *migrateStatusCmd) command() *cobra.Command {
+	return leaf("status", "list the migrations and whether they are applied",
 		`Lists every migration embedded in this binary with whether and when it was
 applied to --schema, plus any applied version this binary does not know (the
 database was migrated by a newer release). Read-only.`,
-		func(fs *flagSet) *migrateStatusOptions {
+		func(fs *pflag.FlagSet) *migrateStatusOptions {
 			o := &migrateStatusOptions{}
-			bindLog(fs, &o.log, "warn")
-			bindDB(fs, &o.db)
-			bindOutput(fs, &o.out)
+			clikit.BindLog(fs, &o.log, "warn")
+			clikit.BindDB(fs, &o.db)
+			clikit.BindOutput(fs, &o.out)
 			return o
 		}, c.Run)
 }
 
 // Run prints the migration status.
 func (c *migrateStatusCmd) Run(ctx context.Context, o *migrateStatusOptions) error {
-	logger := c.a.logger(&o.log)
-	pool, err := connect(ctx, &o.db, 2, logger)
+	logger := o.log.Logger(c.a.stderr)
+	pool, err := clikit.Connect(ctx, &o.db, 2, logger)
 	if err != nil {
 		return err
 	}
@@ -180,9 +183,9 @@ func (c *migrateStatusCmd) Run(ctx context.Context, o *migrateStatusOptions) err
 			}
 			rows = append(rows, r)
 		}
-		return writeJSON(c.a.stdout, map[string]any{"schema": o.db.Schema, "migrations": rows})
+		return clikit.WriteJSON(c.a.stdout, map[string]any{"schema": o.db.Schema, "migrations": rows})
 	}
-	t := newTable(c.a.stdout, "VERSION", "NAME", "STATE", "APPLIED AT")
+	t := clikit.NewTable(c.a.stdout, "VERSION", "NAME", "STATE", "APPLIED AT")
 	for _, s := range st {
 		state := "pending"
 		switch {
@@ -191,26 +194,7 @@ func (c *migrateStatusCmd) Run(ctx context.Context, o *migrateStatusOptions) err
 		case s.Applied:
 			state = "applied"
 		}
-		t.row(fmt.Sprintf("%03d", s.Version), s.Name, state, s.AppliedAt)
+		t.Row(fmt.Sprintf("%03d", s.Version), s.Name, state, s.AppliedAt)
 	}
-	return t.flush()
-}
-
-// pendingMigrations returns the migrations not yet applied to schema, and
-// an error if the database knows a version this binary does not.
-func pendingMigrations(ctx context.Context, m *migrations.Migrator) ([]migrations.Status, error) {
-	st, err := m.Status(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var pending []migrations.Status
-	for _, s := range st {
-		if s.Unknown {
-			return nil, fmt.Errorf("schema %s has migration %d, which this binary does not know: %w", m.Schema(), s.Version, migrations.ErrUnknownVersion)
-		}
-		if !s.Applied {
-			pending = append(pending, s)
-		}
-	}
-	return pending, nil
+	return t.Flush()
 }

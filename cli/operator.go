@@ -4,41 +4,44 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"strconv"
 	"time"
 
+	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/projection"
 )
 
 // opOptions are the flags every operator command shares.
 type opOptions struct {
-	log logOptions
-	db  dbOptions
-	out outputOptions
+	log clikit.LogOptions
+	db  clikit.DBOptions
+	out clikit.OutputOptions
 }
 
-func bindOp(fs *flagSet, o *opOptions) {
-	bindLog(fs, &o.log, "warn")
-	bindDB(fs, &o.db)
-	bindOutput(fs, &o.out)
+func bindOp(fs *pflag.FlagSet, o *opOptions) {
+	clikit.BindLog(fs, &o.log, "warn")
+	clikit.BindDB(fs, &o.db)
+	clikit.BindOutput(fs, &o.out)
 }
 
 func (o *opOptions) validate() error {
-	if err := o.log.validate(); err != nil {
+	if err := o.log.Validate(); err != nil {
 		return err
 	}
-	return o.db.validate()
+	return o.db.Validate()
 }
 
 // open connects and returns a processor of the binary's projections; close
 // releases the pool.
-func (a *app) open(ctx context.Context, o *opOptions) (proc *projection.Processor, close func(), err error) {
-	logger := a.logger(&o.log)
-	pool, err := connect(ctx, &o.db, 4, logger)
+func (a *App) open(ctx context.Context, o *opOptions) (proc *projection.Processor, close func(), err error) {
+	logger := o.log.Logger(a.stderr)
+	pool, err := clikit.Connect(ctx, &o.db, 4, logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := a.prepareSchema(ctx, pool, o.db.Schema, false, logger); err != nil {
+	if err := a.prepareSchema(ctx, pool, o.db.Schema, false, false, logger); err != nil {
 		pool.Close()
 		return nil, nil, err
 	}
@@ -54,7 +57,7 @@ func (a *app) open(ctx context.Context, o *opOptions) (proc *projection.Processo
 // the filters.
 type listOptions struct {
 	opOptions
-	a          *app
+	a          *App
 	Projection string
 	Aggregate  string
 	Limit      int
@@ -68,7 +71,7 @@ func (o *listOptions) check() error {
 		}
 	}
 	if o.Limit < 1 {
-		return usageErrorf("--limit must be at least 1")
+		return clikit.Usagef("--limit must be at least 1")
 	}
 	return nil
 }
@@ -76,7 +79,7 @@ func (o *listOptions) check() error {
 // validate is the validate step of the list commands without positional
 // arguments.
 func (o *listOptions) validate(args []string) error {
-	if err := noArgs(args); err != nil {
+	if err := clikit.NoArgs(args); err != nil {
 		return err
 	}
 	if err := o.check(); err != nil {
@@ -95,7 +98,7 @@ type listing[T any] struct {
 }
 
 // runList opens the processor, reads the rows with read and prints them.
-func runList[T any](ctx context.Context, a *app, o *opOptions, read func(context.Context, *projection.Processor) ([]T, error), l listing[T]) error {
+func runList[T any](ctx context.Context, a *App, o *opOptions, read func(context.Context, *projection.Processor) ([]T, error), l listing[T]) error {
 	proc, closeFn, err := a.open(ctx, o)
 	if err != nil {
 		return err
@@ -109,24 +112,24 @@ func runList[T any](ctx context.Context, a *app, o *opOptions, read func(context
 		if rows == nil {
 			rows = []T{}
 		}
-		return writeJSON(a.stdout, rows)
+		return clikit.WriteJSON(a.stdout, rows)
 	}
 	if len(rows) == 0 && l.empty != "" {
 		fmt.Fprintln(a.stdout, l.empty)
 		return nil
 	}
-	t := newTable(a.stdout, l.headers...)
+	t := clikit.NewTable(a.stdout, l.headers...)
 	for _, r := range rows {
-		t.row(l.cells(r)...)
+		t.Row(l.cells(r)...)
 	}
-	return t.flush()
+	return t.Flush()
 }
 
 // actionOptions are the flags of the commands that act on one aggregate of
 // one projection.
 type actionOptions struct {
 	opOptions
-	a          *app
+	a          *App
 	Projection string
 	Reason     string
 	Aggregate  string
@@ -134,7 +137,7 @@ type actionOptions struct {
 
 // check takes the aggregate argument and picks the projection.
 func (o *actionOptions) check(args []string) error {
-	agg, err := oneArg(args, "aggregate")
+	agg, err := clikit.OneArg(args, "aggregate")
 	if err != nil {
 		return err
 	}
@@ -145,7 +148,7 @@ func (o *actionOptions) check(args []string) error {
 
 // runAction opens the processor, runs act on o's aggregate and prints what
 // it did with the aggregate's applied version before and after.
-func (a *app) runAction(ctx context.Context, o *actionOptions, action string, act func(ctx context.Context, proc *projection.Processor, before int64) (message string, err error)) error {
+func (a *App) runAction(ctx context.Context, o *actionOptions, action string, act func(ctx context.Context, proc *projection.Processor, before int64) (message string, err error)) error {
 	proc, closeFn, err := a.open(ctx, &o.opOptions)
 	if err != nil {
 		return err
@@ -162,7 +165,7 @@ func (a *app) runAction(ctx context.Context, o *actionOptions, action string, ac
 		return err
 	}
 	if o.out.JSON {
-		return writeJSON(a.stdout, r)
+		return clikit.WriteJSON(a.stdout, r)
 	}
 	fmt.Fprintf(a.stdout, "%s: %s %s: %s; version %d -> %d\n", r.Action, r.Projection, r.Aggregate, r.Message, r.Before, r.After)
 	return nil
@@ -174,22 +177,22 @@ func (a *app) runAction(ctx context.Context, o *actionOptions, action string, ac
 type statusOptions struct{ opOptions }
 
 func (o *statusOptions) validate(args []string) error {
-	if err := noArgs(args); err != nil {
+	if err := clikit.NoArgs(args); err != nil {
 		return err
 	}
 	return o.opOptions.validate()
 }
 
 // statusCmd prints the state of every projection.
-type statusCmd struct{ a *app }
+type statusCmd struct{ a *App }
 
-func (c *statusCmd) command() *command {
-	return leaf("status", "", "show every projection's gate state, rejected events and checkpoints",
+func (c *statusCmd) command() *cobra.Command {
+	return leaf("status", "show every projection's gate state, rejected events and checkpoints",
 		`Shows, per projection: the aggregates seen, the events applied, the events
 parked and the age of the oldest, the quarantined events and the conflicts
 recorded; then the rejected deliveries and the sources' checkpoints.
 Read-only.`,
-		func(fs *flagSet) *statusOptions {
+		func(fs *pflag.FlagSet) *statusOptions {
 			o := &statusOptions{}
 			bindOp(fs, &o.opOptions)
 			return o
@@ -208,23 +211,23 @@ func (c *statusCmd) Run(ctx context.Context, o *statusOptions) error {
 		return err
 	}
 	if o.out.JSON {
-		return writeJSON(c.a.stdout, st)
+		return clikit.WriteJSON(c.a.stdout, st)
 	}
-	t := newTable(c.a.stdout, "PROJECTION", "AGGREGATES", "EVENTS", "PARKED", "PARKED AGGS", "OLDEST PARKED", "QUARANTINED", "CONFLICTS")
+	t := clikit.NewTable(c.a.stdout, "PROJECTION", "AGGREGATES", "EVENTS", "PARKED", "PARKED AGGS", "OLDEST PARKED", "QUARANTINED", "CONFLICTS")
 	for _, p := range st.Projections {
-		t.row(p.Name, p.Aggregates, p.Events, p.Parked, p.ParkedAggregates, ageOf(p.OldestParked), p.Quarantined, p.Conflicts)
+		t.Row(p.Name, p.Aggregates, p.Events, p.Parked, p.ParkedAggregates, clikit.AgeOf(p.OldestParked), p.Quarantined, p.Conflicts)
 	}
-	if err := t.flush(); err != nil {
+	if err := t.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintf(c.a.stdout, "\nrejected deliveries: %d (%d not replayed)\n", st.Rejected.Total, st.Rejected.Pending)
 	if len(st.Checkpoints) > 0 {
 		fmt.Fprintln(c.a.stdout)
-		t := newTable(c.a.stdout, "CHECKPOINT", "POSITION", "UPDATED")
+		t := clikit.NewTable(c.a.stdout, "CHECKPOINT", "POSITION", "UPDATED")
 		for _, cp := range st.Checkpoints {
-			t.row(cp.Name, cp.Position.String(), age(cp.Age)+" ago")
+			t.Row(cp.Name, cp.Position.String(), clikit.Age(cp.Age)+" ago")
 		}
-		return t.flush()
+		return t.Flush()
 	}
 	return nil
 }
@@ -238,23 +241,23 @@ type parkedListOptions struct {
 }
 
 func (o *parkedListOptions) validate(args []string) error {
-	if err := noArgs(args); err != nil {
+	if err := clikit.NoArgs(args); err != nil {
 		return err
 	}
 	if err := o.check(); err != nil {
 		return err
 	}
 	if o.OlderThan < 0 {
-		return usageErrorf("--older-than must not be negative")
+		return clikit.Usagef("--older-than must not be negative")
 	}
 	return o.opOptions.validate()
 }
 
 // parkedListCmd lists the aggregates that have parked events.
-type parkedListCmd struct{ a *app }
+type parkedListCmd struct{ a *App }
 
-func (c *parkedListCmd) command() *command {
-	return leaf("list", "", "list the aggregates waiting for missing versions, longest waiting first",
+func (c *parkedListCmd) command() *cobra.Command {
+	return leaf("list", "list the aggregates waiting for missing versions, longest waiting first",
 		`Lists the aggregates that have parked events — future versions stored until
 the versions before them arrive — with the versions they wait for, how many
 events are parked and how long the oldest has waited. Read-only.
@@ -262,7 +265,7 @@ events are parked and how long the oldest has waited. Read-only.
 An aggregate that waits long usually lacks an event the source has not
 delivered: try 'parked repair', then, if the versions really do not exist,
 'parked declare-gap'.`,
-		func(fs *flagSet) *parkedListOptions {
+		func(fs *pflag.FlagSet) *parkedListOptions {
 			o := &parkedListOptions{listOptions: listOptions{a: c.a}}
 			bindOp(fs, &o.opOptions)
 			fs.StringVar(&o.Projection, "projection", "", "only this `projection`")
@@ -285,7 +288,7 @@ func (c *parkedListCmd) Run(ctx context.Context, o *parkedListOptions) error {
 			if to > from {
 				missing += "-" + strconv.FormatInt(to, 10)
 			}
-			return []any{w.Projection, w.Aggregate, w.Current, missing, w.Parked, fmt.Sprintf("%d-%d", w.MinVersion, w.MaxVersion), ageOf(w.Oldest)}
+			return []any{w.Projection, w.Aggregate, w.Current, missing, w.Parked, fmt.Sprintf("%d-%d", w.MinVersion, w.MaxVersion), clikit.AgeOf(w.Oldest)}
 		},
 	})
 }
@@ -294,7 +297,7 @@ func (c *parkedListCmd) Run(ctx context.Context, o *parkedListOptions) error {
 type parkedShowOptions struct{ listOptions }
 
 func (o *parkedShowOptions) validate(args []string) error {
-	agg, err := oneArg(args, "aggregate")
+	agg, err := clikit.OneArg(args, "aggregate")
 	if err != nil {
 		return err
 	}
@@ -306,13 +309,13 @@ func (o *parkedShowOptions) validate(args []string) error {
 }
 
 // parkedShowCmd shows one aggregate's parked events.
-type parkedShowCmd struct{ a *app }
+type parkedShowCmd struct{ a *App }
 
-func (c *parkedShowCmd) command() *command {
-	return leaf("show", "<aggregate>", "show the parked events of one aggregate",
+func (c *parkedShowCmd) command() *cobra.Command {
+	return leaf("show <aggregate>", "show the parked events of one aggregate",
 		`Shows the parked events of one aggregate, in every projection (or in
 --projection), with the applied version they wait behind. Read-only.`,
-		func(fs *flagSet) *parkedShowOptions {
+		func(fs *pflag.FlagSet) *parkedShowOptions {
 			o := &parkedShowOptions{listOptions{a: c.a}}
 			bindOp(fs, &o.opOptions)
 			fs.StringVar(&o.Projection, "projection", "", "only this `projection`")
@@ -328,7 +331,7 @@ func (c *parkedShowCmd) Run(ctx context.Context, o *parkedShowOptions) error {
 	}, listing[projection.ParkedEntry]{
 		headers: []string{"PROJECTION", "APPLIED", "VERSION", "EVENT ID", "TYPE", "PARKED", "DATA"},
 		cells: func(e projection.ParkedEntry) []any {
-			return []any{e.Projection, e.Current, e.Version, e.EventID, e.Type, ageOf(e.ParkedAt) + " ago", e.Data}
+			return []any{e.Projection, e.Current, e.Version, e.EventID, e.Type, clikit.AgeOf(e.ParkedAt) + " ago", e.Data}
 		},
 		empty: fmt.Sprintf("aggregate %s has no parked events", o.Aggregate),
 	})
@@ -345,19 +348,19 @@ func (o *declareGapOptions) validate(args []string) error {
 		return err
 	}
 	if o.To < 1 {
-		return usageErrorf("--to is required: the last missing version")
+		return clikit.Usagef("--to is required: the last missing version")
 	}
 	if o.Reason == "" {
-		return usageErrorf("--reason is required: it is recorded in the operator log")
+		return clikit.Usagef("--reason is required: it is recorded in the operator log")
 	}
 	return o.opOptions.validate()
 }
 
 // declareGapCmd declares missing versions.
-type declareGapCmd struct{ a *app }
+type declareGapCmd struct{ a *App }
 
-func (c *declareGapCmd) command() *command {
-	return leaf("declare-gap", "<aggregate>", "declare versions that will never arrive, and drain what waits behind them",
+func (c *declareGapCmd) command() *cobra.Command {
+	return leaf("declare-gap <aggregate>", "declare versions that will never arrive, and drain what waits behind them",
 		`Records that versions applied+1 … --to of an aggregate do not exist (deleted
 or truncated at the source), advances the aggregate past them without
 applying anything, and applies the parked events that were waiting behind
@@ -367,7 +370,7 @@ Changes: the aggregate's version in --projection, the read model (the
 drained events are applied) and the operator log (with --reason). It cannot
 be undone except by a rebuild. --to must be below the first parked version;
 an aggregate in quarantine is refused (use 'quarantine').`,
-		func(fs *flagSet) *declareGapOptions {
+		func(fs *pflag.FlagSet) *declareGapOptions {
 			o := &declareGapOptions{actionOptions: actionOptions{a: c.a}}
 			bindOp(fs, &o.opOptions)
 			fs.StringVar(&o.Projection, "projection", "", "the `projection` (default: the only one)")
@@ -406,14 +409,14 @@ type ActionReport struct {
 type quarantineListOptions struct{ listOptions }
 
 // quarantineListCmd lists quarantined events.
-type quarantineListCmd struct{ a *app }
+type quarantineListCmd struct{ a *App }
 
-func (c *quarantineListCmd) command() *command {
-	return leaf("list", "", "list quarantined events, the longest quarantined first",
+func (c *quarantineListCmd) command() *cobra.Command {
+	return leaf("list", "list quarantined events, the longest quarantined first",
 		`Lists the events whose handler failed for good, one per aggregate at most,
 with the last error and the attempts. Each blocks its aggregate: later
 versions park behind it until an operator retries or skips it. Read-only.`,
-		func(fs *flagSet) *quarantineListOptions {
+		func(fs *pflag.FlagSet) *quarantineListOptions {
 			o := &quarantineListOptions{listOptions{a: c.a}}
 			bindOp(fs, &o.opOptions)
 			fs.StringVar(&o.Projection, "projection", "", "only this `projection`")
@@ -430,7 +433,7 @@ func (c *quarantineListCmd) Run(ctx context.Context, o *quarantineListOptions) e
 	}, listing[projection.QuarantineEntry]{
 		headers: []string{"PROJECTION", "AGGREGATE", "VERSION", "TYPE", "ATTEMPTS", "QUARANTINED", "ERROR"},
 		cells: func(q projection.QuarantineEntry) []any {
-			return []any{q.Projection, q.Aggregate, q.Version, q.Type, q.Attempts, ageOf(q.QuarantinedAt) + " ago", q.Error}
+			return []any{q.Projection, q.Aggregate, q.Version, q.Type, q.Attempts, clikit.AgeOf(q.QuarantinedAt) + " ago", q.Error}
 		},
 	})
 }
@@ -446,19 +449,19 @@ func (o *quarantineActionOptions) validate(args []string) error {
 		return err
 	}
 	if o.skip && o.Reason == "" {
-		return usageErrorf("--reason is required: it is recorded in the operator log")
+		return clikit.Usagef("--reason is required: it is recorded in the operator log")
 	}
 	return o.opOptions.validate()
 }
 
 // quarantineActionCmd retries or skips a quarantined event.
 type quarantineActionCmd struct {
-	a    *app
+	a    *App
 	skip bool
 }
 
-func (c *quarantineActionCmd) command() *command {
-	bind := func(fs *flagSet) *quarantineActionOptions {
+func (c *quarantineActionCmd) command() *cobra.Command {
+	bind := func(fs *pflag.FlagSet) *quarantineActionOptions {
 		o := &quarantineActionOptions{actionOptions: actionOptions{a: c.a}, skip: c.skip}
 		bindOp(fs, &o.opOptions)
 		fs.StringVar(&o.Projection, "projection", "", "the `projection` (default: the only one)")
@@ -468,7 +471,7 @@ func (c *quarantineActionCmd) command() *command {
 		return o
 	}
 	if c.skip {
-		return leaf("skip", "<aggregate>", "advance past a quarantined event without applying it",
+		return leaf("skip <aggregate>", "advance past a quarantined event without applying it",
 			`Advances the aggregate past its quarantined event WITHOUT applying it,
 records the decision and --reason in the operator log, and applies the
 parked events waiting behind it.
@@ -477,7 +480,7 @@ Changes: the aggregate's version, the read model (the drained events) and the
 operator log; the skipped event's effect is lost for good (a rebuild replays
 it again). Prefer 'quarantine retry' once the handler is fixed.`, bind, c.Run)
 	}
-	return leaf("retry", "<aggregate>", "apply a quarantined event again, once its fault is fixed",
+	return leaf("retry <aggregate>", "apply a quarantined event again, once its fault is fixed",
 		`Applies the aggregate's quarantined event again — after the handler or the
 data behind it was fixed — then the parked events waiting behind it. If it
 fails again it stays quarantined (its attempts and error are updated) and
@@ -501,10 +504,9 @@ func (c *quarantineActionCmd) Run(ctx context.Context, o *quarantineActionOption
 		}
 		var herr *projection.HandlerError
 		if errors.As(err, &herr) {
-			return "", fmt.Errorf("quarantine %s: the event still fails and stays quarantined: %w", action, err)
-		}
-		if errors.Is(err, projection.ErrNotQuarantined) {
-			return "", fmt.Errorf("quarantine %s: %s %s: %w", action, o.Projection, o.Aggregate, err)
+			// The processor's error names the projection, action and
+			// aggregate; say only what it cannot know.
+			return "", fmt.Errorf("the event still fails and stays quarantined: %w", err)
 		}
 		return msg, err
 	})
@@ -519,17 +521,17 @@ type conflictsListOptions struct {
 }
 
 // conflictsListCmd lists conflicts.
-type conflictsListCmd struct{ a *app }
+type conflictsListCmd struct{ a *App }
 
-func (c *conflictsListCmd) command() *command {
-	return leaf("list", "", "list deliveries that reuse a version with a different id or payload",
+func (c *conflictsListCmd) command() *cobra.Command {
+	return leaf("list", "list deliveries that reuse a version with a different id or payload",
 		`Lists recorded conflicts: deliveries of an (aggregate, version) whose event id
 or payload differ from the event that holds that version (applied, parked or
 quarantined). They were never applied. A conflict means the source rewrote
 history or two producers wrote the same version: fix the source; if the
 applied event was the wrong one, rebuild the projection. Read-only; page
 with --after-id.`,
-		func(fs *flagSet) *conflictsListOptions {
+		func(fs *pflag.FlagSet) *conflictsListOptions {
 			o := &conflictsListOptions{listOptions: listOptions{a: c.a}}
 			bindOp(fs, &o.opOptions)
 			fs.StringVar(&o.Projection, "projection", "", "only this `projection`")
@@ -547,7 +549,7 @@ func (c *conflictsListCmd) Run(ctx context.Context, o *conflictsListOptions) err
 	}, listing[projection.ConflictEntry]{
 		headers: []string{"ID", "PROJECTION", "AGGREGATE", "VERSION", "HELD BY", "EXISTING ID", "INCOMING ID", "TYPE", "COUNT", "LAST SEEN"},
 		cells: func(x projection.ConflictEntry) []any {
-			return []any{x.ID, x.Projection, x.Aggregate, x.Version, x.ExistingState, x.ExistingEventID, x.IncomingEventID, x.Type, x.Count, ageOf(x.LastSeen) + " ago"}
+			return []any{x.ID, x.Projection, x.Aggregate, x.Version, x.ExistingState, x.ExistingEventID, x.IncomingEventID, x.Type, x.Count, clikit.AgeOf(x.LastSeen) + " ago"}
 		},
 	})
 }
@@ -562,16 +564,16 @@ type rejectedListOptions struct {
 }
 
 // rejectedListCmd lists rejected deliveries.
-type rejectedListCmd struct{ a *app }
+type rejectedListCmd struct{ a *App }
 
-func (c *rejectedListCmd) command() *command {
-	return leaf("list", "", "list deliveries that failed validation, with the reason",
+func (c *rejectedListCmd) command() *cobra.Command {
+	return leaf("list", "list deliveries that failed validation, with the reason",
 		`Lists deliveries whose envelope was invalid (no aggregate id, version below
 1, no type, data that is not JSON, payload too large, unknown type), with the
 reason code and error, how often each was delivered and whether an operator
 replayed it. They were acknowledged to the source and applied nowhere.
 Read-only; page with --after-id.`,
-		func(fs *flagSet) *rejectedListOptions {
+		func(fs *pflag.FlagSet) *rejectedListOptions {
 			o := &rejectedListOptions{}
 			bindOp(fs, &o.opOptions)
 			fs.StringVar(&o.Aggregate, "aggregate", "", "only this `aggregate`")
@@ -590,9 +592,9 @@ func (c *rejectedListCmd) Run(ctx context.Context, o *rejectedListOptions) error
 		cells: func(r projection.RejectedEntry) []any {
 			replayed := "no"
 			if !r.ReplayedAt.IsZero() {
-				replayed = ageOf(r.ReplayedAt) + " ago"
+				replayed = clikit.AgeOf(r.ReplayedAt) + " ago"
 			}
-			return []any{r.ID, r.Aggregate, r.Version, r.Type, r.Reason, r.Count, ageOf(r.LastSeen) + " ago", replayed, r.Error}
+			return []any{r.ID, r.Aggregate, r.Version, r.Type, r.Reason, r.Count, clikit.AgeOf(r.LastSeen) + " ago", replayed, r.Error}
 		},
 	})
 }
@@ -604,21 +606,21 @@ type rejectedReplayOptions struct {
 }
 
 func (o *rejectedReplayOptions) validate(args []string) error {
-	s, err := oneArg(args, "rejected event id")
+	s, err := clikit.OneArg(args, "rejected event id")
 	if err != nil {
 		return err
 	}
 	if o.ID, err = strconv.ParseInt(s, 10, 64); err != nil || o.ID < 1 {
-		return usageErrorf("invalid id %q: want the ID column of 'rejected list'", s)
+		return clikit.Usagef("invalid id %q: want the ID column of 'rejected list'", s)
 	}
 	return o.opOptions.validate()
 }
 
 // rejectedReplayCmd replays a rejected delivery.
-type rejectedReplayCmd struct{ a *app }
+type rejectedReplayCmd struct{ a *App }
 
-func (c *rejectedReplayCmd) command() *command {
-	return leaf("replay", "<id>", "feed a rejected delivery through the gate again, once the cause is fixed",
+func (c *rejectedReplayCmd) command() *cobra.Command {
+	return leaf("replay <id>", "feed a rejected delivery through the gate again, once the cause is fixed",
 		`Feeds the rejected delivery with the given id (see 'rejected list') through
 the processor again — after what made it invalid was fixed (a raised payload
 limit, a newly accepted type) — and marks it replayed. If it is still
@@ -626,7 +628,7 @@ invalid it stays rejected and the command exits with status 1.
 
 Changes: like any delivery, it may apply, park or be discarded as a
 duplicate; the entry's replayed_at and the operator log are updated.`,
-		func(fs *flagSet) *rejectedReplayOptions {
+		func(fs *pflag.FlagSet) *rejectedReplayOptions {
 			o := &rejectedReplayOptions{}
 			bindOp(fs, &o.opOptions)
 			return o
@@ -649,7 +651,7 @@ func (c *rejectedReplayCmd) Run(ctx context.Context, o *rejectedReplayOptions) e
 		outcomes[name] = res.Projections[i].String()
 	}
 	if o.out.JSON {
-		return writeJSON(c.a.stdout, map[string]any{"id": o.ID, "outcome": res.Outcome.String(), "projections": outcomes})
+		return clikit.WriteJSON(c.a.stdout, map[string]any{"id": o.ID, "outcome": res.Outcome.String(), "projections": outcomes})
 	}
 	fmt.Fprintf(c.a.stdout, "rejected event %d replayed: %s\n", o.ID, res.Outcome)
 	return nil

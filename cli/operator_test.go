@@ -306,7 +306,13 @@ func TestOperatorCommands(t *testing.T) {
 			env: map[string]string{"DATABASE_URL": db.URL, "INORDER_SCHEMA": db.Schema}}
 
 		_, _, err := b.run(t, "status")
-		require.ErrorContains(t, err, "pending migrations: run 'inorder migrate' first")
+		require.Regexp(t, `pending migrations: run 'inorder migrate --schema \S+' first$`, err.Error())
+		require.NotContains(t, err.Error(), "--migrate", "status has no --migrate flag to offer")
+
+		b.env["INORDER_SCHEMA"] = db.Schema + "_missing"
+		_, _, err = b.run(t, "status")
+		require.ErrorContains(t, err, `schema "`+db.Schema+`_missing" does not exist: run 'inorder migrate`)
+		b.env["INORDER_SCHEMA"] = db.Schema
 
 		var st map[string]any
 		b.runJSON(t, &st, "migrate", "status")
@@ -355,7 +361,7 @@ func TestUsage(t *testing.T) {
 		{name: "NoCommand", args: nil, want: "missing command"},
 		{name: "UnknownCommand", args: []string{"frobnicate"}, want: `unknown command "frobnicate"`},
 		{name: "UnknownSubcommand", args: []string{"parked", "eat"}, want: `unknown command "eat"`},
-		{name: "UnknownFlag", args: []string{"status", "--frob"}, want: "flag provided but not defined"},
+		{name: "UnknownFlag", args: []string{"status", "--frob"}, want: "unknown flag: --frob"},
 		{name: "MissingArgument", args: []string{"parked", "show"}, want: "missing aggregate"},
 		{name: "ExtraArgument", args: []string{"status", "x"}, want: `unexpected argument "x"`},
 		{name: "UnknownProjection", args: []string{"quarantine", "retry", "a", "--projection", "nope"}, want: `unknown projection "nope"`},
@@ -389,7 +395,7 @@ func TestUsage(t *testing.T) {
 
 		out, _, err = b.run(t, "quarantine", "skip", "--help")
 		require.NoError(t, err)
-		require.Contains(t, out, "Usage: inorder quarantine skip [flags] <aggregate>")
+		require.Contains(t, out, "Usage:\n  inorder quarantine skip <aggregate> [flags]")
 		require.Contains(t, out, "Changes:")
 		require.Regexp(t, `--database-url URL\s+PostgreSQL connection URL.*\[\$DATABASE_URL\]`, out)
 	})

@@ -3,52 +3,55 @@ package cli
 import (
 	"context"
 	"fmt"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"strings"
 	"time"
 
+	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/esdb"
 )
 
 // rebuildOptions configures rebuild.
 type rebuildOptions struct {
-	log        logOptions
-	db         dbOptions
+	log        clikit.LogOptions
+	db         clikit.DBOptions
 	es         esdbOptions
-	out        outputOptions
-	a          *app
+	out        clikit.OutputOptions
+	a          *App
 	Workers    int
 	BatchSize  int
 	Projection string
 }
 
 func (o *rebuildOptions) validate(args []string) error {
-	name, err := oneArg(args, "projection")
+	name, err := clikit.OneArg(args, "projection")
 	if err != nil {
 		return err
 	}
 	if o.Projection, err = o.a.pickProjection(name); err != nil {
 		return err
 	}
-	for _, v := range []interface{ validate() error }{&o.log, &o.db, &o.es} {
-		if err := v.validate(); err != nil {
+	for _, v := range []interface{ Validate() error }{&o.log, &o.db, &o.es} {
+		if err := v.Validate(); err != nil {
 			return err
 		}
 	}
 	if o.Workers < 1 {
-		return usageErrorf("--workers must be at least 1")
+		return clikit.Usagef("--workers must be at least 1")
 	}
 	if o.BatchSize < 1 {
-		return usageErrorf("--batch-size must be at least 1")
+		return clikit.Usagef("--batch-size must be at least 1")
 	}
 	return nil
 }
 
 // rebuildCmd rebuilds a projection from the stream.
-type rebuildCmd struct{ a *app }
+type rebuildCmd struct{ a *App }
 
-func (c *rebuildCmd) command() *command {
-	return leaf("rebuild", "<projection>", "drop a projection's read model and replay the whole stream into it",
+func (c *rebuildCmd) command() *cobra.Command {
+	return leaf("rebuild <projection>", "drop a projection's read model and replay the whole stream into it",
 		`Rebuilds one projection from scratch: empties its read model and its gate
 state, then replays EventStoreDB's $all from the start — mapped and filtered
 like 'run' (--stream-prefix, --type-regex, --version-field) — through the
@@ -68,14 +71,14 @@ events and recorded conflicts of the projection are lost, and the replay
 decides again — then rebuilds them. Operator decisions (skips, declared
 gaps) are not replayed: a gap declared by hand parks again until declared
 again. Records rebuild-start and rebuild-done in the operator log.`,
-		func(fs *flagSet) *rebuildOptions {
+		func(fs *pflag.FlagSet) *rebuildOptions {
 			o := &rebuildOptions{a: c.a}
-			bindLog(fs, &o.log, "warn")
-			bindDB(fs, &o.db)
+			clikit.BindLog(fs, &o.log, "warn")
+			clikit.BindDB(fs, &o.db)
 			bindESDB(fs, &o.es)
-			bindOutput(fs, &o.out)
-			fs.intVar(&o.Workers, "workers", EnvWorkers, 4, "concurrent batches; aggregates are partitioned across them by hash")
-			fs.intVar(&o.BatchSize, "batch-size", EnvBatchSize, 500, "events per transaction, at most")
+			clikit.BindOutput(fs, &o.out)
+			fs.IntVar(&o.Workers, "workers", 4, "concurrent batches; aggregates are partitioned across them by hash")
+			fs.IntVar(&o.BatchSize, "batch-size", 500, "events per transaction, at most")
 			return o
 		}, c.Run)
 }
@@ -96,13 +99,13 @@ type RebuildReport struct {
 
 // Run rebuilds the projection.
 func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
-	logger := c.a.logger(&o.log)
-	pool, err := connect(ctx, &o.db, int32(o.Workers+3), logger)
+	logger := o.log.Logger(c.a.stderr)
+	pool, err := clikit.Connect(ctx, &o.db, int32(o.Workers+3), logger)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := c.a.prepareSchema(ctx, pool, o.db.Schema, false, logger); err != nil {
+	if err := c.a.prepareSchema(ctx, pool, o.db.Schema, false, false, logger); err != nil {
 		return err
 	}
 	proc, err := c.a.processor(pool, o.db.Schema, logger)
@@ -110,21 +113,22 @@ func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
 		return err
 	}
 	if err := proc.Setup(ctx); err != nil {
-		return fmt.Errorf("create the read-model tables: %w", err)
+		return err // the processor names the projection and the step
 	}
 	r, err := esdb.NewReplayer(o.es.config(esdb.Config{Workers: o.Workers, BatchSize: o.BatchSize, Logger: logger}))
 	if err != nil {
 		return err
 	}
-	bar := newPositionBar(c.a.stderr, "rebuild "+o.Projection, func() float64 { return r.Progress().Fraction })
-	fmt.Fprintf(c.a.stderr, "rebuilding %s: waiting for the projection's lock (live workers pause)\n", o.Projection)
+	con := clikit.NewConsole(c.a.stderr, &o.log)
+	bar := clikit.NewPositionBar(con, "rebuild "+o.Projection, func() float64 { return r.Progress().Fraction })
+	con.Printf([]any{"projection", o.Projection}, "rebuilding %s: waiting for the projection's lock (live workers pause)", o.Projection)
 	start := time.Now()
 	var events int64
 	err = proc.Rebuild(ctx, o.Projection, r.Replay, &projection.RebuildOptions{Progress: func(p projection.RebuildProgress) {
 		events = p.Events
-		bar.update(p.Events)
+		bar.Update(p.Events)
 	}})
-	bar.finish(events)
+	bar.Finish(events)
 	if err != nil {
 		return err
 	}
@@ -135,13 +139,13 @@ func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
 		rep.Rate = float64(events) / s
 	}
 	if o.out.JSON {
-		return writeJSON(c.a.stdout, rep)
+		return clikit.WriteJSON(c.a.stdout, rep)
 	}
 	skipped := ""
 	if rep.Skipped > 0 {
 		skipped = fmt.Sprintf(" (%d other $all events skipped)", rep.Skipped)
 	}
 	fmt.Fprintf(c.a.stdout, "rebuilt %s: %d events replayed in %s, %.0f events/s%s\n",
-		strings.TrimSpace(o.Projection), events, age(elapsed), rep.Rate, skipped)
+		strings.TrimSpace(o.Projection), events, clikit.Age(elapsed), rep.Rate, skipped)
 	return nil
 }

@@ -3,9 +3,12 @@ package cli
 import (
 	"context"
 	"fmt"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"strconv"
 	"time"
 
+	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/source/esdb"
 )
 
@@ -21,30 +24,30 @@ func (o *repairOptions) validate(args []string) error {
 	case 0:
 	case 1:
 		if args[0] == "" {
-			return usageErrorf("empty aggregate")
+			return clikit.Usagef("empty aggregate")
 		}
 		o.Aggregate = args[0]
 	default:
-		return usageErrorf("unexpected argument %q", args[1])
+		return clikit.Usagef("unexpected argument %q", args[1])
 	}
 	if err := o.check(); err != nil {
 		return err
 	}
 	if o.OlderThan < 0 {
-		return usageErrorf("--older-than must not be negative")
+		return clikit.Usagef("--older-than must not be negative")
 	}
 	if err := o.opOptions.validate(); err != nil {
 		return err
 	}
-	return o.es.validate()
+	return o.es.Validate()
 }
 
 // parkedRepairCmd reads the missing versions of waiting aggregates from
 // EventStoreDB.
-type parkedRepairCmd struct{ a *app }
+type parkedRepairCmd struct{ a *App }
 
-func (c *parkedRepairCmd) command() *command {
-	return leaf("repair", "[aggregate]", "read the missing versions of waiting aggregates from EventStoreDB, once",
+func (c *parkedRepairCmd) command() *cobra.Command {
+	return leaf("repair [aggregate]", "read the missing versions of waiting aggregates from EventStoreDB, once",
 		`Runs gap repair once, now: for the given aggregate, or for every aggregate
 with parked events (--older-than, --limit), reads the versions it waits for
 straight from its stream (--stream-prefix + aggregate id; mapped like 'run')
@@ -59,7 +62,7 @@ their --repair-after; this command is for not waiting.
 Changes: like any delivery, the events read are applied (and the parked
 events behind them drained), or parked, or discarded as duplicates; the
 operator log gets a row per gap missing at the source, once.`,
-		func(fs *flagSet) *repairOptions {
+		func(fs *pflag.FlagSet) *repairOptions {
 			o := &repairOptions{listOptions: listOptions{a: c.a}}
 			bindOp(fs, &o.opOptions)
 			bindESDB(fs, &o.es)
@@ -94,7 +97,7 @@ func (c *parkedRepairCmd) Run(ctx context.Context, o *repairOptions) error {
 		return err
 	}
 	defer closeFn()
-	src, err := esdb.New(o.es.config(esdb.Config{Processor: proc, Name: "repair", Logger: c.a.logger(&o.log)}))
+	src, err := esdb.New(o.es.config(esdb.Config{Processor: proc, Name: "repair", Logger: o.log.Logger(c.a.stderr)}))
 	if err != nil {
 		return err
 	}
@@ -116,13 +119,13 @@ func (c *parkedRepairCmd) Run(ctx context.Context, o *repairOptions) error {
 		reports = append(reports, rep)
 	}
 	if o.out.JSON {
-		return writeJSON(c.a.stdout, reports)
+		return clikit.WriteJSON(c.a.stdout, reports)
 	}
 	if len(reports) == 0 {
 		fmt.Fprintln(c.a.stdout, "no aggregate is waiting")
 		return nil
 	}
-	t := newTable(c.a.stdout, "AGGREGATE", "LOOKED FOR", "FOUND", "MISSING AT SOURCE", "APPLIED NOW")
+	t := clikit.NewTable(c.a.stdout, "AGGREGATE", "LOOKED FOR", "FOUND", "MISSING AT SOURCE", "APPLIED NOW")
 	for _, r := range reports {
 		missing := "-"
 		if len(r.Missing) > 0 {
@@ -138,7 +141,7 @@ func (c *parkedRepairCmd) Run(ctx context.Context, o *repairOptions) error {
 			}
 			applied += name + "=" + strconv.FormatInt(r.Applied[name], 10)
 		}
-		t.row(r.Aggregate, fmt.Sprintf("%d-%d", r.From, r.To), r.Found, missing, applied)
+		t.Row(r.Aggregate, fmt.Sprintf("%d-%d", r.From, r.To), r.Found, missing, applied)
 	}
-	return t.flush()
+	return t.Flush()
 }

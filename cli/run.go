@@ -4,29 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"log/slog"
+	"regexp"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/inorder/inorder/metrics"
+	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/migrations"
-	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/esdb"
-)
-
-// Environment variables of the source flags.
-const (
-	EnvMode         = "INORDER_MODE"
-	EnvSourceName   = "INORDER_SOURCE_NAME"
-	EnvGroup        = "INORDER_GROUP"
-	EnvStreamPrefix = "INORDER_STREAM_PREFIX"
-	EnvWorkers      = "INORDER_WORKERS"
-	EnvBatchSize    = "INORDER_BATCH_SIZE"
-	EnvMaxWait      = "INORDER_MAX_WAIT"
 )
 
 // Modes of run.
@@ -44,19 +34,23 @@ type esdbOptions struct {
 	VersionField string
 }
 
-func bindESDB(fs *flagSet, o *esdbOptions) {
-	fs.stringVar(&o.URL, "esdb-url", EnvESDBURL, "", "EventStoreDB connection `string` (esdb://host:2113?tls=false)")
-	fs.stringVar(&o.StreamPrefix, "stream-prefix", EnvStreamPrefix, "", "category `prefix` of the aggregates' streams, removed to get aggregate ids (\"payment-\": stream payment-42 is aggregate 42); other streams are ignored. Default: every non-system stream, named as its aggregate")
-	fs.stringVar(&o.TypeRegex, "type-regex", "INORDER_TYPE_REGEX", "", "only events whose type matches this `regex`")
-	fs.stringVar(&o.VersionField, "version-field", "INORDER_VERSION_FIELD", "", "metadata `field` holding the aggregate version (default: stream revision + 1)")
+func bindESDB(fs *pflag.FlagSet, o *esdbOptions) {
+	fs.StringVar(&o.URL, "esdb-url", "", "EventStoreDB connection `string` (esdb://host:2113?tls=false)")
+	fs.StringVar(&o.StreamPrefix, "stream-prefix", "", "category `prefix` of the aggregates' streams, removed to get aggregate ids (\"payment-\": stream payment-42 is aggregate 42); other streams are ignored. Default: every non-system stream, named as its aggregate")
+	fs.StringVar(&o.TypeRegex, "type-regex", "", "only events whose type matches this `regex`")
+	fs.StringVar(&o.VersionField, "version-field", "", "metadata `field` holding the aggregate version (default: stream revision + 1)")
 }
 
-func (o *esdbOptions) validate() error {
+// Validate checks the flags, the regular expression included.
+func (o *esdbOptions) Validate() error {
 	if o.URL == "" {
-		return usageErrorf("no EventStoreDB: set --esdb-url or $%s", EnvESDBURL)
+		return clikit.Usagef("no EventStoreDB: set --esdb-url or $%s", clikit.EnvESDBURL)
 	}
 	if _, err := esdbc.ParseConnectionString(o.URL); err != nil {
-		return usageErrorf("invalid --esdb-url: %v", err)
+		return clikit.Usagef("invalid --esdb-url: %v", err)
+	}
+	if _, err := regexp.Compile(o.TypeRegex); err != nil {
+		return clikit.Usagef("invalid --type-regex: %v", err)
 	}
 	return nil
 }
@@ -74,10 +68,10 @@ func (o *esdbOptions) config(cfg esdb.Config) *esdb.Config {
 
 // runOptions configures run.
 type runOptions struct {
-	log          logOptions
-	db           dbOptions
+	log          clikit.LogOptions
+	db           clikit.DBOptions
 	es           esdbOptions
-	http         httpOptions
+	http         clikit.HTTPOptions
 	Mode         string
 	Name         string
 	Group        string
@@ -93,48 +87,48 @@ type runOptions struct {
 }
 
 func (o *runOptions) validate(args []string) error {
-	if err := noArgs(args); err != nil {
+	if err := clikit.NoArgs(args); err != nil {
 		return err
 	}
-	for _, v := range []interface{ validate() error }{&o.log, &o.db, &o.es, &o.http} {
-		if err := v.validate(); err != nil {
+	for _, v := range []interface{ Validate() error }{&o.log, &o.db, &o.es, &o.http} {
+		if err := v.Validate(); err != nil {
 			return err
 		}
 	}
 	switch o.Mode {
 	case ModeCatchUp:
 		if o.Stream != "" {
-			return usageErrorf("--stream needs --mode persistent")
+			return clikit.Usagef("--stream needs --mode persistent")
 		}
 	case ModePersistent:
 		if o.Group == "" {
-			return usageErrorf("--group must not be empty")
+			return clikit.Usagef("--group must not be empty")
 		}
 	default:
-		return usageErrorf("--mode must be %s or %s, not %q", ModeCatchUp, ModePersistent, o.Mode)
+		return clikit.Usagef("--mode must be %s or %s, not %q", ModeCatchUp, ModePersistent, o.Mode)
 	}
 	switch {
 	case o.Name == "":
-		return usageErrorf("--name must not be empty")
+		return clikit.Usagef("--name must not be empty")
 	case o.Workers < 1:
-		return usageErrorf("--workers must be at least 1")
+		return clikit.Usagef("--workers must be at least 1")
 	case o.BatchSize < 1:
-		return usageErrorf("--batch-size must be at least 1")
+		return clikit.Usagef("--batch-size must be at least 1")
 	case o.MaxWait <= 0:
-		return usageErrorf("--max-wait must be positive")
+		return clikit.Usagef("--max-wait must be positive")
 	case o.BufferSize < 0:
-		return usageErrorf("--buffer-size must not be negative")
+		return clikit.Usagef("--buffer-size must not be negative")
 	case o.DrainTimeout <= 0:
-		return usageErrorf("--drain-timeout must be positive")
+		return clikit.Usagef("--drain-timeout must be positive")
 	}
 	return nil
 }
 
 // runCmd runs the projection workers.
-type runCmd struct{ a *app }
+type runCmd struct{ a *App }
 
-func (c *runCmd) command() *command {
-	return leaf("run", "", "run the projection workers against EventStoreDB",
+func (c *runCmd) command() *cobra.Command {
+	return leaf("run", "run the projection workers against EventStoreDB",
 		`Consumes EventStoreDB and applies every event to the projections through
 the version gate, with --workers workers per process (aggregates are
 partitioned across them by hash), batching up to --batch-size events per
@@ -168,46 +162,47 @@ Changes: the projections' read models and inorder's tables in --schema
 (versions, parked, quarantine, conflicts, rejected, checkpoints); with
 --migrate it first applies pending migrations and creates the read-model
 tables. In persistent mode it may create the subscription group.`,
-		func(fs *flagSet) *runOptions {
+		func(fs *pflag.FlagSet) *runOptions {
 			o := &runOptions{}
-			bindLog(fs, &o.log, "info")
-			bindDB(fs, &o.db)
+			clikit.BindLog(fs, &o.log, "info")
+			clikit.BindDB(fs, &o.db)
 			bindESDB(fs, &o.es)
-			bindHTTP(fs, &o.http, "127.0.0.1:8080")
-			fs.stringVar(&o.Mode, "mode", EnvMode, ModeCatchUp, "`mode`: catch-up or persistent")
-			fs.stringVar(&o.Name, "name", EnvSourceName, esdb.DefaultName, "source `name`: its checkpoint row, and the source recorded with rejected events")
-			fs.stringVar(&o.Group, "group", EnvGroup, "inorder", "persistent subscription `group`")
-			fs.stringVar(&o.Stream, "stream", "INORDER_STREAM", "", "persistent mode: the `stream` the group reads (default $all)")
-			fs.intVar(&o.Workers, "workers", EnvWorkers, 4, "workers of this process; aggregates are partitioned across them by hash")
-			fs.intVar(&o.BatchSize, "batch-size", EnvBatchSize, 500, "events per transaction, at most")
-			fs.durationVar(&o.MaxWait, "max-wait", EnvMaxWait, 50*time.Millisecond, "longest wait for a batch to fill")
-			fs.intVar(&o.BufferSize, "buffer-size", "INORDER_BUFFER_SIZE", 0, "persistent mode: unacknowledged events the server may send this process (default workers × batch size)")
-			fs.boolVar(&o.FromEnd, "from-end", "INORDER_FROM_END", false, "start at the end of the stream, not its beginning (when there is no checkpoint yet / when creating the group)")
-			fs.durationVar(&o.RepairAfter, "repair-after", "INORDER_REPAIR_AFTER", esdb.DefaultRepairAfter, "gap repair: read the missing versions of aggregates parked this long from their stream (negative disables)")
-			fs.durationVar(&o.DrainTimeout, "drain-timeout", "INORDER_DRAIN_TIMEOUT", esdb.DefaultDrainTimeout, "longest graceful drain after the first signal")
-			fs.boolVar(&o.Migrate, "migrate", "INORDER_MIGRATE", false, "apply pending migrations and create the read-model tables before starting")
+			clikit.BindHTTP(fs, &o.http, "127.0.0.1:8080")
+			fs.StringVar(&o.Mode, "mode", ModeCatchUp, "`mode`: catch-up or persistent")
+			fs.StringVar(&o.Name, "name", esdb.DefaultName, "source `name`: its checkpoint row, and the source recorded with rejected events")
+			fs.StringVar(&o.Group, "group", "inorder", "persistent subscription `group`")
+			fs.StringVar(&o.Stream, "stream", "", "persistent mode: the `stream` the group reads (default $all)")
+			fs.IntVar(&o.Workers, "workers", 4, "workers of this process; aggregates are partitioned across them by hash")
+			fs.IntVar(&o.BatchSize, "batch-size", 500, "events per transaction, at most")
+			fs.DurationVar(&o.MaxWait, "max-wait", 50*time.Millisecond, "longest wait for a batch to fill")
+			fs.IntVar(&o.BufferSize, "buffer-size", 0, "persistent mode: unacknowledged events the server may send this process (default workers × batch size)")
+			fs.BoolVar(&o.FromEnd, "from-end", false, "start at the end of the stream, not its beginning (when there is no checkpoint yet / when creating the group)")
+			fs.DurationVar(&o.RepairAfter, "repair-after", esdb.DefaultRepairAfter, "gap repair: read the missing versions of aggregates parked this long from their stream (negative disables)")
+			fs.DurationVar(&o.DrainTimeout, "drain-timeout", esdb.DefaultDrainTimeout, "longest graceful drain after the first signal")
+			fs.BoolVar(&o.Migrate, "migrate", false, "apply pending migrations and create the read-model tables before starting")
 			return o
 		}, c.Run)
 }
 
 // Run runs the workers until the first signal, then drains.
 func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
-	logger := c.a.logger(&o.log)
-	pool, err := connect(ctx, &o.db, int32(o.Workers+6), logger)
+	logger := o.log.Logger(c.a.stderr)
+	con := clikit.NewConsole(c.a.stderr, &o.log)
+	pool, err := clikit.Connect(ctx, &o.db, int32(o.Workers+6), logger)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := c.a.prepareSchema(ctx, pool, o.db.Schema, o.Migrate, logger); err != nil {
+	if err := c.a.prepareSchema(ctx, pool, o.db.Schema, o.Migrate, true, logger); err != nil {
 		return err
 	}
-	proc, m, closeMetrics, err := c.a.instrumentedProcessor(ctx, pool, &o.db, logger)
+	proc, m, closeMetrics, err := clikit.InstrumentedProcessor(ctx, pool, &o.db, c.a.cfg.Processor, c.a.cfg.Projections, logger)
 	if err != nil {
 		return err
 	}
 	defer closeMetrics()
 	if err := proc.Setup(ctx); err != nil {
-		return fmt.Errorf("create the read-model tables: %w", err)
+		return err // the processor names the projection and the step
 	}
 	cfg := &esdb.Config{
 		URL:          o.es.URL,
@@ -226,23 +221,23 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	if o.Mode == ModePersistent {
 		cfg.Persistent = &esdb.Persistent{Group: o.Group, Stream: o.Stream, BufferSize: uint32(o.BufferSize)}
 	}
-	ready := &readiness{}
-	ready.set(false, "the workers have not subscribed yet")
-	cfg.OnSubscribed = func() { ready.set(true, "") }
+	ready := &clikit.Readiness{}
+	ready.Set(false, "the workers have not subscribed yet")
+	cfg.OnSubscribed = func() { ready.Set(true, "") }
 	src, err := esdb.New(cfg)
 	if err != nil {
 		return err
 	}
-	registerSourceMetrics(m, o.Name, src.Stats)
+	clikit.RegisterSourceMetrics(m, o.Name, src.Stats)
 
-	var srv *httpServer
+	var srv *clikit.Server
 	if o.http.Addr != "" {
-		if srv, err = startHTTP(&o.http, proc, ready, m.Handler(), logger); err != nil {
+		if srv, err = clikit.StartHTTP(&o.http, clikit.Serve{Processor: proc, Ready: ready, Metrics: m.Handler(), Logger: logger}); err != nil {
 			return err
 		}
-		fmt.Fprintf(c.a.stderr, "serving %s\n", srv.url())
+		con.Printf([]any{"url", srv.URL()}, "serving %s", srv.URL())
 	}
-	logger.Info("inorder: workers starting", "mode", o.Mode, "workers", o.Workers, "batch_size", o.BatchSize,
+	logger.Info("workers starting", "mode", o.Mode, "workers", o.Workers, "batch_size", o.BatchSize,
 		"projections", strings.Join(proc.Projections(), ","), "schema", o.db.Schema)
 
 	// Run drains when its context ends (the first signal) and stops at
@@ -258,11 +253,11 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 		finished = true
 	case <-c.a.drain.Done():
 	case <-ctx.Done():
-	case httpErr = <-srvErrc(srv):
+	case httpErr = <-srv.Err():
 	}
 	if !finished {
-		ready.set(false, "draining")
-		logger.Info("inorder: draining: finishing the batches in flight (signal again to stop at once)")
+		ready.Set(false, "draining")
+		logger.Info("draining: finishing the batches in flight (signal again to stop at once)")
 		stopRun()
 		select {
 		case err = <-done:
@@ -272,12 +267,12 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 		}
 	}
 	if srv != nil {
-		if serr := srv.shutdown(5 * time.Second); serr != nil && httpErr == nil {
+		if serr := srv.Shutdown(5 * time.Second); serr != nil && httpErr == nil {
 			httpErr = serr
 		}
 	}
 	st := src.Stats()
-	logger.Info("inorder: workers stopped", "received", st.Received, "acked", st.Acked, "batches", st.Batches, "aborted", errors.Is(err, esdb.ErrAborted))
+	logger.Info("workers stopped", "received", st.Received, "acked", st.Acked, "batches", st.Batches, "aborted", errors.Is(err, esdb.ErrAborted))
 	if err != nil {
 		return err
 	}
@@ -287,63 +282,28 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	return nil
 }
 
-func srvErrc(s *httpServer) chan error {
-	if s == nil {
-		return nil
-	}
-	return s.errc
-}
-
 // prepareSchema applies pending migrations when migrate is set; otherwise
-// it refuses to start on a schema with pending migrations.
-func (a *app) prepareSchema(ctx context.Context, pool *pgxpool.Pool, schema string, migrate bool, logger *slog.Logger) error {
-	m, err := migrations.New(pool, &migrations.Options{Schema: schema, Logger: logger})
-	if err != nil {
-		return err
-	}
+// it refuses to work on a schema that is missing or not fully migrated.
+// offer says whether the command has a --migrate flag to mention.
+func (a *App) prepareSchema(ctx context.Context, pool *pgxpool.Pool, schema string, migrate, offer bool, logger *slog.Logger) error {
 	if migrate {
+		m, err := migrations.New(pool, &migrations.Options{Schema: schema, Logger: logger})
+		if err != nil {
+			return err
+		}
 		if _, err := m.Migrate(ctx); err != nil {
 			return fmt.Errorf("migrate: %w", err)
 		}
 		return nil
 	}
-	pending, err := pendingMigrations(ctx, m)
-	if err != nil {
+	err := clikit.CheckSchema(ctx, pool, schema, logger)
+	var se *clikit.SchemaError
+	if !errors.As(err, &se) || se.Unknown != 0 {
 		return err
 	}
-	if len(pending) > 0 {
-		return fmt.Errorf("schema %s has %d pending migrations: run '%s migrate' first (or pass --migrate)", schema, len(pending), a.name)
+	hint := fmt.Sprintf("run '%s migrate --schema %s' first", a.name, schema)
+	if offer {
+		hint += " (or pass --migrate)"
 	}
-	return nil
-}
-
-// instrumentedProcessor returns a processor whose batches feed the returned
-// metrics, served with a small pool of their own.
-func (a *app) instrumentedProcessor(ctx context.Context, pool *pgxpool.Pool, o *dbOptions, logger *slog.Logger) (*projection.Processor, *metrics.Metrics, func(), error) {
-	var mp atomic.Pointer[metrics.Metrics]
-	pc := a.cfg.Processor
-	pc.Schema, pc.Logger = o.Schema, logger
-	user := pc.OnBatch
-	pc.OnBatch = func(b projection.BatchInfo) {
-		mp.Load().ObserveBatch(b)
-		if user != nil {
-			user(b)
-		}
-	}
-	proc, err := projection.New(pool, &pc, a.cfg.Projections...)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("processor: %w", err)
-	}
-	mpool, err := connect(ctx, o, 2, logger)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	gauges, err := projection.New(mpool, &pc, a.cfg.Projections...)
-	if err != nil {
-		mpool.Close()
-		return nil, nil, nil, fmt.Errorf("processor: %w", err)
-	}
-	m := metrics.New(proc, &metrics.Options{Logger: logger, Gauges: gauges})
-	mp.Store(m)
-	return proc, m, mpool.Close, nil
+	return fmt.Errorf("%w: %s", err, hint)
 }

@@ -3,39 +3,42 @@ package cli
 import (
 	"context"
 	"fmt"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"time"
 
+	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/metrics"
 )
 
 // serveOptions configures serve.
 type serveOptions struct {
-	log  logOptions
-	db   dbOptions
-	http httpOptions
+	log  clikit.LogOptions
+	db   clikit.DBOptions
+	http clikit.HTTPOptions
 }
 
 func (o *serveOptions) validate(args []string) error {
-	if err := noArgs(args); err != nil {
+	if err := clikit.NoArgs(args); err != nil {
 		return err
 	}
-	if err := o.log.validate(); err != nil {
+	if err := o.log.Validate(); err != nil {
 		return err
 	}
-	if err := o.db.validate(); err != nil {
+	if err := o.db.Validate(); err != nil {
 		return err
 	}
 	if o.http.Addr == "" {
-		return usageErrorf("--http-addr must not be empty")
+		return clikit.Usagef("--http-addr must not be empty")
 	}
-	return o.http.validate()
+	return o.http.Validate()
 }
 
 // serveCmd serves the HTTP API alone.
-type serveCmd struct{ a *app }
+type serveCmd struct{ a *App }
 
-func (c *serveCmd) command() *command {
-	return leaf("serve", "", "serve the read-model HTTP API alone, without workers",
+func (c *serveCmd) command() *cobra.Command {
+	return leaf("serve", "serve the read-model HTTP API alone, without workers",
 		`Serves the read-model HTTP API on --http-addr — one aggregate, filtered lists,
 ?min_version= read-your-writes, /v1/status — with /healthz, /readyz and
 Prometheus /metrics, for as many replicas as reads need. Workers ('run')
@@ -43,19 +46,19 @@ serve the same API; use 'serve' to scale reads apart from them.
 
 Read-only: it changes nothing in the database. The first SIGINT/SIGTERM
 drains the requests in flight, a second one exits at once.`,
-		func(fs *flagSet) *serveOptions {
+		func(fs *pflag.FlagSet) *serveOptions {
 			o := &serveOptions{}
-			bindLog(fs, &o.log, "info")
-			bindDB(fs, &o.db)
-			bindHTTP(fs, &o.http, DefaultHTTPAddr)
+			clikit.BindLog(fs, &o.log, "info")
+			clikit.BindDB(fs, &o.db)
+			clikit.BindHTTP(fs, &o.http, clikit.DefaultHTTPAddr)
 			return o
 		}, c.Run)
 }
 
 // Run serves until the first signal.
 func (c *serveCmd) Run(ctx context.Context, o *serveOptions) error {
-	logger := c.a.logger(&o.log)
-	pool, err := connect(ctx, &o.db, 16, logger)
+	logger := o.log.Logger(c.a.stderr)
+	pool, err := clikit.Connect(ctx, &o.db, 16, logger)
 	if err != nil {
 		return err
 	}
@@ -65,17 +68,17 @@ func (c *serveCmd) Run(ctx context.Context, o *serveOptions) error {
 		return err
 	}
 	m := metrics.New(proc, &metrics.Options{Logger: logger})
-	srv, err := startHTTP(&o.http, proc, nil, m.Handler(), logger)
+	srv, err := clikit.StartHTTP(&o.http, clikit.Serve{Processor: proc, Metrics: m.Handler(), Logger: logger})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.a.stderr, "serving %s (Ctrl-C to stop)\n", srv.url())
+	clikit.NewConsole(c.a.stderr, &o.log).Printf([]any{"url", srv.URL()}, "serving %s (Ctrl-C to stop)", srv.URL())
 	select {
 	case <-ctx.Done():
 	case <-c.a.drain.Done():
-	case err := <-srv.errc:
+	case err := <-srv.Err():
 		return fmt.Errorf("http: %w", err)
 	}
-	logger.Info("inorder: shutting down the HTTP API")
-	return srv.shutdown(10 * time.Second)
+	logger.Info("shutting down the HTTP API")
+	return srv.Shutdown(10 * time.Second)
 }

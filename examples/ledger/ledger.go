@@ -261,7 +261,7 @@ func (p *Projection) Setup(ctx context.Context, tx pgx.Tx) error {
 	)
 	for _, s := range stmts {
 		if _, err := tx.Exec(ctx, s); err != nil {
-			return fmt.Errorf("ledger: setup: %w", err)
+			return fmt.Errorf("create tables: %w", err)
 		}
 	}
 	return nil
@@ -271,7 +271,7 @@ func (p *Projection) Setup(ctx context.Context, tx pgx.Tx) error {
 func (p *Projection) Reset(ctx context.Context, tx pgx.Tx) error {
 	_, err := tx.Exec(ctx, `TRUNCATE `+p.t.payments+`, `+p.t.legs+`, `+p.t.balances)
 	if err != nil {
-		return fmt.Errorf("ledger: reset: %w", err)
+		return fmt.Errorf("truncate tables: %w", err)
 	}
 	return nil
 }

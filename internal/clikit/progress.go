@@ -1,4 +1,4 @@
-package cli
+package clikit
 
 import (
 	"fmt"
@@ -9,10 +9,12 @@ import (
 	"time"
 )
 
-// progressBar draws progress on stderr: a bar redrawn in place on a
-// terminal, a line every few seconds otherwise (logs, CI).
-type progressBar struct {
+// ProgressBar draws progress on a console: a bar redrawn in place on a
+// terminal, a line every few seconds otherwise (logs, CI), a JSON object
+// every few seconds when the console is JSON.
+type ProgressBar struct {
 	mu    sync.Mutex
+	con   *Console
 	w     io.Writer
 	tty   bool
 	label string
@@ -28,10 +30,12 @@ type progressBar struct {
 	closed   bool
 }
 
-func newProgressBar(w io.Writer, label, unit string, total int64) *progressBar {
+// NewProgressBar returns a bar counting unit towards total (0: unknown).
+func NewProgressBar(con *Console, label, unit string, total int64) *ProgressBar {
 	now := time.Now()
-	p := &progressBar{w: w, label: label, unit: unit, total: total, start: now, last: now, every: 2 * time.Second}
-	if f, ok := w.(*os.File); ok {
+	w := con.Writer()
+	p := &ProgressBar{con: con, w: w, label: label, unit: unit, total: total, start: now, last: now, every: 2 * time.Second}
+	if f, ok := w.(*os.File); ok && !con.JSON() {
 		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 			p.tty, p.every = true, 100*time.Millisecond
 		}
@@ -39,16 +43,16 @@ func newProgressBar(w io.Writer, label, unit string, total int64) *progressBar {
 	return p
 }
 
-// newPositionBar returns a bar whose completion is fraction() (by position
+// NewPositionBar returns a bar whose completion is fraction() (by position
 // in a log, say) while it counts units.
-func newPositionBar(w io.Writer, label string, fraction func() float64) *progressBar {
-	p := newProgressBar(w, label, "events", 0)
+func NewPositionBar(con *Console, label string, fraction func() float64) *ProgressBar {
+	p := NewProgressBar(con, label, "events", 0)
 	p.fraction = fraction
 	return p
 }
 
-// update redraws the bar for done units if it is time to.
-func (p *progressBar) update(done int64) {
+// Update redraws the bar for done units if it is time to.
+func (p *ProgressBar) Update(done int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || time.Since(p.last) < p.every {
@@ -57,8 +61,8 @@ func (p *progressBar) update(done int64) {
 	p.draw(done)
 }
 
-// finish draws the final state and ends the line.
-func (p *progressBar) finish(done int64) {
+// Finish draws the final state and ends the line.
+func (p *ProgressBar) Finish(done int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -71,15 +75,13 @@ func (p *progressBar) finish(done int64) {
 	p.closed = true
 }
 
-func (p *progressBar) draw(done int64) {
+func (p *ProgressBar) draw(done int64) {
 	p.last = time.Now()
 	elapsed := time.Since(p.start)
 	rate := 0.0
 	if s := elapsed.Seconds(); s > 0 {
 		rate = float64(done) / s
 	}
-	var b strings.Builder
-	b.WriteString(p.label)
 	frac, known := 0.0, false
 	switch {
 	case p.total > 0:
@@ -87,6 +89,22 @@ func (p *progressBar) draw(done int64) {
 	case p.fraction != nil:
 		frac, known = p.fraction(), true
 	}
+	if p.con.JSON() {
+		attrs := []any{"label", p.label, "done", done, "unit", p.unit, "rate_per_second", rate, "elapsed", elapsed}
+		if p.total > 0 {
+			attrs = append(attrs, "total", p.total)
+		}
+		if known {
+			attrs = append(attrs, "fraction", frac)
+			if frac > 0 && frac < 1 {
+				attrs = append(attrs, "eta", time.Duration(float64(elapsed)*(1-frac)/frac))
+			}
+		}
+		p.con.Printf(attrs, "progress")
+		return
+	}
+	var b strings.Builder
+	b.WriteString(p.label)
 	if known {
 		const width = 30
 		n := int(frac * width)
@@ -101,9 +119,9 @@ func (p *progressBar) draw(done int64) {
 	} else {
 		fmt.Fprintf(&b, " %d %s", done, p.unit)
 	}
-	fmt.Fprintf(&b, "  %.0f %s/s  %s", rate, p.unit, age(elapsed))
+	fmt.Fprintf(&b, "  %.0f %s/s  %s", rate, p.unit, Age(elapsed))
 	if known && frac > 0 && frac < 1 {
-		fmt.Fprintf(&b, "  ETA %s", age(time.Duration(float64(elapsed)*(1-frac)/frac)))
+		fmt.Fprintf(&b, "  ETA %s", Age(time.Duration(float64(elapsed)*(1-frac)/frac)))
 	}
 	if p.tty {
 		fmt.Fprintf(p.w, "\r%s\x1b[K", b.String())
@@ -113,13 +131,13 @@ func (p *progressBar) draw(done int64) {
 	p.drawn = true
 }
 
-// note prints a line of its own, above the bar.
-func (p *progressBar) note(msg string) {
+// Note prints a line of its own, above the bar.
+func (p *ProgressBar) Note(msg string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.tty && p.drawn {
 		fmt.Fprint(p.w, "\r\x1b[K")
 		p.last = time.Time{} // redraw on the next update
 	}
-	fmt.Fprintln(p.w, msg)
+	p.con.Printf(nil, "%s", msg)
 }

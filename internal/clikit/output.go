@@ -1,4 +1,4 @@
-package cli
+package clikit
 
 import (
 	"encoding/json"
@@ -7,17 +7,21 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
-// table prints aligned columns.
-type table struct {
+// Table prints aligned columns.
+type Table struct {
 	tw *tabwriter.Writer
 }
 
-func newTable(w io.Writer, headers ...string) *table {
-	t := &table{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
+// NewTable returns a table on w whose first row is headers (none when
+// empty).
+func NewTable(w io.Writer, headers ...string) *Table {
+	t := &Table{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
 	if len(headers) > 0 {
-		t.row(toAny(headers)...)
+		t.Row(toAny(headers)...)
 	}
 	return t
 }
@@ -30,7 +34,9 @@ func toAny(ss []string) []any {
 	return out
 }
 
-func (t *table) row(cells ...any) {
+// Row adds a row; each cell is rendered on one line (times in RFC 3339,
+// durations rounded, long text cut).
+func (t *Table) Row(cells ...any) {
 	for i, c := range cells {
 		if i > 0 {
 			fmt.Fprint(t.tw, "\t")
@@ -40,7 +46,8 @@ func (t *table) row(cells ...any) {
 	fmt.Fprintln(t.tw)
 }
 
-func (t *table) flush() error { return t.tw.Flush() }
+// Flush writes the table.
+func (t *Table) Flush() error { return t.tw.Flush() }
 
 // cell renders a table cell on one line.
 func cell(v any) string {
@@ -52,7 +59,7 @@ func cell(v any) string {
 		}
 		s = x.UTC().Format(time.RFC3339)
 	case time.Duration:
-		s = age(x)
+		s = Age(x)
 	case []byte:
 		s = string(x)
 	default:
@@ -73,8 +80,8 @@ func cell(v any) string {
 	return s
 }
 
-// age renders a duration rounded for humans: 850ms, 42s, 3m12s, 5h03m.
-func age(d time.Duration) string {
+// Age renders a duration rounded for humans: 850ms, 42s, 3m12s, 5h03m.
+func Age(d time.Duration) string {
 	switch {
 	case d <= 0:
 		return "0s"
@@ -88,25 +95,27 @@ func age(d time.Duration) string {
 	}
 }
 
-// since returns the time since t, zero for a zero t.
-func since(t time.Time) time.Duration {
-	if t.IsZero() {
-		return 0
-	}
-	return time.Since(t)
-}
-
-// ageOf renders the time since t, "-" for a zero t.
-func ageOf(t time.Time) string {
+// AgeOf renders the time since t, "-" for a zero t.
+func AgeOf(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	return age(time.Since(t))
+	return Age(time.Since(t))
 }
 
-// writeJSON prints v as indented JSON.
-func writeJSON(w io.Writer, v any) error {
+// WriteJSON prints v as indented JSON.
+func WriteJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// OutputOptions are the flags of commands that print records.
+type OutputOptions struct {
+	JSON bool
+}
+
+// BindOutput defines --json on fs.
+func BindOutput(fs *pflag.FlagSet, o *OutputOptions) {
+	fs.BoolVar(&o.JSON, "json", false, "print JSON instead of a table")
 }

@@ -1,15 +1,54 @@
-package cli
+package clikit
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inorder/inorder/metrics"
+	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/esdb"
 )
 
-// registerSourceMetrics adds the counters of the EventStoreDB source(s)
+// InstrumentedProcessor returns a processor of projs on pool, configured by
+// cfg with schema and logger, whose batches feed the returned metrics; the
+// metrics read their gauges through a small pool of their own (on o),
+// which the returned func closes.
+func InstrumentedProcessor(ctx context.Context, pool *pgxpool.Pool, o *DBOptions, cfg projection.Config, projs []projection.Projection, logger *slog.Logger) (*projection.Processor, *metrics.Metrics, func(), error) {
+	var mp atomic.Pointer[metrics.Metrics]
+	cfg.Schema, cfg.Logger = o.Schema, logger
+	user := cfg.OnBatch
+	cfg.OnBatch = func(b projection.BatchInfo) {
+		mp.Load().ObserveBatch(b)
+		if user != nil {
+			user(b)
+		}
+	}
+	proc, err := projection.New(pool, &cfg, projs...)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("processor: %w", err)
+	}
+	mpool, err := Connect(ctx, o, 2, logger)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	gauges, err := projection.New(mpool, &cfg, projs...)
+	if err != nil {
+		mpool.Close()
+		return nil, nil, nil, fmt.Errorf("processor: %w", err)
+	}
+	m := metrics.New(proc, &metrics.Options{Logger: logger, Gauges: gauges})
+	mp.Store(m)
+	return proc, m, mpool.Close, nil
+}
+
+// RegisterSourceMetrics adds the counters of the EventStoreDB source(s)
 // whose stats returns to m, as inorder_source_*{source="<name>"}.
-func registerSourceMetrics(m *metrics.Metrics, name string, stats func() esdb.Stats) {
+func RegisterSourceMetrics(m *metrics.Metrics, name string, stats func() esdb.Stats) {
 	labels := prometheus.Labels{"source": name}
 	counter := func(metric, help string, get func(esdb.Stats) int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -33,8 +72,8 @@ func registerSourceMetrics(m *metrics.Metrics, name string, stats func() esdb.St
 	)
 }
 
-// sumStats adds the counters of several sources.
-func sumStats(srcs []*esdb.Source) func() esdb.Stats {
+// SumStats adds the counters of several sources.
+func SumStats(srcs []*esdb.Source) func() esdb.Stats {
 	return func() esdb.Stats {
 		var t esdb.Stats
 		for _, s := range srcs {

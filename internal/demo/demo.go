@@ -1,13 +1,19 @@
-package cli
+package demo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/inorder/inorder/cli"
+	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/clikit"
+	"github.com/spf13/cobra"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -23,11 +29,11 @@ import (
 	"github.com/inorder/inorder/source/esdb/esdbtest"
 )
 
-// Demo is the workload of the demo command. LedgerDemo is the shipped one.
-type Demo struct {
+// Workload is what the demo command runs: Ledger is the shipped one.
+type Workload struct {
 	// Projection names the projection the demo verifies and whose read
-	// model the printed curl examples read. Default: the first of
-	// Config.Projections.
+	// model the printed curl examples read. Default: the first of the
+	// binary's projections.
 	Projection string
 
 	// Noun names the aggregates in flags and output ("payments": the
@@ -51,22 +57,26 @@ type Demo struct {
 	Filter func(events []aggregate.Event) (name, value string)
 }
 
-// Environment variables of the demo command.
+// Environment variables of the demo command's own flags.
 const (
-	EnvDemoDir    = "INORDER_DEMO_DIR"
-	EnvDemoSchema = "INORDER_DEMO_SCHEMA"
+	EnvDir    = "INORDER_DEMO_DIR"
+	EnvSchema = "INORDER_DEMO_SCHEMA"
 )
 
-// DefaultDemoSchema is the schema the demo drops and recreates.
-const DefaultDemoSchema = "inorder_demo"
+// ErrVerify is wrapped by the error of a demo whose read model does not
+// equal the in-order fold of its workload.
+var ErrVerify = errors.New("verification failed")
+
+// DefaultSchema is the schema the demo drops and recreates.
+const DefaultSchema = "inorder_demo"
 
 // demoSchemaComment marks the schemas the demo created, which it may drop.
 const demoSchemaComment = "inorder demo schema: dropped and recreated by every run of the demo command"
 
-// demoOptions configures demo.
-type demoOptions struct {
-	log          logOptions
-	demo         *Demo
+// options configures demo.
+type options struct {
+	log          clikit.LogOptions
+	demo         *Workload
 	DatabaseURL  string
 	DataDir      string
 	KeepPostgres bool
@@ -84,50 +94,50 @@ type demoOptions struct {
 	Timeout      time.Duration
 }
 
-func (o *demoOptions) validate(args []string) error {
-	if err := noArgs(args); err != nil {
+func (o *options) validate(args []string) error {
+	if err := clikit.NoArgs(args); err != nil {
 		return err
 	}
-	if err := o.log.validate(); err != nil {
+	if err := o.log.Validate(); err != nil {
 		return err
 	}
 	if o.DatabaseURL != "" {
 		if _, err := pgxpool.ParseConfig(o.DatabaseURL); err != nil {
-			return usageErrorf("invalid --database-url: %s", redact(err))
+			return clikit.Usagef("invalid --database-url: %s", clikit.Redact(err))
 		}
 	}
 	switch {
 	case o.Schema == "" || len(o.Schema) > 63:
-		return usageErrorf("invalid --schema %q", o.Schema)
+		return clikit.Usagef("invalid --schema %q", o.Schema)
 	case o.Aggregates < 1:
-		return usageErrorf("--%s must be at least 1", o.noun())
+		return clikit.Usagef("--%s must be at least 1", o.noun())
 	case o.Versions < 1:
-		return usageErrorf("--versions must be at least 1")
+		return clikit.Usagef("--versions must be at least 1")
 	case o.Consumers < 1:
-		return usageErrorf("--consumers must be at least 1")
+		return clikit.Usagef("--consumers must be at least 1")
 	case o.BatchSize < 1:
-		return usageErrorf("--batch-size must be at least 1")
+		return clikit.Usagef("--batch-size must be at least 1")
 	case o.MaxWait <= 0:
-		return usageErrorf("--max-wait must be positive")
+		return clikit.Usagef("--max-wait must be positive")
 	case o.Buffer < 1:
-		return usageErrorf("--buffer must be at least 1")
+		return clikit.Usagef("--buffer must be at least 1")
 	case o.Timeout <= 0:
-		return usageErrorf("--timeout must be positive")
+		return clikit.Usagef("--timeout must be positive")
 	}
 	return nil
 }
 
-func (o *demoOptions) noun() string {
+func (o *options) noun() string {
 	if o.demo.Noun != "" {
 		return o.demo.Noun
 	}
 	return "aggregates"
 }
 
-// defaultDemoDir is where the demo keeps its private PostgreSQL cluster.
+// defaultDir is where the demo keeps its private PostgreSQL cluster.
 // As root the cluster runs as user postgres, which cannot reach /root, so
 // the directory goes under /var/tmp.
-func defaultDemoDir(getenv func(string) string) string {
+func defaultDir(getenv func(string) string) string {
 	if os.Geteuid() == 0 {
 		return "/var/tmp/inorder-demo"
 	}
@@ -140,17 +150,24 @@ func defaultDemoDir(getenv func(string) string) string {
 	return filepath.Join(os.TempDir(), "inorder-demo")
 }
 
-// demoCmd runs the demo.
-type demoCmd struct{ a *app }
+// Ledger returns the demo command of the shipped binary, for
+// cli.Config.Commands: a payments workload (ledger.Generate) for the ledger
+// projection p, verified against ledger.Fold. p must be one of the
+// binary's projections.
+func Ledger(p *ledger.Projection) func(*cli.App) *cobra.Command {
+	return Command(LedgerWorkload(p))
+}
 
-func (c *demoCmd) command() *command {
-	d := c.a.cfg.Demo
-	noun := d.Noun
-	if noun == "" {
-		noun = "aggregates"
-	}
-	return leaf("demo", "", "run the whole pipeline on a generated workload and verify the result",
-		`Runs inorder end to end on a machine with nothing configured:
+// Command returns the demo command running w, for cli.Config.Commands.
+func Command(w *Workload) func(*cli.App) *cobra.Command {
+	return func(a *cli.App) *cobra.Command {
+		noun := w.Noun
+		if noun == "" {
+			noun = "aggregates"
+		}
+		o := &options{demo: w}
+		cmd := &cobra.Command{Use: "demo", Short: "run the whole pipeline on a generated workload and verify the result",
+			Long: `Runs inorder end to end on a machine with nothing configured:
 
  1. PostgreSQL: --database-url / $DATABASE_URL if set; otherwise a private
     cluster started from the installed PostgreSQL binaries in --data-dir
@@ -158,7 +175,7 @@ func (c *demoCmd) command() *command {
  2. drops and recreates the demo schema (--schema, default inorder_demo) —
     inorder's tables and the read model both live there — and migrates it;
  3. starts an in-process EventStoreDB (gRPC protocol) on 127.0.0.1 and
-    appends a generated workload (--`+noun+` × --versions events);
+    appends a generated workload (--` + noun + ` × --versions events);
  4. consumes it with --consumers competing consumers on one persistent
     subscription — deliveries arrive out of order and duplicated — and
     shows progress on stderr;
@@ -170,37 +187,48 @@ func (c *demoCmd) command() *command {
 Changes: DROPS the demo schema with everything in it (it refuses to drop an
 existing schema that holds tables and was not created by the demo), creates
 the PostgreSQL cluster in --data-dir when it has to. Nothing else.`,
-		func(fs *flagSet) *demoOptions {
-			o := &demoOptions{demo: d}
-			bindLog(fs, &o.log, "error")
-			fs.stringVar(&o.DatabaseURL, "database-url", EnvDatabaseURL, "", "PostgreSQL `URL` to use instead of a private cluster")
-			fs.stringVar(&o.DataDir, "data-dir", EnvDemoDir, defaultDemoDir(c.a.getenv), "`directory` of the private PostgreSQL cluster")
-			fs.BoolVar(&o.KeepPostgres, "keep-postgres", false, "leave the private PostgreSQL cluster running on exit")
-			fs.stringVar(&o.Schema, "schema", EnvDemoSchema, DefaultDemoSchema, "`schema` the demo drops, recreates and works in")
-			fs.IntVar(&o.Aggregates, noun, 3000, "number of "+noun+" in the workload")
-			if noun != "aggregates" {
-				fs.IntVar(&o.Aggregates, "aggregates", 3000, "same as --"+noun)
-			}
-			fs.IntVar(&o.Versions, "versions", 8, "events per aggregate")
-			fs.Uint64Var(&o.Seed, "seed", 1, "random `seed` of the workload (same seed, same workload)")
-			fs.IntVar(&o.Consumers, "consumers", 4, "competing consumers on the persistent subscription")
-			fs.IntVar(&o.BatchSize, "batch-size", 200, "deliveries per transaction, at most")
-			fs.DurationVar(&o.MaxWait, "max-wait", 20*time.Millisecond, "longest wait for a batch to fill")
-			fs.IntVar(&o.Buffer, "buffer", 64, "unacknowledged deliveries per consumer (small values make more redeliveries)")
-			fs.stringVar(&o.HTTPAddr, "http-addr", EnvHTTPAddr, DefaultHTTPAddr, "`address` of the HTTP API and /metrics (port 0 picks a free one)")
-			fs.stringVar(&o.HTTPToken, "http-token", EnvHTTPToken, "", "bearer `token` the HTTP API requires (default: none)")
-			fs.BoolVar(&o.Exit, "exit", false, "exit after the summary instead of serving the HTTP API")
-			fs.BoolVar(&o.Exit, "no-serve", false, "same as --exit")
-			fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up if the workload is not consumed within this `duration`")
-			return o
-		}, c.Run)
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if err := o.validate(args); err != nil {
+					return err
+				}
+				return run(cmd.Context(), a, o)
+			}}
+		fs := cmd.Flags()
+		clikit.BindLog(fs, &o.log, "error")
+		fs.StringVar(&o.DatabaseURL, "database-url", "", "PostgreSQL `URL` to use instead of a private cluster")
+		fs.StringVar(&o.DataDir, "data-dir", defaultDir(a.Getenv), "`directory` of the private PostgreSQL cluster")
+		clikit.SetEnv(fs, "data-dir", EnvDir)
+		fs.BoolVar(&o.KeepPostgres, "keep-postgres", false, "leave the private PostgreSQL cluster running on exit")
+		fs.StringVar(&o.Schema, "schema", DefaultSchema, "`schema` the demo drops, recreates and works in")
+		clikit.SetEnv(fs, "schema", EnvSchema)
+		fs.IntVar(&o.Aggregates, noun, 3000, "number of "+noun+" in the workload")
+		if noun != "aggregates" {
+			fs.IntVar(&o.Aggregates, "aggregates", 3000, "same as --"+noun)
+		}
+		fs.IntVar(&o.Versions, "versions", 8, "events per aggregate")
+		fs.Uint64Var(&o.Seed, "seed", 1, "random `seed` of the workload (same seed, same workload)")
+		fs.IntVar(&o.Consumers, "consumers", 4, "competing consumers on the persistent subscription")
+		fs.IntVar(&o.BatchSize, "batch-size", 200, "deliveries per transaction, at most")
+		fs.DurationVar(&o.MaxWait, "max-wait", 20*time.Millisecond, "longest wait for a batch to fill")
+		for _, f := range []string{"batch-size", "max-wait"} {
+			clikit.SetEnv(fs, f, "") // the workers' variables are not the demo's
+		}
+		fs.IntVar(&o.Buffer, "buffer", 64, "unacknowledged deliveries per consumer (small values make more redeliveries)")
+		fs.StringVar(&o.HTTPAddr, "http-addr", clikit.DefaultHTTPAddr, "`address` of the HTTP API and /metrics (port 0 picks a free one)")
+		fs.StringVar(&o.HTTPToken, "http-token", "", "bearer `token` the HTTP API requires (default: none)")
+		fs.BoolVar(&o.Exit, "exit", false, "exit after the summary instead of serving the HTTP API")
+		fs.BoolVar(&o.Exit, "no-serve", false, "same as --exit")
+		fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up if the workload is not consumed within this `duration`")
+		return cmd
+	}
 }
 
 // demoRun is the state of one demo run.
 type demoRun struct {
-	a       *app
-	o       *demoOptions
+	a       *cli.App
+	o       *options
 	logger  *slog.Logger
+	con     *clikit.Console
 	dbURL   string // the database, for printing
 	pool    *pgxpool.Pool
 	proc    *projection.Processor
@@ -211,20 +239,17 @@ type demoRun struct {
 	cleanup []func()
 }
 
-// Run runs the demo.
-func (c *demoCmd) Run(ctx context.Context, o *demoOptions) (err error) {
-	d := &demoRun{a: c.a, o: o, logger: c.a.logger(&o.log)}
+// run runs the demo.
+func run(ctx context.Context, a *cli.App, o *options) (err error) {
+	d := &demoRun{a: a, o: o, logger: o.log.Logger(a.Stderr()), con: clikit.NewConsole(a.Stderr(), &o.log)}
 	defer func() {
 		for i := len(d.cleanup) - 1; i >= 0; i-- {
 			d.cleanup[i]()
 		}
 	}()
-	d.proj = o.demo.Projection
-	if d.proj == "" {
-		d.proj = c.a.cfg.Projections[0].Name()
-	}
-	if _, err := c.a.pickProjection(d.proj); err != nil {
-		return fmt.Errorf("demo: Config.Demo.Projection: %w", err)
+	d.proj = cmp.Or(o.demo.Projection, a.Projections()[0].Name())
+	if !slices.ContainsFunc(a.Projections(), func(p projection.Projection) bool { return p.Name() == d.proj }) {
+		return fmt.Errorf("demo: the workload's projection %q is not one of the binary's", d.proj)
 	}
 	if err := d.database(ctx); err != nil {
 		return err
@@ -252,20 +277,19 @@ func (c *demoCmd) Run(ctx context.Context, o *demoOptions) (err error) {
 
 // database connects to (or starts) PostgreSQL and prepares the demo schema.
 func (d *demoRun) database(ctx context.Context) error {
-	out := d.a.stderr
 	base := d.o.DatabaseURL
 	if base == "" {
-		fmt.Fprintf(out, "starting a private PostgreSQL cluster in %s ...\n", d.o.DataDir)
+		d.con.Printf([]any{"dir", d.o.DataDir}, "starting a private PostgreSQL cluster in %s ...", d.o.DataDir)
 		cl, err := pglocal.Start(ctx, pglocal.Options{Dir: d.o.DataDir, Logger: d.logger})
 		if err != nil {
-			return fmt.Errorf("demo: PostgreSQL: %w (set --database-url or $%s to use a running server)", err, EnvDatabaseURL)
+			return fmt.Errorf("demo: PostgreSQL: %w (set --database-url or $%s to use a running server)", err, clikit.EnvDatabaseURL)
 		}
 		if !d.o.KeepPostgres {
 			d.cleanup = append(d.cleanup, func() {
 				sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				if err := cl.Stop(sctx); err != nil {
-					d.logger.Warn("demo: stop PostgreSQL", "error", err)
+					d.logger.Warn("stop PostgreSQL", "error", err)
 				}
 			})
 		}
@@ -273,7 +297,7 @@ func (d *demoRun) database(ctx context.Context) error {
 	}
 	cfg, err := pgxpool.ParseConfig(base)
 	if err != nil {
-		return fmt.Errorf("demo: database URL: %s", redact(err))
+		return fmt.Errorf("demo: database URL: %s", clikit.Redact(err))
 	}
 	// Everything of the demo — inorder's tables and the read model — lives
 	// in the demo schema: set it as search_path on every connection, after
@@ -302,7 +326,8 @@ func (d *demoRun) database(ctx context.Context) error {
 		return fmt.Errorf("demo: migrate: %w", err)
 	}
 	var closeMetrics func()
-	if d.proc, d.metrics, closeMetrics, err = d.a.instrumentedProcessor(ctx, pool, &dbOptions{URL: base, Schema: d.o.Schema}, d.logger); err != nil {
+	dbo := &clikit.DBOptions{URL: base, Schema: d.o.Schema}
+	if d.proc, d.metrics, closeMetrics, err = clikit.InstrumentedProcessor(ctx, pool, dbo, d.a.ProcessorConfig(), d.a.Projections(), d.logger); err != nil {
 		return err
 	}
 	d.cleanup = append(d.cleanup, closeMetrics)
@@ -310,7 +335,7 @@ func (d *demoRun) database(ctx context.Context) error {
 		return fmt.Errorf("demo: create the read model: %w", err)
 	}
 	d.dbURL = base
-	fmt.Fprintf(out, "schema %s recreated and migrated\n", d.o.Schema)
+	d.con.Printf([]any{"schema", d.o.Schema}, "schema %s recreated and migrated", d.o.Schema)
 	return nil
 }
 
@@ -351,16 +376,16 @@ func (d *demoRun) eventStore() error {
 	d.cleanup = append(d.cleanup, srv.Close)
 	rng := rand.New(rand.NewPCG(d.o.Seed, d.o.Seed^0x9e3779b97f4a7c15))
 	d.events = d.o.demo.Generate(rng, d.o.Aggregates, d.o.Versions)
-	bar := newProgressBar(d.a.stderr, "appending", "events", int64(len(d.events)))
+	bar := clikit.NewProgressBar(d.con, "appending", "events", int64(len(d.events)))
 	for i, e := range d.events {
 		ev := esdbtest.Event{ID: demoEventID(e), Type: e.Type, Data: e.Data, Metadata: e.Metadata}
 		if _, err := srv.Append(e.Aggregate, ev); err != nil {
 			return fmt.Errorf("demo: append: %w", err)
 		}
-		bar.update(int64(i + 1))
+		bar.Update(int64(i + 1))
 	}
-	bar.finish(int64(len(d.events)))
-	fmt.Fprintf(d.a.stderr, "appended %d events of %d %s to the in-process EventStoreDB at %s\n",
+	bar.Finish(int64(len(d.events)))
+	d.con.Printf([]any{"events", len(d.events), "url", srv.URL()}, "appended %d events of %d %s to the in-process EventStoreDB at %s",
 		len(d.events), d.o.Aggregates, d.o.noun(), srv.URL())
 	return nil
 }
@@ -380,26 +405,26 @@ type demoStats struct {
 
 // summary prints the demo's results on stdout.
 func (d *demoRun) summary(st demoStats, verr error) {
-	w := d.a.stdout
+	w := d.a.Stdout()
 	c := st.counts
 	deliveries := st.received
 	rate := 0.0
 	if s := st.elapsed.Seconds(); s > 0 {
 		rate = float64(len(d.events)) / s
 	}
-	t := newTable(w)
-	t.row("events:", fmt.Sprintf("%d (%d %s x %d versions)", len(d.events), d.o.Aggregates, d.o.noun(), d.o.Versions))
-	t.row("consumers:", fmt.Sprintf("%d competing, one persistent subscription", d.o.Consumers))
-	t.row("deliveries:", fmt.Sprintf("%d (%d more than events: redelivered)", deliveries, max(deliveries-int64(len(d.events)), 0)))
-	t.row("applied:", fmt.Sprintf("%d (%d in order on arrival, %d drained from parked)", c.Applied(), c.Deliveries[projection.Applied], c.Drained))
-	t.row("parked:", fmt.Sprintf("%d (arrived before their predecessors)", c.Deliveries[projection.Parked]))
-	t.row("duplicates:", c.Deliveries[projection.Duplicate])
-	t.row("conflicts:", c.Deliveries[projection.Conflict])
-	t.row("quarantined:", c.Deliveries[projection.Quarantined])
-	t.row("rejected:", c.Deliveries[projection.Rejected])
-	t.row("transactions:", c.Batches)
-	t.row("throughput:", fmt.Sprintf("%.0f events/s (%d events in %s)", rate, len(d.events), age(st.elapsed)))
-	_ = t.flush()
+	t := clikit.NewTable(w)
+	t.Row("events:", fmt.Sprintf("%d (%d %s x %d versions)", len(d.events), d.o.Aggregates, d.o.noun(), d.o.Versions))
+	t.Row("consumers:", fmt.Sprintf("%d competing, one persistent subscription", d.o.Consumers))
+	t.Row("deliveries:", fmt.Sprintf("%d (%d more than events: redelivered)", deliveries, max(deliveries-int64(len(d.events)), 0)))
+	t.Row("applied:", fmt.Sprintf("%d (%d in order on arrival, %d drained from parked)", c.Applied(), c.Deliveries[projection.Applied], c.Drained))
+	t.Row("parked:", fmt.Sprintf("%d (arrived before their predecessors)", c.Deliveries[projection.Parked]))
+	t.Row("duplicates:", c.Deliveries[projection.Duplicate])
+	t.Row("conflicts:", c.Deliveries[projection.Conflict])
+	t.Row("quarantined:", c.Deliveries[projection.Quarantined])
+	t.Row("rejected:", c.Deliveries[projection.Rejected])
+	t.Row("transactions:", c.Batches)
+	t.Row("throughput:", fmt.Sprintf("%.0f events/s (%d events in %s)", rate, len(d.events), clikit.Age(st.elapsed)))
+	_ = t.Flush()
 	if verr != nil {
 		fmt.Fprintf(w, "NOT verified: %v\n", verr)
 		return

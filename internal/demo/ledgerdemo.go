@@ -1,4 +1,4 @@
-package cli
+package demo
 
 import (
 	"context"
@@ -12,11 +12,11 @@ import (
 	"github.com/inorder/inorder/projection"
 )
 
-// LedgerDemo returns the demo of the shipped binary: a payments workload
+// LedgerWorkload returns the workload of the shipped binary's demo: payments
 // (ledger.Generate) for the ledger projection p, verified against
-// ledger.Fold. p must be one of Config.Projections.
-func LedgerDemo(p *ledger.Projection) *Demo {
-	return &Demo{
+// ledger.Fold.
+func LedgerWorkload(p *ledger.Projection) *Workload {
+	return &Workload{
 		Projection: p.Name(),
 		Noun:       "payments",
 		Generate: func(rng *rand.Rand, aggregates, versions int) []aggregate.Event {

@@ -1,9 +1,10 @@
-package cli
+package demo
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/inorder/inorder/internal/clikit"
 	"net/url"
 	"sync"
 	"syscall"
@@ -44,7 +45,7 @@ func (d *demoRun) consume(ctx context.Context) (demoStats, error) {
 			return demoStats{}, fmt.Errorf("demo: consumer: %w", err)
 		}
 	}
-	registerSourceMetrics(d.metrics, "demo", sumStats(srcs))
+	clikit.RegisterSourceMetrics(d.metrics, "demo", clikit.SumStats(srcs))
 
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
@@ -59,9 +60,9 @@ func (d *demoRun) consume(ctx context.Context) (demoStats, error) {
 		return errors.Join(errs...)
 	}
 
-	fmt.Fprintf(d.a.stderr, "consuming with %d competing consumers on persistent subscription %q to $all\n", len(srcs), demoGroup)
+	d.con.Printf([]any{"consumers", len(srcs), "group", demoGroup}, "consuming with %d competing consumers on persistent subscription %q to $all", len(srcs), demoGroup)
 	start := time.Now()
-	bar := newProgressBar(d.a.stderr, "applied", "events", total)
+	bar := clikit.NewProgressBar(d.con, "applied", "events", total)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.NewTimer(d.o.Timeout)
@@ -76,7 +77,7 @@ func (d *demoRun) consume(ctx context.Context) (demoStats, error) {
 		case <-ctx.Done():
 			_ = stopAll()
 			return demoStats{}, ctx.Err()
-		case <-d.a.drain.Done():
+		case <-d.a.Drain():
 			_ = stopAll()
 			return demoStats{}, fmt.Errorf("demo: interrupted after %d of %d events", applied, total)
 		case <-deadline.C:
@@ -86,53 +87,54 @@ func (d *demoRun) consume(ctx context.Context) (demoStats, error) {
 		}
 		c := d.proc.Counts()[d.proj]
 		applied = c.Applied()
-		bar.update(applied)
+		bar.Update(applied)
 		if len(drops) > 0 && applied >= drops[0] && applied < total {
 			drops = drops[1:]
 			d.esdb.DropSubscriptions()
-			bar.note(fmt.Sprintf("simulated network failure at %d events: every subscription dropped; the consumers reconnect and unacknowledged deliveries come again", applied))
+			bar.Note(fmt.Sprintf("simulated network failure at %d events: every subscription dropped; the consumers reconnect and unacknowledged deliveries come again", applied))
 		}
 		if applied != lastApplied {
 			lastApplied, lastProgress = applied, time.Now()
 		} else if time.Since(lastProgress) > time.Minute {
 			_ = stopAll()
-			return demoStats{}, fmt.Errorf("demo: stuck at %d of %d events applied for a minute; see '%s status' and '%s parked list'", applied, total, d.a.name, d.a.name)
+			return demoStats{}, fmt.Errorf("demo: stuck at %d of %d events applied for a minute; see '%s status' and '%s parked list'", applied, total, d.a.Name(), d.a.Name())
 		}
 	}
 	elapsed := time.Since(start)
-	bar.finish(applied)
+	bar.Finish(applied)
 	if err := stopAll(); err != nil {
 		return demoStats{}, fmt.Errorf("demo: stop the consumers: %w", err)
 	}
-	return demoStats{elapsed: elapsed, counts: d.proc.Counts()[d.proj], received: sumStats(srcs)().Received}, nil
+	return demoStats{elapsed: elapsed, counts: d.proc.Counts()[d.proj], received: clikit.SumStats(srcs)().Received}, nil
 }
 
 // serve serves the HTTP API until the first signal and prints examples.
 func (d *demoRun) serve(ctx context.Context) error {
-	o := &httpOptions{Addr: d.o.HTTPAddr, Token: d.o.HTTPToken, MaxWait: 5 * time.Second}
-	srv, err := startHTTP(o, d.proc, nil, d.metrics.Handler(), d.logger)
-	if err != nil && d.o.HTTPAddr == DefaultHTTPAddr && errors.Is(err, syscall.EADDRINUSE) {
-		fmt.Fprintf(d.a.stderr, "%s is in use; listening on a free port instead\n", DefaultHTTPAddr)
+	o := &clikit.HTTPOptions{Addr: d.o.HTTPAddr, Token: d.o.HTTPToken, MaxWait: 5 * time.Second}
+	serve := clikit.Serve{Processor: d.proc, Metrics: d.metrics.Handler(), Logger: d.logger}
+	srv, err := clikit.StartHTTP(o, serve)
+	if err != nil && d.o.HTTPAddr == clikit.DefaultHTTPAddr && errors.Is(err, syscall.EADDRINUSE) {
+		d.con.Printf(nil, "%s is in use; listening on a free port instead", clikit.DefaultHTTPAddr)
 		o.Addr = "127.0.0.1:0"
-		srv, err = startHTTP(o, d.proc, nil, d.metrics.Handler(), d.logger)
+		srv, err = clikit.StartHTTP(o, serve)
 	}
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	d.examples(srv.url())
+	d.examples(srv.URL())
 	select {
 	case <-ctx.Done():
-	case <-d.a.drain.Done():
-	case err := <-srv.errc:
+	case <-d.a.Drain():
+	case err := <-srv.Err():
 		return fmt.Errorf("demo: http: %w", err)
 	}
-	fmt.Fprintln(d.a.stderr, "stopping")
-	return srv.shutdown(5 * time.Second)
+	d.con.Printf(nil, "stopping")
+	return srv.Shutdown(5 * time.Second)
 }
 
 // examples prints curl commands with ids from the workload.
 func (d *demoRun) examples(base string) {
-	w := d.a.stdout
+	w := d.a.Stdout()
 	last := d.events[len(d.events)-1]
 	var version int64
 	for _, e := range d.events {
@@ -161,8 +163,8 @@ func (d *demoRun) examples(base string) {
 	fmt.Fprintf(w, "  curl -s '%s/metrics' | grep '^inorder_'\n", base)
 	fmt.Fprintf(w, "\nOperator commands on the same data:\n\n")
 	if d.o.DatabaseURL != "" {
-		fmt.Fprintf(w, "  %s status --schema %s   # with the same $DATABASE_URL\n", d.a.name, d.o.Schema)
+		fmt.Fprintf(w, "  %s status --schema %s   # with the same $DATABASE_URL\n", d.a.Name(), d.o.Schema)
 	} else {
-		fmt.Fprintf(w, "  %s status --database-url '%s' --schema %s\n", d.a.name, d.dbURL, d.o.Schema)
+		fmt.Fprintf(w, "  %s status --database-url '%s' --schema %s\n", d.a.Name(), d.dbURL, d.o.Schema)
 	}
 }

@@ -1,4 +1,4 @@
-package cli_test
+package demo_test
 
 import (
 	"bytes"
@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/cli"
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/demo"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
 )
@@ -72,7 +74,7 @@ func TestDemo(t *testing.T) {
 		db := pgtest.New(t)
 		p := ledger.New(nil)
 		stdout, stderr := newSyncBuffer(), newSyncBuffer()
-		cfg := cli.Config{Projections: []projection.Projection{p}, Demo: cli.LedgerDemo(p), Stdout: stdout, Stderr: stderr,
+		cfg := cli.Config{Projections: []projection.Projection{p}, Commands: []func(*cli.App) *cobra.Command{demo.Ledger(p)}, Stdout: stdout, Stderr: stderr,
 			Getenv: func(string) string { return "" }}
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
@@ -114,9 +116,9 @@ func TestDemo(t *testing.T) {
 		t.Parallel()
 		db := pgtest.New(t)
 		p := ledger.New(nil)
-		demo := cli.LedgerDemo(p)
-		verify := demo.Verify
-		demo.Verify = func(ctx context.Context, q projection.Querier, events []aggregate.Event) error {
+		w := demo.LedgerWorkload(p)
+		verify := w.Verify
+		w.Verify = func(ctx context.Context, q projection.Querier, events []aggregate.Event) error {
 			// Check against a workload with one event too many: the read
 			// model cannot equal its fold.
 			last := events[len(events)-1]
@@ -125,11 +127,11 @@ func TestDemo(t *testing.T) {
 			return verify(ctx, q, append(events[:len(events):len(events)], next))
 		}
 		var stdout, stderr bytes.Buffer
-		cfg := cli.Config{Projections: []projection.Projection{p}, Demo: demo, Stdout: &stdout, Stderr: &stderr,
+		cfg := cli.Config{Projections: []projection.Projection{p}, Commands: []func(*cli.App) *cobra.Command{demo.Command(w)}, Stdout: &stdout, Stderr: &stderr,
 			Getenv: func(string) string { return "" }}
 		err := cli.Run(t.Context(), cfg, []string{"demo", "--payments", "20", "--versions", "3", "--database-url", db.URL,
 			"--schema", db.Schema, "--exit"})
-		require.ErrorIs(t, err, cli.ErrVerify)
+		require.ErrorIs(t, err, demo.ErrVerify)
 		require.Contains(t, stdout.String(), "NOT verified")
 		require.NotContains(t, stdout.String(), "verified: read model equals")
 		require.Contains(t, err.Error(), "payments differ")
@@ -139,7 +141,7 @@ func TestDemo(t *testing.T) {
 		t.Parallel()
 		p := ledger.New(nil)
 		var stdout bytes.Buffer
-		cfg := cli.Config{Projections: []projection.Projection{p}, Demo: cli.LedgerDemo(p), Stdout: &stdout, Stderr: &stdout,
+		cfg := cli.Config{Projections: []projection.Projection{p}, Commands: []func(*cli.App) *cobra.Command{demo.Ledger(p)}, Stdout: &stdout, Stderr: &stdout,
 			Getenv: func(string) string { return "" }}
 		err := cli.Run(t.Context(), cfg, []string{"demo", "--payments", "0"})
 		require.ErrorIs(t, err, cli.ErrUsage)

@@ -1,0 +1,44 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/inorder/inorder/internal/clikit"
+)
+
+// version returns the binary's build information (Config.Version wins).
+func (a *App) version() clikit.Build { return clikit.ReadBuild(a.cfg.Version) }
+
+// versionOptions configures version.
+type versionOptions struct{ out clikit.OutputOptions }
+
+func (o *versionOptions) validate(args []string) error { return clikit.NoArgs(args) }
+
+// versionCmd prints the version.
+type versionCmd struct{ a *App }
+
+func (c *versionCmd) command() *cobra.Command {
+	return leaf("version", "print the version and VCS revision of this binary",
+		`Prints the module version and the VCS revision this binary was built from
+(from the Go build information, or as stamped at build time), and the Go
+version that built it. Same as --version. Read-only.`,
+		func(fs *pflag.FlagSet) *versionOptions {
+			o := &versionOptions{}
+			clikit.BindOutput(fs, &o.out)
+			return o
+		}, c.Run)
+}
+
+// Run prints the version.
+func (c *versionCmd) Run(_ context.Context, o *versionOptions) error {
+	b := c.a.version()
+	if o.out.JSON {
+		return clikit.WriteJSON(c.a.stdout, b)
+	}
+	_, err := fmt.Fprintf(c.a.stdout, "%s %s\n", c.a.name, b)
+	return err
+}

@@ -1,0 +1,152 @@
+package clikit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/inorder/inorder/httpapi"
+	"github.com/inorder/inorder/projection"
+)
+
+// DefaultHTTPAddr is the listen address of the HTTP server of run, serve and
+// demo when --http-addr is not given.
+const DefaultHTTPAddr = "127.0.0.1:8080"
+
+// HTTPOptions are the flags of commands that serve HTTP.
+type HTTPOptions struct {
+	Addr    string
+	Token   string
+	MaxWait time.Duration
+}
+
+// BindHTTP defines --http-addr (default def), --http-token and
+// --http-max-wait on fs.
+func BindHTTP(fs *pflag.FlagSet, o *HTTPOptions, def string) {
+	fs.StringVar(&o.Addr, "http-addr", def, "listen `address` of the HTTP API, health checks and /metrics (\"\" disables it)")
+	fs.StringVar(&o.Token, "http-token", "", "bearer `token` the read-model API requires (/healthz, /readyz and /metrics are open; default: no token)")
+	fs.DurationVar(&o.MaxWait, "http-max-wait", httpapi.DefaultMaxWait, "longest wait of a ?min_version= read")
+}
+
+// Validate checks the flags.
+func (o *HTTPOptions) Validate() error {
+	if o.Addr != "" {
+		if _, _, err := net.SplitHostPort(o.Addr); err != nil {
+			return Usagef("invalid --http-addr %q: %v", o.Addr, err)
+		}
+	}
+	if o.MaxWait <= 0 || o.MaxWait > httpapi.MaxMaxWait {
+		return Usagef("--http-max-wait must be in (0, %s]", httpapi.MaxMaxWait)
+	}
+	return nil
+}
+
+// Readiness tells /readyz whether the process is ready beyond its database:
+// a worker process is ready once its workers run.
+type Readiness struct {
+	ready  atomic.Bool
+	reason atomic.Value // string
+}
+
+// Set records whether the process is ready, and why not.
+func (r *Readiness) Set(ok bool, reason string) {
+	r.ready.Store(ok)
+	r.reason.Store(reason)
+}
+
+// Server is the HTTP server of run, serve and demo.
+type Server struct {
+	srv  *http.Server
+	addr string // the address it listens on, port resolved
+	errc chan error
+}
+
+// Serve describes what StartHTTP serves.
+type Serve struct {
+	// Processor's read models, status and health.
+	Processor *projection.Processor
+	// Ready, if set, gates /readyz.
+	Ready *Readiness
+	// Metrics, if set, is served on /metrics.
+	Metrics http.Handler
+	Logger  *slog.Logger
+}
+
+// StartHTTP serves the read-model API, /metrics and the health checks on
+// o.Addr. It returns once the listener is open.
+func StartHTTP(o *HTTPOptions, s Serve) (*Server, error) {
+	api := httpapi.New(s.Processor, &httpapi.Options{Token: o.Token, MaxWait: o.MaxWait, Logger: s.Logger})
+	mux := http.NewServeMux()
+	if s.Metrics != nil {
+		mux.Handle("GET /metrics", s.Metrics)
+	}
+	if ready := s.Ready; ready != nil {
+		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+			if !ready.ready.Load() {
+				reason, _ := ready.reason.Load().(string)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintf(w, `{"error":{"code":"unavailable","message":%q}}`+"\n", reason)
+				return
+			}
+			api.ServeHTTP(w, r)
+		})
+	}
+	mux.Handle("/", api)
+	srv := httpapi.NewServer(o.Addr, mux)
+	srv.ErrorLog = slog.NewLogLogger(s.Logger.Handler(), slog.LevelWarn)
+	lis, err := net.Listen("tcp", o.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("http: %w", err)
+	}
+	h := &Server{srv: srv, addr: lis.Addr().String(), errc: make(chan error, 1)}
+	go func() {
+		err := srv.Serve(lis)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		h.errc <- err
+	}()
+	s.Logger.Info("HTTP API listening", "addr", h.addr)
+	return h, nil
+}
+
+// Err delivers the server's error if it stops on its own; nil for a nil
+// server (a nil channel blocks forever in a select).
+func (h *Server) Err() <-chan error {
+	if h == nil {
+		return nil
+	}
+	return h.errc
+}
+
+// Shutdown stops accepting requests and waits for those in flight, at most
+// timeout; then it closes what is left.
+func (h *Server) Shutdown(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := h.srv.Shutdown(ctx)
+	if err != nil {
+		_ = h.srv.Close()
+	}
+	if serr := <-h.errc; serr != nil {
+		return serr
+	}
+	return err
+}
+
+// URL returns the base URL of the server, for printing.
+func (h *Server) URL() string {
+	host, port, _ := net.SplitHostPort(h.addr)
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
