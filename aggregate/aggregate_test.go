@@ -58,6 +58,14 @@ func TestValidate(t *testing.T) {
 		{"TooLargeDefault", func(e *aggregate.Event) { e.Data = big.Data }, nil, aggregate.ErrPayloadTooLarge, "payload_too_large"},
 		{"TooLargeConfigured", func(e *aggregate.Event) { e.Metadata = []byte(`{"k":"0123456789"}`) }, &aggregate.Limits{MaxPayload: 10}, aggregate.ErrPayloadTooLarge, "payload_too_large"},
 		{"UnknownType", func(e *aggregate.Event) {}, &aggregate.Limits{Types: []string{"u", "v"}}, aggregate.ErrUnknownType, "unknown_type"},
+		{"NULInAggregate", func(e *aggregate.Event) { e.Aggregate = "a\x00b" }, nil, aggregate.ErrInvalidText, "invalid_text"},
+		{"InvalidUTF8Aggregate", func(e *aggregate.Event) { e.Aggregate = "a\xffb" }, nil, aggregate.ErrInvalidText, "invalid_text"},
+		{"NULInID", func(e *aggregate.Event) { e.ID = "id\x00" }, nil, aggregate.ErrInvalidText, "invalid_text"},
+		{"InvalidUTF8Type", func(e *aggregate.Event) { e.Type = "\xc3\x28" }, nil, aggregate.ErrInvalidText, "invalid_text"},
+		{"LongAggregate", func(e *aggregate.Event) { e.Aggregate = strings.Repeat("a", aggregate.DefaultMaxAggregateLen+1) }, nil, aggregate.ErrTooLong, "too_long"},
+		{"LongID", func(e *aggregate.Event) { e.ID = strings.Repeat("i", 100_000) }, nil, aggregate.ErrTooLong, "too_long"},
+		{"LongType", func(e *aggregate.Event) { e.Type = strings.Repeat("t", aggregate.DefaultMaxTypeLen+1) }, nil, aggregate.ErrTooLong, "too_long"},
+		{"LongConfigured", func(e *aggregate.Event) { e.Aggregate = "abcde" }, &aggregate.Limits{MaxAggregateLen: 4}, aggregate.ErrTooLong, "too_long"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -74,6 +82,37 @@ func TestValidate(t *testing.T) {
 		})
 	}
 
+	t.Run("EveryProblem", func(t *testing.T) {
+		t.Parallel()
+		// Version 0 with a NUL in the aggregate id, no type and invalid
+		// JSON: every rule that fails is reported, the first one's reason
+		// is the error's.
+		e := aggregate.Event{Aggregate: "x\x00", Version: 0, Data: []byte("{")}
+		err := e.Validate(nil)
+		var ve *aggregate.ValidationError
+		require.ErrorAs(t, err, &ve)
+		require.Equal(t, []error{aggregate.ErrInvalidText, aggregate.ErrBadVersion, aggregate.ErrEmptyType, aggregate.ErrInvalidJSON}, ve.Problems)
+		for _, p := range ve.Problems {
+			require.ErrorIs(t, err, p)
+		}
+		require.NotErrorIs(t, err, aggregate.ErrTooLong)
+		require.Equal(t, "invalid_text", ve.Reason())
+		require.Equal(t, "invalid_text", aggregate.Reason(err))
+		require.Equal(t, 4, strings.Count(err.Error(), ";")+1, err.Error())
+	})
+	t.Run("LongestAccepted", func(t *testing.T) {
+		t.Parallel()
+		e := good
+		e.Aggregate = strings.Repeat("é", aggregate.DefaultMaxAggregateLen/2) // 2 bytes each
+		e.ID = strings.Repeat("i", aggregate.DefaultMaxIDLen)
+		require.NoError(t, e.Validate(nil))
+		l := &aggregate.Limits{MaxAggregateLen: aggregate.MaxKeyLen, MaxIDLen: aggregate.MaxKeyLen, MaxTypeLen: aggregate.MaxKeyLen}
+		require.NoError(t, l.Check())
+		e.Aggregate = strings.Repeat("a", aggregate.MaxKeyLen)
+		require.NoError(t, e.Validate(l))
+		require.Error(t, (&aggregate.Limits{MaxIDLen: aggregate.MaxKeyLen + 1}).Check())
+		require.Error(t, (&aggregate.Limits{MaxTypeLen: -1}).Check())
+	})
 	t.Run("LimitDisabled", func(t *testing.T) {
 		t.Parallel()
 		require.NoError(t, big.Validate(&aggregate.Limits{MaxPayload: -1}))

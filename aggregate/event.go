@@ -5,8 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Event is the envelope of one fact about one aggregate.
@@ -73,61 +76,123 @@ func New(aggregate string, version int64, typ string, data any) (Event, error) {
 	return Event{Aggregate: aggregate, Version: version, Type: typ, Data: b}, nil
 }
 
-// DefaultMaxPayload is the default limit on an event's data plus metadata:
-// 1 MiB.
-const DefaultMaxPayload = 1 << 20
+// Default limits of Limits.
+const (
+	// DefaultMaxPayload is the default limit on an event's data plus
+	// metadata: 1 MiB.
+	DefaultMaxPayload = 1 << 20
+	// DefaultMaxAggregateLen is the default limit on an aggregate id, in
+	// bytes.
+	DefaultMaxAggregateLen = 512
+	// DefaultMaxIDLen is the default limit on an event id, in bytes.
+	DefaultMaxIDLen = 512
+	// DefaultMaxTypeLen is the default limit on an event type, in bytes.
+	DefaultMaxTypeLen = 256
+	// MaxKeyLen caps MaxAggregateLen and MaxIDLen, MaxTypeLen and the
+	// processor's projection names: PostgreSQL indexes the gate's keys —
+	// (projection, aggregate, version, event id, payload hash) for
+	// conflicts — and a B-tree entry must fit in about 2,700 bytes, which
+	// incompressible text of 1,024 + 1,024 + 128 bytes and the fixed part
+	// do.
+	MaxKeyLen = 1024
+)
 
-// Limits configures validation. The zero value is valid and applies
-// DefaultMaxPayload and accepts every type.
+// Limits configures validation. The zero value is valid and applies the
+// defaults (DefaultMaxPayload, DefaultMaxAggregateLen, DefaultMaxIDLen,
+// DefaultMaxTypeLen) and accepts every type.
 type Limits struct {
 	// MaxPayload is the largest accepted len(Data)+len(Metadata) in bytes.
 	// Zero means DefaultMaxPayload; a negative value disables the check.
 	MaxPayload int
+
+	// MaxAggregateLen, MaxIDLen and MaxTypeLen are the longest accepted
+	// aggregate id, event id (the stable id, default or not) and type, in
+	// bytes. Zero means the default; at most MaxKeyLen.
+	MaxAggregateLen, MaxIDLen, MaxTypeLen int
 
 	// Types, when non-empty, lists the accepted event types; any other type
 	// is rejected with ErrUnknownType.
 	Types []string
 }
 
-// Validate checks the envelope and returns nil or a *ValidationError wrapping
-// the sentinel error of the first problem found. A nil *Limits is the zero
-// Limits.
+// Check reports limits that PostgreSQL's indexes cannot honour: a length
+// limit above MaxKeyLen, or a negative one.
+func (l *Limits) Check() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"MaxAggregateLen", l.MaxAggregateLen}, {"MaxIDLen", l.MaxIDLen}, {"MaxTypeLen", l.MaxTypeLen}} {
+		if f.v < 0 || f.v > MaxKeyLen {
+			return fmt.Errorf("aggregate: Limits.%s is %d; it must be between 0 (the default) and %d", f.name, f.v, MaxKeyLen)
+		}
+	}
+	return nil
+}
+
+func orDefault(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return min(v, MaxKeyLen)
+}
+
+// Validate checks the envelope and returns nil or a *ValidationError listing
+// every problem found, in this order: the aggregate id, the version, the
+// event id, the type, the payload's size, the type's acceptance, the data,
+// the metadata. Its Err is the first problem's sentinel; errors.Is matches
+// any of them. A nil *Limits is the zero Limits.
+//
+// Text fields must be valid UTF-8 without NUL bytes, which PostgreSQL's
+// text cannot store.
 func (e Event) Validate(l *Limits) error {
 	if l == nil {
 		l = &Limits{}
 	}
-	switch {
-	case e.Aggregate == "":
-		return &ValidationError{Err: ErrEmptyAggregate, Detail: "the aggregate id is empty"}
-	case e.Version < 1:
-		return &ValidationError{Err: ErrBadVersion, Detail: fmt.Sprintf("version %d is below 1", e.Version)}
-	case e.Type == "":
-		return &ValidationError{Err: ErrEmptyType, Detail: "the event type is empty"}
+	var v ValidationError
+	text := func(what, s string, max int) {
+		switch {
+		case len(s) > max:
+			v.add(ErrTooLong, fmt.Sprintf("the %s is %d bytes long, over the limit of %d", what, len(s), max))
+		case !utf8.ValidString(s):
+			v.add(ErrInvalidText, fmt.Sprintf("the %s is not valid UTF-8", what))
+		case strings.IndexByte(s, 0) >= 0:
+			v.add(ErrInvalidText, fmt.Sprintf("the %s holds a NUL byte", what))
+		}
+	}
+	if e.Aggregate == "" {
+		v.add(ErrEmptyAggregate, "the aggregate id is empty")
+	} else {
+		text("aggregate id", e.Aggregate, orDefault(l.MaxAggregateLen, DefaultMaxAggregateLen))
+	}
+	if e.Version < 1 {
+		v.add(ErrBadVersion, fmt.Sprintf("version %d is below 1", e.Version))
+	}
+	if e.ID != "" { // the default id is as safe as the aggregate id
+		text("event id", e.ID, orDefault(l.MaxIDLen, DefaultMaxIDLen))
+	}
+	if e.Type == "" {
+		v.add(ErrEmptyType, "the event type is empty")
+	} else {
+		text("event type", e.Type, orDefault(l.MaxTypeLen, DefaultMaxTypeLen))
 	}
 	max := l.MaxPayload
 	if max == 0 {
 		max = DefaultMaxPayload
 	}
 	if size := len(e.Data) + len(e.Metadata); max > 0 && size > max {
-		return &ValidationError{Err: ErrPayloadTooLarge, Detail: fmt.Sprintf("payload of %d bytes exceeds the limit of %d", size, max)}
+		v.add(ErrPayloadTooLarge, fmt.Sprintf("payload of %d bytes exceeds the limit of %d", size, max))
 	}
-	if len(l.Types) > 0 && !contains(l.Types, e.Type) {
-		return &ValidationError{Err: ErrUnknownType, Detail: fmt.Sprintf("type %q is not accepted", e.Type)}
+	if e.Type != "" && len(l.Types) > 0 && !slices.Contains(l.Types, e.Type) {
+		v.add(ErrUnknownType, fmt.Sprintf("type %q is not accepted", e.Type))
 	}
 	if len(bytes.TrimSpace(e.Data)) == 0 || !json.Valid(e.Data) {
-		return &ValidationError{Err: ErrInvalidJSON, Detail: "data is not valid JSON"}
+		v.add(ErrInvalidJSON, "data is not valid JSON")
 	}
 	if len(e.Metadata) > 0 && !json.Valid(e.Metadata) {
-		return &ValidationError{Err: ErrInvalidMetadata, Detail: "metadata is not valid JSON"}
+		v.add(ErrInvalidMetadata, "metadata is not valid JSON")
 	}
-	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
+	if v.Err == nil {
+		return nil
 	}
-	return false
+	return &v
 }

@@ -46,6 +46,29 @@ func (e *HandlerError) Error() string {
 // Unwrap returns the handler's error.
 func (e *HandlerError) Unwrap() error { return e.Err }
 
+// UnstorableError reports a delivery that the database refused to store
+// for a projection — a value PostgreSQL cannot hold, such as a key over an
+// index's size limit, that envelope validation did not catch. The processor
+// records the delivery as rejected (reason "unstorable", see
+// Processor.Rejected) and it is the Result.Err of its outcome Rejected; the
+// rest of the batch commits.
+type UnstorableError struct {
+	Projection string
+	Aggregate  string
+	Version    int64
+	// Err is the database's error.
+	Err error
+}
+
+// Error implements error.
+func (e *UnstorableError) Error() string {
+	agg, _ := escapeText(e.Aggregate)
+	return fmt.Sprintf("projection %s: aggregate %s version %d cannot be stored: %v", e.Projection, agg, e.Version, e.Err)
+}
+
+// Unwrap returns the database's error.
+func (e *UnstorableError) Unwrap() error { return e.Err }
+
 // IsTransient reports whether err is a failure that retrying the whole
 // transaction can cure: serialization failures, deadlocks, lock timeouts,
 // lost or refused connections and server shutdowns. Context cancellation is
@@ -53,6 +76,10 @@ func (e *HandlerError) Unwrap() error { return e.Err }
 func IsTransient(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
+	}
+	var lost *connLost
+	if errors.As(err, &lost) {
+		return true
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

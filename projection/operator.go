@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -140,33 +141,41 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 		}
 		pl.written = pl.after() // written below, whatever the plan says
 		after := pl.after()
-		// The version row's log starts a new page at the new version (an
-		// operator may skip versions, which a page cannot hold), so this
-		// action's applied entries go to the applied table.
-		wb.Queue(p.sql.spillLog, projection, []string{agg}, []int64{before.version})
+		// The version row's log starts anew at the new version (an operator
+		// may skip versions, which a log cannot hold), so this action's
+		// applied entries go to the applied table, after the old log's.
+		wb.Queue(p.sql.spillAll, projection, agg)
+		if action == "skip" && q != nil {
+			// The skipped event holds its version in the applied log, so
+			// its redeliveries are duplicates, not conflicts.
+			wb.Queue(p.sql.insertApplied, projection, []string{agg}, []int64{q.ev.Version}, []string{q.id}, [][]byte{q.hash})
+		}
 		wb.Queue(p.sql.resetVersion, projection, agg, after.version, after.parked, after.blocked)
-		p.queueWrites(wb, r, []*aggPlan{pl}, nil, &tally, false)
+		p.queueWrites(wb, gateWrites{r: r, plans: []*aggPlan{pl}, tally: &tally})
 		wb.Queue(p.sql.operatorLog, action, projection, agg, from, to, reason)
 		if err := tx.SendBatch(ctx, wb).Close(); err != nil {
 			return fmt.Errorf("write: %w", err)
 		}
-		p.log.InfoContext(ctx, "inorder: operator action", "action", action, "projection", projection, "aggregate", agg,
+		p.log.InfoContext(ctx, "operator action", "action", action, "projection", projection, "aggregate", agg,
 			"from", from, "to", to, "before", before.version, "after", after.version, "drained", tally.drained)
 		drained = tally.drained
 		return nil
 	}
-	for retries := 0; ; retries++ {
+	backoff := p.policy.Start()
+	for {
 		err := pgx.BeginFunc(ctx, p.pool, txFunc)
 		if err == nil {
 			r.stats.drained.Add(drained)
 			return retryErr
 		}
-		if !IsTransient(err) || retries >= p.cfg.MaxRetries || ctx.Err() != nil {
+		if !IsTransient(err) || ctx.Err() != nil {
 			return fmt.Errorf("projection %s: %s %s: %w", projection, action, agg, err)
 		}
-		p.log.WarnContext(ctx, "inorder: transient failure, retrying operator action", "action", action, "error", err, "retry", retries+1)
-		if err := sleep(ctx, p.backoff(retries+1)); err != nil {
-			return fmt.Errorf("projection %s: %s %s: %w", projection, action, agg, err)
+		p.log.WarnContext(ctx, "transient failure, retrying operator action", "action", action, "error", err, "retry", backoff.Retries()+1)
+		ok, werr := backoff.Wait(ctx)
+		if werr != nil || !ok {
+			return fmt.Errorf("projection %s: %s %s: gave up retrying after %v: %w", projection, action, agg,
+				backoff.Elapsed().Round(time.Millisecond), errors.Join(werr, err))
 		}
 	}
 }

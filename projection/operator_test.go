@@ -459,14 +459,24 @@ func TestSkipQuarantined(t *testing.T) {
 			opLogRows(t, db, "skip"))
 		require.ErrorIs(t, proc.SkipQuarantined(ctx, "journal", "a", "again"), projection.ErrNotQuarantined)
 
-		// The skipped event turning up again is a conflict with the skip.
+		// The skipped event turning up again is a duplicate: it holds its
+		// version. Another event claiming the version is a conflict with it.
 		res, err := proc.Process(ctx, projection.Batch{Events: events[2:3]})
 		require.NoError(t, err)
-		require.Equal(t, projection.Conflict, res[0].Outcome)
+		require.Equal(t, projection.Duplicate, res[0].Outcome)
 		cs, err := proc.Conflicts(ctx, projection.ListOptions{})
 		require.NoError(t, err)
+		require.Empty(t, cs, "a skipped event's redelivery raises no conflict")
+		other := events[2]
+		other.Data = []byte(`{"n": "something else"}`)
+		res, err = proc.Process(ctx, projection.Batch{Events: []aggregate.Event{other}})
+		require.NoError(t, err)
+		require.Equal(t, projection.Conflict, res[0].Outcome)
+		cs, err = proc.Conflicts(ctx, projection.ListOptions{})
+		require.NoError(t, err)
 		require.Len(t, cs, 1)
-		require.Equal(t, "skipped", cs[0].ExistingState)
+		require.Equal(t, "applied", cs[0].ExistingState)
+		require.Equal(t, events[2].StableID(), cs[0].ExistingEventID)
 		require.EqualValues(t, 3, cs[0].Version)
 		require.Equal(t, opJournalFold(skipped), opJournalModel(t, db, "journal"))
 	})

@@ -2,11 +2,19 @@ package projection
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"sort"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/buffer"
 )
+
+// This file holds planning: what one attempt does with each aggregate of
+// each projection, given its version row, its parked events, its
+// quarantined event and the applied log of its stale versions.
 
 // delivery is one valid event of a batch.
 type delivery struct {
@@ -43,14 +51,6 @@ type record struct {
 
 func (r record) same(id string, hash []byte) bool {
 	return r.id == id && bytes.Equal(r.hash, hash)
-}
-
-// aggState is an aggregate's version row.
-type aggState struct {
-	version int64
-	parked  int32
-	blocked bool
-	rev     int64
 }
 
 // conflict is a delivery that reused a taken version.
@@ -241,4 +241,124 @@ func (p *aggPlan) after() aggState {
 		st.blocked = false
 	}
 	return st
+}
+
+// plan loads what the version rows call for (parked events, quarantined
+// events, the applied log of stale versions) and classifies the attempt's
+// deliveries for projection r: one plan per aggregate, and the conflicts.
+func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []conflict, error) {
+	p, tx, valid, states := a.p, a.tx, a.valid, a.states[r.index]
+	outcome := a.outcome(r)
+	// What the batch needs to know beyond the version rows: all parked
+	// events of an aggregate the batch can advance (its next version is in
+	// the batch); only the id and hash of parked versions the batch
+	// redelivers otherwise; the quarantined event of a blocked aggregate;
+	// the applied log of stale versions.
+	var parkedAggs, probeAggs, blockedAggs, staleAggs []string
+	var probeVers, staleVers []int64
+	for i := 0; i < len(valid); {
+		agg := valid[i].ev.Aggregate
+		st := states[agg]
+		j := i
+		advances := false
+		for j < len(valid) && valid[j].ev.Aggregate == agg {
+			advances = advances || valid[j].ev.Version == st.version+1
+			j++
+		}
+		if st.blocked {
+			blockedAggs = append(blockedAggs, agg)
+		}
+		if st.parked > 0 && advances && !st.blocked {
+			parkedAggs = append(parkedAggs, agg)
+		}
+		for k := i; k < j; k++ {
+			d := valid[k]
+			if k > i && valid[k-1].ev.Version == d.ev.Version {
+				continue
+			}
+			switch {
+			case d.ev.Version <= st.version:
+				staleAggs, staleVers = append(staleAggs, agg), append(staleVers, d.ev.Version)
+			case st.parked > 0 && (!advances || st.blocked) && d.ev.Version > st.version+1:
+				probeAggs, probeVers = append(probeAggs, agg), append(probeVers, d.ev.Version)
+			}
+		}
+		i = j
+	}
+	parked := map[string][]buffer.Parked{}
+	quarantined := map[string]quarantineRef{}
+	applied := map[string]map[int64]record{}
+	batch := &pgx.Batch{}
+	if len(parkedAggs) > 0 {
+		p.buf.QueueLoad(batch, r.name, parkedAggs, func(ps []buffer.Parked) {
+			for _, e := range ps {
+				parked[e.Aggregate] = append(parked[e.Aggregate], e)
+			}
+		})
+	}
+	if len(probeAggs) > 0 {
+		p.buf.QueueLoadKeys(batch, r.name, probeAggs, probeVers, func(ps []buffer.Parked) {
+			for _, e := range ps {
+				parked[e.Aggregate] = append(parked[e.Aggregate], e)
+			}
+		})
+	}
+	if len(blockedAggs) > 0 {
+		batch.Queue(p.sql.loadQuarantineRefs, r.name, blockedAggs).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var agg string
+				var q quarantineRef
+				if err := rows.Scan(&agg, &q.version, &q.rec.id, &q.rec.hash); err != nil {
+					return err
+				}
+				q.rec.state = "quarantined"
+				quarantined[agg] = q
+			}
+			return rows.Err()
+		})
+	}
+	if len(staleAggs) > 0 {
+		batch.Queue(p.sql.loadApplied, r.name, staleAggs, staleVers).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var agg string
+				var v int64
+				rec := record{state: "applied"}
+				if err := rows.Scan(&agg, &v, &rec.id, &rec.hash); err != nil {
+					return err
+				}
+				if applied[agg] == nil {
+					applied[agg] = map[int64]record{}
+				}
+				applied[agg][v] = rec
+			}
+			return rows.Err()
+		})
+	}
+	if batch.Len() > 0 {
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
+			return nil, nil, fmt.Errorf("projection %s: load gate state: %w", r.name, err)
+		}
+	}
+	pl := &planner{outcomes: outcome}
+	var plans []*aggPlan
+	for i := 0; i < len(valid); {
+		agg := valid[i].ev.Aggregate
+		j := i
+		for j < len(valid) && valid[j].ev.Aggregate == agg {
+			j++
+		}
+		var qrec *record
+		q, blocked := quarantined[agg]
+		if blocked {
+			qrec = &q.rec
+		}
+		plans = append(plans, pl.plan(agg, states[agg], valid[i:j], parked[agg], qrec, q.version, applied[agg]))
+		i = j
+	}
+	return plans, pl.conflicts, nil
+}
+
+type quarantineRef struct {
+	version int64
+	rec     record
 }

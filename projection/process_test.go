@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -31,7 +32,7 @@ import (
 // The multi-process tests re-execute the test binary, running only
 // TestHelperProcess, with these variables naming what the helper does.
 const (
-	envHelperMode   = "INORDER_HELPER_MODE" // "stream", "same", "crash" or "retry"
+	envHelperMode   = "INORDER_HELPER_MODE" // "stream", "same", "crash", "retry" or "contend"
 	envHelperURL    = "INORDER_HELPER_DB_URL"
 	envHelperSchema = "INORDER_HELPER_SCHEMA"
 	envHelperSeed   = "INORDER_HELPER_SEED"
@@ -269,8 +270,12 @@ func TestHelperProcess(t *testing.T) {
 	defer pool.Close()
 	require.NoError(t, pool.Ping(ctx))
 	cfg, p := &projection.Config{}, projection.Projection(ledger.New(nil))
-	if mode == "retry" {
+	deadlocks := &deadlockCounter{}
+	switch mode {
+	case "retry":
 		cfg, p = opConfig(), retryFixedLedger() // the parent's faulty ledger, fixed
+	case "contend":
+		cfg.Logger, cfg.RetryBackoff = slog.New(deadlocks), 5*time.Millisecond
 	}
 	cfg.Schema = os.Getenv(envHelperSchema)
 	proc, err := projection.New(pool, cfg, p)
@@ -286,6 +291,8 @@ func TestHelperProcess(t *testing.T) {
 		err = h.crash(ctx)
 	case "retry":
 		err = h.retry(ctx)
+	case "contend":
+		err = h.contend(ctx, deadlocks)
 	default:
 		err = fmt.Errorf("unknown helper mode %q", mode)
 	}

@@ -6,77 +6,69 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// logPage is the size of the pages of versions that a version row's applied
-// log covers: a write that takes an aggregate from one page into another
-// starts a new log, once spillLog moved the old one's entries to the applied
-// table (see migrations/sql/002_applied_in_versions.up.sql). A log holds at
-// most logPage entries plus those of one run.
-const logPage = 16
-
-// crossesPage reports whether a write that moves an aggregate from version
-// from to version to starts a new log (the rule of appendLog).
-func crossesPage(from, to int64) bool {
-	return to > from && (from-1)/logPage != (to-1)/logPage
-}
-
 // statements are the processor's SQL, with the schema's tables qualified.
 type statements struct {
 	pauseShared, pauseExclusive, pauseRelease string
 
-	insertVersions, readVersions, lockVersions, lockOne string
-	casVersions, setVersion, resetVersion               string
-	specVersions                                        string
-	loadApplied, insertApplied, spillLog                string
-	loadQuarantineRefs, loadQuarantine                  string
-	upsertQuarantine, deleteQuarantine                  string
-	upsertConflicts, upsertRejected                     string
-	operatorLog                                         string
+	readVersions, lockVersions, lockOne   string
+	casVersions, setVersion, resetVersion string
+	specVersions                          string
+	loadApplied, insertApplied            string
+	spillLog, trimLog, spillAll           string
+	loadQuarantineRefs, loadQuarantine    string
+	upsertQuarantine, deleteQuarantine    string
+	upsertConflicts, upsertRejected       string
+	operatorLog                           string
 }
 
 func newStatements(schema string) statements {
 	t := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	versions, applied, quarantine := t("versions"), t("applied"), t("quarantine")
 	// appendLog is the SET clause that appends EXCLUDED's log entries to a
-	// version row, or starts a new log with them if the write takes the row
-	// into a new page (crossesPage: Go and SQL both divide towards zero).
-	page := strconv.Itoa(logPage)
-	full := `((v.version - 1) / ` + page + ` <> (EXCLUDED.version - 1) / ` + page + ` AND EXCLUDED.log_hashes <> '')`
-	appendLog := `log_base = CASE WHEN ` + full + ` THEN v.version ELSE v.log_base END,
-    log_ids = CASE WHEN ` + full + ` THEN EXCLUDED.log_ids ELSE v.log_ids || EXCLUDED.log_ids END,
-    log_hashes = CASE WHEN ` + full + ` THEN EXCLUDED.log_hashes ELSE v.log_hashes || EXCLUDED.log_hashes END`
+	// version row's log.
+	appendLog := `log_ids = v.log_ids || EXCLUDED.log_ids, log_hashes = v.log_hashes || EXCLUDED.log_hashes`
 	// logIDs turns a run's ids, given as an array literal or NULL when
 	// every id is the default one, into the log_ids of n entries.
 	logIDs := func(ids, n string) string {
 		return `CASE WHEN ` + ids + ` IS NULL THEN array_fill(NULL::text, ARRAY[` + n + `]) ELSE ` + ids + `::text[] END`
 	}
+	// pageStart is the log_base a row keeps once its full pages moved to
+	// applied (appliedlog.go's pageStart: SQL and Go divide towards zero).
+	page := strconv.Itoa(logPage)
+	pageStart := `greatest((v.version - 1) / ` + page + ` * ` + page + `, 0)`
 	return statements{
 		pauseShared:    `SELECT pg_advisory_xact_lock_shared($1)`,
 		pauseExclusive: `SELECT pg_advisory_lock($1)`,
 		pauseRelease:   `SELECT pg_advisory_unlock($1)`,
 
-		insertVersions: `INSERT INTO ` + versions + ` (projection, aggregate)
-SELECT $1, unnest($2::text[]) ON CONFLICT DO NOTHING`,
 		// Version rows are probed one aggregate at a time: "aggregate =
 		// ANY($2)" on the key's second column makes Postgres 15 scan the
 		// projection's rows instead. OFFSET 0 keeps the probes from being
-		// flattened into a join; the locks are taken in array order, which
-		// the processor sorts.
+		// flattened into a join.
 		readVersions: `SELECT k.aggregate, v.version, v.parked, v.blocked, v.rev
 FROM unnest($2::text[]) AS k(aggregate)
 CROSS JOIN LATERAL (SELECT version, parked, blocked, rev FROM ` + versions + `
   WHERE projection = $1 AND aggregate = k.aggregate OFFSET 0) v`,
-		lockVersions: `SELECT k.aggregate, v.version, v.parked, v.blocked, v.rev
-FROM unnest($2::text[]) AS k(aggregate)
-CROSS JOIN LATERAL (SELECT version, parked, blocked, rev FROM ` + versions + `
-  WHERE projection = $1 AND aggregate = k.aggregate OFFSET 0 FOR UPDATE) v`,
+		// lockVersions creates the missing rows and locks every row, in one
+		// statement whose rows come in the order of $2, which the processor
+		// sorts: the global lock order (see txMode). An update that changes
+		// nothing is what locks an existing row here: a read FOR UPDATE and
+		// an insert of the missing rows would be two statements, taking
+		// their locks in two passes, out of order.
+		lockVersions: `INSERT INTO ` + versions + ` AS v (projection, aggregate)
+SELECT $1, k.aggregate FROM unnest($2::text[]) AS k(aggregate)
+ON CONFLICT (projection, aggregate) DO UPDATE SET rev = v.rev
+RETURNING v.aggregate, v.version, v.parked, v.blocked, v.rev`,
 		lockOne: `SELECT version, parked, blocked FROM ` + versions + `
 WHERE projection = $1 AND aggregate = $2 FOR UPDATE`,
 		// casVersions writes the new states of aggregates whose rev is still
 		// the one read (rev = new rev - 1); a missing row is inserted. Rows
 		// come sorted by aggregate, so concurrent writers lock in one order.
-		// It also appends the applied-log entries of the planned runs: $7
-		// holds each row's entry count, $8 its ids (see logIDs), $9 its
-		// hashes, 16 bytes each, concatenated.
+		// A row that does not match stays locked all the same (ON CONFLICT
+		// DO UPDATE locks the row before it checks WHERE). It also appends
+		// the applied-log entries of the planned runs: $7 holds each row's
+		// entry count, $8 its ids (see logIDs), $9 its hashes, 16 bytes
+		// each, concatenated.
 		casVersions: `INSERT INTO ` + versions + ` AS v (projection, aggregate, version, parked, blocked, rev, log_ids, log_hashes)
 SELECT $1, k.aggregate, k.version, k.parked, k.blocked, k.rev, ` + logIDs("k.ids", "k.n") + `, k.hashes
 FROM unnest($2::text[], $3::bigint[], $4::int[], $5::bool[], $6::bigint[], $7::int[], $8::text[], $9::bytea[])
@@ -101,7 +93,8 @@ WHERE v.rev = EXCLUDED.rev - 1`,
 		// statistics on a young table, joins that by scanning the table once
 		// per row.
 		// The runs' applied-log entries are appended as in casVersions ($5
-		// ids, $6 hashes; a run has version - expected entries).
+		// ids, $6 hashes; a run has version - expected entries). Rows come
+		// sorted by aggregate, as everywhere.
 		specVersions: `WITH w AS (INSERT INTO ` + versions + ` AS v (projection, aggregate, version, rev, log_ids, log_hashes)
 SELECT $1, k.aggregate, k.version, CASE WHEN k.expected = 0 THEN 1 ELSE -k.expected END,
   ` + logIDs("k.ids", "(k.version - k.expected)::int") + `, k.hashes
@@ -114,22 +107,53 @@ RETURNING v.rev)
 SELECT count(*) FILTER (WHERE rev > 0) FROM w`,
 		// setVersion overwrites the state of a row this transaction holds,
 		// dropping the last $6 entries of its log: those of a run that
-		// casVersions planned and the handler cut short. (One row per
-		// statement: it is for the rare careful batches, and an UPDATE
-		// joined with arrays risks a scan per row.)
+		// casVersions planned and a careful attempt cut short (before the
+		// log's full pages move out).
 		setVersion: `UPDATE ` + versions + `
 SET version = $3, parked = $4, blocked = $5, rev = rev + 1, updated_at = now(),
     log_ids = log_ids[1:cardinality(log_ids) - $6],
     log_hashes = substring(log_hashes FOR octet_length(log_hashes) - 16 * $6)
 WHERE projection = $1 AND aggregate = $2`,
 		// resetVersion writes an operator's decision about one held row; its
-		// log starts again, empty, at the new version (spillLog moved the
+		// log starts again, empty, at the new version (spillAll moved the
 		// old one's entries to applied, where the operator's own entries
 		// go).
 		resetVersion: `UPDATE ` + versions + `
 SET version = $3, parked = $4, blocked = $5, rev = rev + 1, updated_at = now(),
     log_base = $3, log_ids = '{}', log_hashes = ''
 WHERE projection = $1 AND aggregate = $2`,
+
+		// spillLog moves the entries of the full pages of the logs of the
+		// rows of $2 — rows the transaction holds, past the end of a page
+		// since their log began — into applied; trimLog then drops them from
+		// the rows. An entry already in applied is left alone.
+		spillLog: `INSERT INTO ` + applied + ` (projection, aggregate, version, event_id, hash)
+SELECT $1, k.aggregate, v.log_base + n,
+       coalesce(v.log_ids[n], k.aggregate || ':' || (v.log_base + n)),
+       substring(v.log_hashes FROM 16 * (n - 1) + 1 FOR 16)
+FROM unnest($2::text[]) AS k(aggregate)
+CROSS JOIN LATERAL (SELECT log_base, log_ids, log_hashes, ` + pageStart + ` AS keep FROM ` + versions + ` v
+  WHERE projection = $1 AND aggregate = k.aggregate OFFSET 0) v
+CROSS JOIN LATERAL generate_series(1, (v.keep - v.log_base)::int) AS n
+ON CONFLICT DO NOTHING`,
+		// trimLog: see spillLog. The rows are found one by one (OFFSET 0)
+		// and updated by ctid: an UPDATE joined with the array risks a scan
+		// per row.
+		trimLog: `UPDATE ` + versions + ` AS v
+SET log_base = ` + pageStart + `,
+    log_ids = v.log_ids[(` + pageStart + ` - v.log_base + 1)::int:],
+    log_hashes = substring(v.log_hashes FROM (16 * (` + pageStart + ` - v.log_base) + 1)::int)
+WHERE v.ctid = ANY(ARRAY(SELECT r.ctid FROM unnest($2::text[]) AS k(aggregate)
+  CROSS JOIN LATERAL (SELECT ctid FROM ` + versions + ` WHERE projection = $1 AND aggregate = k.aggregate OFFSET 0) r))
+  AND ` + pageStart + ` > v.log_base`,
+		// spillAll moves a held row's whole log into applied, before an
+		// operator's action starts a new one.
+		spillAll: `INSERT INTO ` + applied + ` (projection, aggregate, version, event_id, hash)
+SELECT $1, $2, v.log_base + n, coalesce(v.log_ids[n], $2 || ':' || (v.log_base + n)),
+       substring(v.log_hashes FROM 16 * (n - 1) + 1 FOR 16)
+FROM ` + versions + ` v, generate_series(1, cardinality(v.log_ids)) AS n
+WHERE v.projection = $1 AND v.aggregate = $2
+ON CONFLICT DO NOTHING`,
 
 		// loadApplied probes the applied log once per (aggregate, version):
 		// the version row's page, then the applied table; OFFSET 0 keeps the
@@ -144,22 +168,6 @@ CROSS JOIN LATERAL (
   UNION ALL
   (SELECT event_id, hash FROM ` + applied + `
    WHERE projection = $1 AND aggregate = k.aggregate AND version = k.version OFFSET 0)) a`,
-		// spillLog moves the log entries of version rows that are at the
-		// given versions into applied, before a write starts their new log.
-		// A row at another version spills nothing: the write that follows
-		// will not match it either, and the transaction rolls back. Entries
-		// already in applied are left alone: another transaction spilled the
-		// same page (same rows) and won the write, which this one's will
-		// now lose.
-		spillLog: `INSERT INTO ` + applied + ` (projection, aggregate, version, event_id, hash)
-SELECT $1, k.aggregate, v.log_base + n,
-       coalesce(v.log_ids[n], k.aggregate || ':' || (v.log_base + n)),
-       substring(v.log_hashes FROM 16 * (n - 1) + 1 FOR 16)
-FROM unnest($2::text[], $3::bigint[]) AS k(aggregate, version)
-CROSS JOIN LATERAL (SELECT log_base, log_ids, log_hashes FROM ` + versions + `
-  WHERE projection = $1 AND aggregate = k.aggregate AND version = k.version OFFSET 0) v
-CROSS JOIN LATERAL generate_series(1, cardinality(v.log_ids)) AS n
-ON CONFLICT DO NOTHING`,
 		insertApplied: `INSERT INTO ` + applied + ` (projection, aggregate, version, event_id, hash)
 SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::bytea[])`,
 

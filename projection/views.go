@@ -246,8 +246,9 @@ type ConflictEntry struct {
 	Version    int64  `json:"version"`
 	// ExistingState says what holds the version: "applied", "parked",
 	// "quarantined", "delivery" (an earlier delivery of the same batch) or
-	// "skipped" (declared missing by an operator, or older than the applied
-	// log; the existing id and hash are then empty).
+	// "skipped" (declared missing by an operator: no event holds it, and
+	// the existing id and hash are empty). A version an operator skipped
+	// is held by the skipped event, "applied".
 	ExistingState   string `json:"existing_state"`
 	ExistingEventID string `json:"existing_event_id"`
 	ExistingHash    []byte `json:"existing_hash"`

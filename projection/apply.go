@@ -1,0 +1,108 @@
+package projection
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder/inorder/aggregate"
+)
+
+// This file holds applying: calling a projection's handler with the runs
+// its plans apply, at once or, carefully, aggregate by aggregate and event
+// by event under savepoints.
+
+// apply runs projection r's handler over the plans' runs and queues the
+// gate's writes after the handler's statements, in one pipeline.
+func (a *attempt) apply(ctx context.Context, r *registered, plans []*aggPlan, conflicts []conflict) error {
+	ht := newTx(a.tx, r.name)
+	var events []aggregate.Event
+	for _, pl := range plans {
+		for _, c := range pl.run {
+			events = append(events, c.ev)
+		}
+	}
+	// The handler goes first, so a read it starts with is not held back by
+	// the gate's writes; those join the handler's queued statements.
+	if err := a.p.callHandler(ctx, ht, r, events); err != nil {
+		return &handlerFailure{projection: r.name, err: err}
+	}
+	a.queueWrites(ht.batch, r, plans, conflicts)
+	if err := ht.Flush(ctx); err != nil {
+		return &handlerFailure{projection: r.name, err: err}
+	}
+	return nil
+}
+
+// applyCarefully applies one aggregate's run under savepoints, cutting the
+// run at the first event the handler fails on.
+func (p *Processor) applyCarefully(ctx context.Context, tx pgx.Tx, r *registered, pl *aggPlan) error {
+	if len(pl.run) == 0 {
+		return nil
+	}
+	events := make([]aggregate.Event, len(pl.run))
+	for k, c := range pl.run {
+		events[k] = c.ev
+	}
+	herr, err := p.trySavepoint(ctx, tx, r, events)
+	if err != nil || herr == nil {
+		return err
+	}
+	for k := range events {
+		herr, err := p.trySavepoint(ctx, tx, r, events[k:k+1])
+		if err != nil {
+			return err
+		}
+		if herr != nil {
+			pl.cut, pl.err = k, herr
+			p.log.ErrorContext(ctx, "quarantining event", "projection", r.name, "aggregate", pl.agg, "version", events[k].Version, "error", herr)
+			return nil
+		}
+	}
+	return nil
+}
+
+// trySavepoint applies events under a savepoint. It returns the handler's
+// error (rolled back to the savepoint), or a fatal error for the whole
+// transaction (transient failures, cancellation).
+func (p *Processor) trySavepoint(ctx context.Context, tx pgx.Tx, r *registered, events []aggregate.Event) (handlerErr, err error) {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("savepoint: %w", err)
+	}
+	ht := newTx(sp, r.name)
+	herr := p.callHandler(ctx, ht, r, events)
+	if herr == nil {
+		herr = ht.Flush(ctx)
+	}
+	if herr == nil {
+		if err := sp.Commit(ctx); err != nil {
+			return nil, fmt.Errorf("release savepoint: %w", err)
+		}
+		return nil, nil
+	}
+	if ctx.Err() != nil || IsTransient(herr) || tx.Conn().IsClosed() {
+		return nil, herr
+	}
+	if err := sp.Rollback(ctx); err != nil {
+		return nil, fmt.Errorf("rollback to savepoint: %w", err)
+	}
+	return herr, nil
+}
+
+// callHandler calls r's handler with events, all of which it applies.
+func (p *Processor) callHandler(ctx context.Context, tx *Tx, r *registered, events []aggregate.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	if r.batch != nil {
+		return r.batch.ApplyBatch(ctx, tx, events)
+	}
+	for _, e := range events {
+		if err := r.event.Apply(ctx, tx, e); err != nil {
+			return &HandlerError{Projection: r.name, Aggregate: e.Aggregate, Version: e.Version, Err: err}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,196 @@
+package projection
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// This file holds one attempt at a batch: a transaction that takes the
+// version rows (versions.go), plans every projection (plan.go), applies the
+// plans (apply.go) and writes the gate's records (records.go), in the lock
+// order txMode documents.
+
+// attempt is one transaction at a batch.
+type attempt struct {
+	p    *Processor
+	tx   pgx.Tx
+	bt   *batch
+	mode txMode
+	// valid are the deliveries the attempt gates: the batch's valid ones,
+	// less those a careful attempt set aside as unstorable.
+	valid []delivery
+	// states holds, per projection, the version rows read, locked or
+	// assumed (speculation), by aggregate.
+	states []map[string]aggState
+	// rejected are rejections found by this attempt (unstorable
+	// deliveries), recorded with the batch's.
+	rejected []rejection
+	out      txResult
+}
+
+// run is the transaction's body.
+func (a *attempt) run(ctx context.Context) error {
+	p, bt := a.p, a.bt
+	a.valid = bt.valid
+	for _, d := range a.valid {
+		clear(bt.results[d.idx].Projections) // a failed attempt's outcomes
+		bt.results[d.idx].Err = nil
+	}
+	a.out.tally = make([]counts, len(p.projs))
+	a.states = make([]map[string]aggState, len(p.projs))
+	for i := range p.projs {
+		a.states[i] = make(map[string]aggState, len(bt.aggs))
+	}
+	if len(bt.aggs) > 0 {
+		if err := a.gate(ctx); err != nil {
+			return err
+		}
+	}
+	return a.finish(ctx)
+}
+
+// outcome returns the function that records the outcome of delivery idx for
+// projection r.
+func (a *attempt) outcome(r *registered) func(idx int, o Outcome) {
+	return func(idx int, o Outcome) {
+		a.bt.results[idx].Projections[r.index] = o
+		a.out.tally[r.index].n[o]++
+	}
+}
+
+// gate runs the batch's valid deliveries through every projection's gate.
+func (a *attempt) gate(ctx context.Context) error {
+	p := a.p
+	b := &pgx.Batch{}
+	// Plans made for one batch's arrays (often while the tables were still
+	// empty) must not be reused for the next: a cached generic plan turns
+	// index probes into scans as tables grow.
+	b.Queue(`SET LOCAL plan_cache_mode = force_custom_plan`)
+	if p.pauseLock {
+		for _, r := range p.projs {
+			b.Queue(p.sql.pauseShared, r.lockKey)
+		}
+	}
+	if a.mode.careful {
+		if err := a.tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("rebuild locks: %w", err)
+		}
+		return a.careful(ctx)
+	}
+	if err := a.takeVersions(ctx, b); err != nil {
+		return err
+	}
+	plans := make([][]*aggPlan, len(p.projs))
+	conflicts := make([][]conflict, len(p.projs))
+	for _, r := range p.projs {
+		var err error
+		if plans[r.index], conflicts[r.index], err = a.plan(ctx, r); err != nil {
+			return err
+		}
+	}
+	if err := a.writeVersions(ctx, plans); err != nil {
+		return err
+	}
+	for _, r := range p.projs {
+		if err := a.apply(ctx, r, plans[r.index], conflicts[r.index]); err != nil {
+			return err
+		}
+		out := a.outcome(r)
+		for _, pl := range plans[r.index] {
+			pl.settle(out)
+		}
+	}
+	return nil
+}
+
+// takeVersions sends b with the statements that take the version rows of
+// every projection in the attempt's mode — written by speculation, locked,
+// or read — and fills a.states.
+func (a *attempt) takeVersions(ctx context.Context, b *pgx.Batch) error {
+	p, bt := a.p, a.bt
+	if !a.mode.speculative {
+		a.queueReads(b, a.mode.locked)
+		if err := a.tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("read versions: %w", err)
+		}
+		if bt.runs != nil {
+			a.out.continues = continues(bt.runs, a.states)
+		}
+		return nil
+	}
+	b.Queue(`SAVEPOINT inorder_speculation`)
+	written := make([]int64, len(p.projs))
+	for _, r := range p.projs {
+		if err := a.queueSpeculation(b, r, &written[r.index]); err != nil {
+			return err
+		}
+	}
+	if err := a.tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("write versions: %w", err)
+	}
+	for _, n := range written {
+		if n != int64(len(bt.runs)) {
+			a.out.misspeculated = true
+		}
+	}
+	if !a.out.misspeculated {
+		p.speculated.Add(1)
+		a.out.continues = true
+		return nil
+	}
+	// Undo what was written and take the ordinary way.
+	p.misspeculated.Add(1)
+	a.mode.speculative = false
+	b = &pgx.Batch{}
+	b.Queue(`ROLLBACK TO SAVEPOINT inorder_speculation`)
+	b.Queue(`RELEASE SAVEPOINT inorder_speculation`)
+	for i := range a.states {
+		clear(a.states[i])
+	}
+	a.queueReads(b, a.mode.locked)
+	if err := a.tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("read versions: %w", err)
+	}
+	a.out.continues = continues(bt.runs, a.states)
+	return nil
+}
+
+// finish records the batch's rejections and the attempt's, the source's
+// checkpoint, and runs Batch.BeforeCommit: the last steps of the lock order.
+func (a *attempt) finish(ctx context.Context) error {
+	bt := a.bt
+	b := &pgx.Batch{}
+	rejected := bt.rejected
+	if len(a.rejected) > 0 {
+		rejected = dedupeRejections(append(append([]rejection(nil), bt.rejected...), a.rejected...))
+	}
+	if len(rejected) > 0 {
+		a.p.queueRejected(b, rejected)
+		var n int64 // deliveries found invalid before the gate
+		for _, r := range bt.rejected {
+			n += r.count
+		}
+		for i := range a.out.tally {
+			a.out.tally[i].n[Rejected] += n
+		}
+	}
+	if bt.Checkpoint != nil {
+		if err := a.p.queueCheckpoint(b, bt.Checkpoint); err != nil {
+			return err
+		}
+	}
+	if b.Len() > 0 {
+		if err := a.tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("record rejections and checkpoint: %w", err)
+		}
+	}
+	if bt.BeforeCommit == nil {
+		return nil
+	}
+	if err := bt.BeforeCommit(ctx, a.tx); err != nil {
+		return fmt.Errorf("before commit: %w", err)
+	}
+	return nil
+}

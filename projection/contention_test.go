@@ -1,0 +1,213 @@
+package projection_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/projection/projectiontest"
+)
+
+// The contention workload: a few aggregates with many versions, fully
+// shuffled with duplicates, delivered in small batches by many goroutines
+// in this process and in several OS processes at once — every batch
+// competes with every other for the same version rows. INORDER_CONTENTION
+// =full runs the size of the hardening issue (20 aggregates × 200
+// versions, 64 goroutines here and 3 processes × 16); the default is a
+// smaller run for CI.
+func contentionSize() (aggregates, versions, goroutines, procs, procGoroutines int) {
+	if os.Getenv("INORDER_CONTENTION") == "full" {
+		return 20, 200, 64, 3, 16
+	}
+	return 20, 40, 32, 3, 8
+}
+
+// contentionP99 is the bound on a Process call's p99 latency under the
+// contention workload: the hardening issue's 2 s, or more when the race
+// detector slows the client several times over.
+func contentionP99() time.Duration {
+	if v := os.Getenv("INORDER_CONTENTION_P99"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err == nil {
+			return d
+		}
+	}
+	if raceEnabled {
+		return 10 * time.Second
+	}
+	return 2 * time.Second
+}
+
+// contentionDeliveries returns the workload's events and the batches one
+// deliverer (this process, or helper process w) sends: the whole stream,
+// shuffled, a quarter of it again, in batches of 1…20.
+func contentionDeliveries(seed uint64, worker int) (events []aggregate.Event, work [][]aggregate.Event) {
+	aggregates, versions, _, _, _ := contentionSize()
+	events, deliveries := streamDeliveries(seed, aggregates, versions)
+	rng := rand.New(rand.NewPCG(seed, uint64(worker)+7))
+	rng.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
+	return events, batches(rng, deliveries, 20)
+}
+
+// deadlockCounter is a slog handler that counts the processor's retries of
+// deadlocks (SQLSTATE 40P01), which the lock order must make impossible.
+type deadlockCounter struct{ n atomic.Int64 }
+
+func (h *deadlockCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h *deadlockCounter) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if err, ok := a.Value.Any().(error); ok {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "40P01" {
+				h.n.Add(1)
+			}
+		}
+		return true
+	})
+	return nil
+}
+func (h *deadlockCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *deadlockCounter) WithGroup(string) slog.Handler      { return h }
+
+// contentionReport is what a deliverer measured.
+type contentionReport struct {
+	Latencies []time.Duration // of every Process call
+	Deadlocks int64           // deadlock retries the processor logged
+	Errors    []string
+}
+
+// contend delivers work from goroutines and measures every Process call.
+func contend(ctx context.Context, proc *projection.Processor, work [][]aggregate.Event, goroutines int, deadlocks *deadlockCounter) contentionReport {
+	var mu sync.Mutex
+	var rep contentionReport
+	err := projectiontest.Deliver(ctx, work, goroutines, func(ctx context.Context, b []aggregate.Event) error {
+		began := time.Now()
+		_, err := proc.Process(ctx, projection.Batch{Events: b})
+		took := time.Since(began)
+		mu.Lock()
+		defer mu.Unlock()
+		rep.Latencies = append(rep.Latencies, took)
+		if err != nil {
+			rep.Errors = append(rep.Errors, err.Error())
+		}
+		return nil
+	})
+	if err != nil {
+		rep.Errors = append(rep.Errors, err.Error())
+	}
+	rep.Deadlocks = deadlocks.n.Load()
+	return rep
+}
+
+// TestContention delivers the contention workload from goroutines here and
+// in helper processes at once: no Process call fails, the processors never
+// meet a deadlock (nor does PostgreSQL count one), the p99 latency of a
+// Process call stays bounded, and the read model is the fold.
+func TestContention(t *testing.T) {
+	t.Parallel()
+	const seed = 21
+	aggregates, versions, goroutines, procs, procGoroutines := contentionSize()
+	deadlocks := &deadlockCounter{}
+	b := setup(t, &projection.Config{Logger: slog.New(deadlocks), RetryBackoff: 5 * time.Millisecond})
+	ctx := t.Context()
+	before := pgDeadlocks(t, b)
+
+	helpers := make([]*helperProc, procs)
+	for w := range helpers {
+		helpers[w] = startHelper(t, "contend", b.db, seed, w)
+	}
+	for _, h := range helpers {
+		h.expect(t, "READY")
+	}
+	events, work := contentionDeliveries(seed, procs)
+	began := time.Now()
+	for _, h := range helpers {
+		h.send(t, "GO")
+	}
+	reps := []contentionReport{contend(ctx, b.proc, work, goroutines, deadlocks)}
+	for _, h := range helpers {
+		var rep contentionReport
+		require.NoError(t, json.Unmarshal([]byte(h.expect(t, "REPORT")), &rep))
+		reps = append(reps, rep)
+		h.requireExit(t)
+	}
+	elapsed := time.Since(began)
+
+	var all []time.Duration
+	var errs []string
+	var seen int64
+	for _, r := range reps {
+		all = append(all, r.Latencies...)
+		errs = append(errs, r.Errors...)
+		seen += r.Deadlocks
+	}
+	slices.Sort(all)
+	pct := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
+	t.Logf("%d aggregates × %d versions; %d goroutines here and %d processes × %d; %d Process calls in %v: p50 %v, p99 %v, max %v",
+		aggregates, versions, goroutines, procs, procGoroutines, len(all), elapsed.Round(time.Millisecond),
+		pct(0.5).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), all[len(all)-1].Round(time.Millisecond))
+
+	require.Empty(t, errs, "Process calls that failed")
+	require.Zero(t, seen, "deadlocks the processors retried")
+	b.requireFold(t, events)
+	projectiontest.RequireSettled(t, b.proc, events)
+	require.Zero(t, pgDeadlocks(t, b)-before, "deadlocks PostgreSQL counted in the test database")
+	require.Less(t, pct(0.99), contentionP99(), "p99 latency of Process")
+}
+
+// pgDeadlocks returns the deadlocks PostgreSQL counted in the test database.
+// Statistics reach pg_stat_database when a session ends or pauses, so the
+// count is read after the workload's sessions ended and flushed them.
+func pgDeadlocks(t *testing.T, b *bundle) int64 {
+	t.Helper()
+	ctx := t.Context()
+	b.db.Pool.Reset() // end the pool's sessions: they flush their statistics
+	var n int64
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		_, err := b.db.Pool.Exec(ctx, `SELECT pg_stat_clear_snapshot()`)
+		require.NoError(t, err)
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&n))
+		if time.Now().After(deadline) {
+			return n
+		}
+		// A session that deadlocked flushes its count within a second.
+		time.Sleep(1100 * time.Millisecond)
+		var again int64
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&again))
+		if again == n {
+			return n
+		}
+	}
+}
+
+// contendHelper is the helper processes' side of TestContention.
+func (h *helper) contend(ctx context.Context, deadlocks *deadlockCounter) error {
+	_, procGoroutines := contentionGoroutines()
+	_, work := contentionDeliveries(h.seed, h.worker)
+	h.say("READY", "")
+	if err := h.await("GO"); err != nil {
+		return err
+	}
+	rep := contend(ctx, h.proc, work, procGoroutines, deadlocks)
+	h.say("REPORT", rep)
+	return nil
+}
+
+func contentionGoroutines() (here, perProc int) {
+	_, _, here, _, perProc = contentionSize()
+	return here, perProc
+}

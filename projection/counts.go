@@ -1,0 +1,55 @@
+package projection
+
+import "sync/atomic"
+
+// This file holds the processor's outcome counts.
+
+// counts tallies one transaction's outcomes for one projection.
+type counts struct {
+	n       [len(outcomeNames)]int64
+	drained int64
+}
+
+// counters are a projection's cumulative outcome counts.
+type counters struct {
+	n       [len(outcomeNames)]atomic.Int64
+	drained atomic.Int64
+	batches atomic.Int64
+}
+
+func (c *counters) add(t counts) {
+	for i, v := range t.n {
+		if v != 0 {
+			c.n[i].Add(v)
+		}
+	}
+	c.drained.Add(t.drained)
+	c.batches.Add(1)
+}
+
+// Counts are a projection's cumulative counts since the processor started.
+type Counts struct {
+	// Deliveries counts deliveries by outcome.
+	Deliveries map[Outcome]int64
+	// Drained counts parked events applied once their predecessors arrived.
+	Drained int64
+	// Batches counts committed transactions.
+	Batches int64
+}
+
+// Applied returns every event applied: deliveries applied directly plus
+// parked events drained.
+func (c Counts) Applied() int64 { return c.Deliveries[Applied] + c.Drained }
+
+// Counts returns the cumulative counts of every projection, by name.
+func (p *Processor) Counts() map[string]Counts {
+	out := make(map[string]Counts, len(p.projs))
+	for _, r := range p.projs {
+		c := Counts{Deliveries: map[Outcome]int64{}, Drained: r.stats.drained.Load(), Batches: r.stats.batches.Load()}
+		for _, o := range Outcomes {
+			c.Deliveries[o] = r.stats.n[o].Load()
+		}
+		out[r.name] = c
+	}
+	return out
+}

@@ -1,0 +1,115 @@
+package projection
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// This file holds the ladder of attempt modes and the errors that move a
+// batch up it.
+
+// txMode is how one attempt at a batch treats the version rows.
+//
+// Every mode takes its locks in one global order, so that no two
+// transactions of any modes, processes or operator actions can deadlock on
+// inorder's rows:
+//
+//  1. the projections' rebuild locks (shared advisory locks), in projection
+//     name order;
+//  2. the version rows, per projection in name order, each projection's
+//     rows in aggregate byte order — written (speculation, compare-and-set)
+//     or locked (locked and careful modes) by one statement per projection,
+//     which the unnest arrays feed in that order;
+//  3. per projection in name order: the projection's own writes (its
+//     handler), then the gate's rows of the aggregates whose version rows
+//     the transaction holds (parked, applied, quarantine: no transaction
+//     touches them without holding the version row first), then the
+//     projection's conflicts (one statement, sorted);
+//  4. the rejected deliveries (one statement, sorted by fingerprint), the
+//     source's checkpoint and Batch.BeforeCommit.
+//
+// An operator action locks one version row first (step 2) and then the
+// rest, as a batch does. A projection's handler must keep its own writes to
+// rows that several aggregates share in a fixed order (the ledger upserts
+// its balances sorted by account); careful mode calls the handler one
+// aggregate at a time, which an order across aggregates cannot survive, but
+// careful mode is the rare path of failing handlers.
+type txMode struct {
+	// careful locks, writes and applies aggregate by aggregate under
+	// savepoints: a handler error quarantines the failing event, a write
+	// the database refuses sets the aggregate's deliveries aside as
+	// rejected (UnstorableError), and the rest of the batch commits.
+	careful bool
+	// locked creates and locks the version rows up front instead of
+	// reading them optimistically.
+	locked bool
+	// speculative writes the version rows as if every run of the batch
+	// (batch.runs) continued its aggregate, without reading them, under a
+	// savepoint; if one does not, the attempt rolls back to the savepoint
+	// and reads them.
+	speculative bool
+}
+
+// mode returns the mode of the next attempt at bt.
+func (p *Processor) mode(bt *batch, handlerFailures int, contended, refused bool) txMode {
+	careful := refused || handlerFailures >= p.cfg.MaxAttempts-1
+	locked := careful || contended || p.lockFirst.Load() > 0
+	return txMode{
+		careful:     careful,
+		locked:      locked,
+		speculative: !locked && bt.runs != nil && !p.noSpeculation.Load(),
+	}
+}
+
+// txResult is what a committed attempt reports.
+type txResult struct {
+	tally []counts // per projection
+	// continues is true when every aggregate of the batch was, in every
+	// projection, at the version before its run, with nothing parked or
+	// quarantined: a batch that speculation would have got right.
+	continues bool
+	// misspeculated is true when the attempt speculated and had to read.
+	misspeculated bool
+}
+
+// errContended reports that a version row changed between the optimistic
+// read and the compare-and-set.
+var errContended = errors.New("projection: version row changed concurrently")
+
+// handlerFailure marks an error of a projection's handler (or of the
+// pipeline that carried its statements), as opposed to the gate's own.
+type handlerFailure struct {
+	projection string
+	err        error
+}
+
+func (h *handlerFailure) Error() string {
+	return fmt.Sprintf("projection %s: handler: %v", h.projection, h.err)
+}
+func (h *handlerFailure) Unwrap() error { return h.err }
+
+// connLost marks the error of an attempt whose connection closed under it:
+// transient, whatever the error itself says.
+type connLost struct{ err error }
+
+func (c *connLost) Error() string { return "connection lost: " + c.err.Error() }
+func (c *connLost) Unwrap() error { return c.err }
+
+// isRefusal reports whether err is the database refusing a statement for a
+// reason of the data it was given (a value it cannot store, a key too long
+// for an index), as opposed to a transient failure or a bug: careful mode
+// then sets the deliveries that cause it aside.
+func isRefusal(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || IsTransient(err) {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "22", // data exception: invalid byte sequence, value too long, …
+		"54": // program limit exceeded: index row size, …
+		return true
+	}
+	return false
+}

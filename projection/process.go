@@ -1,0 +1,290 @@
+package projection
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/internal/retry"
+)
+
+// This file holds Process: a batch's preparation and the policy that runs
+// its attempts (attempt.go) until one commits.
+
+// Batch is one transaction's worth of deliveries.
+type Batch struct {
+	// Events are the deliveries, in any order, duplicates allowed.
+	Events []aggregate.Event
+
+	// Source names where the events came from; it is recorded with rejected
+	// events.
+	Source string
+
+	// Rejects are deliveries the source already found invalid (content that
+	// is not JSON, say), each with its error. They are recorded in the
+	// rejected table in the batch's transaction, like invalid Events.
+	Rejects []Reject
+
+	// Checkpoint, if set, is the source position this batch takes its
+	// source to: it is stored (see Processor.SaveCheckpoint) in the batch's
+	// transaction, so the checkpoint and the work it covers commit or roll
+	// back together. Name and Position are used.
+	Checkpoint *Checkpoint
+
+	// BeforeCommit, if set, runs in the batch's transaction after the
+	// projections' writes and the checkpoint, before the commit. It may run
+	// more than once if the transaction is retried.
+	BeforeCommit func(ctx context.Context, tx pgx.Tx) error
+}
+
+// Reject is a delivery a source could not turn into a valid event. Err
+// should be an *aggregate.ValidationError, so its reason code is kept.
+type Reject struct {
+	Event aggregate.Event
+	Err   error
+}
+
+// BatchInfo describes one Process call, for Config.OnBatch.
+type BatchInfo struct {
+	// Source is the batch's Batch.Source ("rebuild:<projection>" for the
+	// batches of a rebuild).
+	Source string
+	// Projections names the projections the batch went through.
+	Projections []string
+	// Events is len(Batch.Events).
+	Events int
+	// Outcomes counts the deliveries by Result.Outcome (empty when the batch
+	// failed).
+	Outcomes map[Outcome]int
+	// Duration is the wall time of the call, retries and backoff included.
+	Duration time.Duration
+	// Attempts counts the transactions tried (1 when the first committed).
+	Attempts int
+	// Err is the error Process returned; nil when the batch committed.
+	Err error
+}
+
+// Process runs one batch through the gate of every projection in a single
+// transaction and returns the outcome of each delivery, index-aligned with
+// b.Events. When it returns a nil error, every outcome is committed and the
+// deliveries may be acknowledged; when it returns an error, the deliveries
+// must not be acknowledged: let the source redeliver them, or retry.
+//
+// If the connection is lost during the commit itself, Process cannot know
+// whether the batch committed; it retries, and a batch that had committed
+// then comes back as duplicates — the redelivery every source makes anyway.
+// That is why an error is always safe to retry.
+//
+// Transient failures — serialization failures, lost connections, a server
+// shutting down, restarting or refusing connections — are retried with
+// backoff for up to Config.MaxRetryTime. A handler error is retried
+// (Config.MaxAttempts) and, if it persists, the failing event is
+// quarantined and the rest of the batch commits. A delivery the database
+// refuses to store (an *UnstorableError) is recorded as rejected and the
+// rest of the batch commits.
+func (p *Processor) Process(ctx context.Context, b Batch) (_ []Result, err error) {
+	bt := p.prepare(b)
+	if p.cfg.OnBatch != nil {
+		start := time.Now()
+		defer func() {
+			info := BatchInfo{Source: b.Source, Projections: p.Projections(), Events: len(b.Events),
+				Duration: time.Since(start), Attempts: bt.attempts, Err: err}
+			if err == nil {
+				info.Outcomes = map[Outcome]int{}
+				for _, r := range bt.results {
+					info.Outcomes[r.Outcome]++
+				}
+			}
+			p.cfg.OnBatch(info)
+		}()
+	}
+	if err := p.run(ctx, bt); err != nil {
+		return nil, err
+	}
+	return bt.results, nil
+}
+
+// batch is a batch prepared for its attempts: validated, sorted, with the
+// rejections to record.
+type batch struct {
+	Batch
+	// valid holds the valid deliveries sorted by aggregate (byte order, as
+	// PostgreSQL's COLLATE "C"), version and batch position: a deterministic
+	// lock order, and contiguous runs.
+	valid    []delivery
+	aggs     []string // the distinct aggregates of valid, in order
+	runs     []run    // contiguousRuns(valid)
+	rejected []rejection
+	results  []Result
+	attempts int
+}
+
+// prepare validates and sorts b's deliveries.
+func (p *Processor) prepare(b Batch) *batch {
+	n := len(b.Events)
+	bt := &batch{Batch: b, results: make([]Result, n), valid: make([]delivery, 0, n)}
+	backing := make([]Outcome, n*len(p.projs))
+	for i, e := range b.Events {
+		bt.results[i].Projections = backing[i*len(p.projs) : (i+1)*len(p.projs)]
+		if err := e.Validate(&p.cfg.Limits); err != nil {
+			bt.reject(i, err)
+			bt.rejected = append(bt.rejected, newRejection(b.Source, e, err))
+			continue
+		}
+		bt.valid = append(bt.valid, delivery{idx: i, ev: e, id: e.StableID(), hash: e.Hash()})
+	}
+	for _, r := range b.Rejects {
+		bt.rejected = append(bt.rejected, newRejection(b.Source, r.Event, r.Err))
+	}
+	slices.SortFunc(bt.valid, func(a, b delivery) int {
+		return cmp.Or(strings.Compare(a.ev.Aggregate, b.ev.Aggregate), cmp.Compare(a.ev.Version, b.ev.Version), cmp.Compare(a.idx, b.idx))
+	})
+	bt.rejected = dedupeRejections(bt.rejected)
+	bt.aggs = distinctAggregates(bt.valid)
+	bt.runs = contiguousRuns(bt.valid)
+	return bt
+}
+
+// reject marks delivery i rejected in every projection, with err.
+func (bt *batch) reject(i int, err error) {
+	bt.results[i].Err = err
+	for k := range bt.results[i].Projections {
+		bt.results[i].Projections[k] = Rejected
+	}
+}
+
+// run tries bt until an attempt commits, the retry budget is spent or a
+// failure cannot be retried.
+//
+// The first attempt is optimistic (mode.go has the ladder): it writes the
+// version rows without reading them when every aggregate's run seems to
+// continue where it stands (speculation), else reads them and writes them
+// back with a compare-and-set. If another transaction changed one in
+// between, the batch is retried with the rows locked up front, which always
+// succeeds. A handler that keeps failing, or a database that refuses a
+// write, makes the last attempt careful: aggregate by aggregate, under
+// savepoints, isolating what fails.
+func (p *Processor) run(ctx context.Context, bt *batch) error {
+	var (
+		handlerFailures int  // attempts a handler failed
+		contended       bool // a compare-and-set found a row changed
+		refused         bool // the database refused a write outside a handler
+		backoff         = p.policy.Start()
+		transient       int
+	)
+	for {
+		bt.attempts++
+		m := p.mode(bt, handlerFailures, contended, refused)
+		var out txResult
+		err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+			a := &attempt{p: p, tx: tx, bt: bt, mode: m}
+			err := a.run(ctx)
+			if err != nil && tx.Conn().IsClosed() {
+				// The connection went away: whatever the error says (a
+				// handler decoding data may fail with io.ErrUnexpectedEOF
+				// too), the attempt did not fail for a reason of its own.
+				err = &connLost{err}
+			}
+			out = a.out
+			return err
+		})
+		if err == nil {
+			p.committed(m, out, contended)
+			bt.summarize()
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("projection: process batch: %w", errors.Join(ctx.Err(), err))
+		}
+		var hf *handlerFailure
+		switch {
+		case errors.Is(err, errContended) && !m.locked:
+			// Writers are competing for the same aggregates: lock up front
+			// for a while rather than redo batches.
+			contended = true
+			p.lockFirst.Store(lockFirstBatches)
+			continue
+		case IsTransient(err):
+			transient++
+			ok, werr := backoff.Wait(ctx)
+			if werr != nil {
+				return fmt.Errorf("projection: process batch: %w", errors.Join(werr, err))
+			}
+			if !ok {
+				return fmt.Errorf("projection: process batch: gave up after %d retries of transient failures over %v: %w",
+					transient-1, backoff.Elapsed().Round(time.Millisecond), err)
+			}
+			p.log.WarnContext(ctx, "transient failure, retrying batch", "error", err, "retry", transient)
+			continue
+		case errors.As(err, &hf) && !m.careful:
+			handlerFailures++
+			p.log.WarnContext(ctx, "handler failed, retrying batch", "projection", hf.projection, "error", hf.err, "attempt", handlerFailures)
+		case isRefusal(err) && !m.careful:
+			// A write the database refuses (a value it cannot store) fails
+			// every attempt alike: go careful at once, so that only what
+			// causes it is set aside.
+			refused = true
+			p.log.WarnContext(ctx, "database refused a write, isolating it", "error", err)
+			continue
+		default:
+			return fmt.Errorf("projection: process batch: %w", err)
+		}
+		if err := p.sleep(ctx, handlerFailures); err != nil {
+			return fmt.Errorf("projection: process batch: %w", err)
+		}
+	}
+}
+
+// sleep waits before the next attempt after n handler failures.
+func (p *Processor) sleep(ctx context.Context, n int) error {
+	return retry.Sleep(ctx, p.policy.Delay(n))
+}
+
+// committed updates the processor's adaptive state and counters after an
+// attempt in mode m committed with out.
+func (p *Processor) committed(m txMode, out txResult, contended bool) {
+	if m.locked && !m.careful && !contended {
+		if n := p.lockFirst.Load(); n > 0 {
+			p.lockFirst.CompareAndSwap(n, n-1)
+		}
+	}
+	switch {
+	case out.misspeculated:
+		p.noSpeculation.Store(true)
+	case out.continues:
+		p.noSpeculation.Store(false)
+	}
+	for i, r := range p.projs {
+		r.stats.add(out.tally[i])
+	}
+}
+
+// summarize sets each result's Outcome from its projections' outcomes.
+func (bt *batch) summarize() {
+	for i := range bt.results {
+		o := Outcome(0)
+		for _, po := range bt.results[i].Projections {
+			if po.severity() > o.severity() {
+				o = po
+			}
+		}
+		bt.results[i].Outcome = o
+	}
+}
+
+func distinctAggregates(valid []delivery) []string {
+	var aggs []string
+	for i, d := range valid {
+		if i == 0 || d.ev.Aggregate != valid[i-1].ev.Aggregate {
+			aggs = append(aggs, d.ev.Aggregate)
+		}
+	}
+	return aggs
+}

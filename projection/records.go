@@ -1,0 +1,206 @@
+package projection
+
+import (
+	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder/inorder/aggregate"
+)
+
+// This file holds the gate's records: what a transaction writes besides the
+// version rows once it has applied its plans — parked events, drained and
+// quarantined ones, corrections of runs cut short, the applied log's full
+// pages, conflicts — and the rejected deliveries.
+
+// gateWrites are the gate's writes of one projection's plans.
+type gateWrites struct {
+	r         *registered
+	plans     []*aggPlan
+	conflicts []conflict
+	// tally receives the drained and quarantined counts.
+	tally *counts
+	// logInRow tells that the version writes appended the runs' applied-log
+	// entries to the version rows (batches); else they go to the applied
+	// table (operator actions, whose log starts anew).
+	logInRow bool
+}
+
+// queueWrites queues the gate's writes of projection r's plans, for a batch.
+func (a *attempt) queueWrites(b *pgx.Batch, r *registered, plans []*aggPlan, conflicts []conflict) {
+	a.p.queueWrites(b, gateWrites{r: r, plans: plans, conflicts: conflicts, tally: &a.out.tally[r.index], logInRow: true})
+}
+
+// queueWrites queues w: parked inserts and deletes, quarantines, the version
+// rows of runs the handler cut short, the applied-log entries (in the
+// applied table unless w.logInRow; else the full pages of the rows' logs
+// move there), and the conflicts. Every row but the conflicts belongs to an
+// aggregate whose version row the transaction holds.
+func (p *Processor) queueWrites(b *pgx.Batch, w gateWrites) {
+	name, tally := w.r.name, w.tally
+	var park []aggregate.Event
+	var parkHashes [][]byte
+	var delAggs, logAggs, logIDs, spill []string
+	var delVers, logVers []int64
+	var logHashes [][]byte
+	for _, pl := range w.plans {
+		for _, c := range pl.park {
+			park = append(park, c.ev)
+			parkHashes = append(parkHashes, c.hash)
+		}
+		for k, c := range pl.run {
+			switch {
+			case k < pl.cut:
+				if !w.logInRow {
+					logAggs, logVers, logIDs, logHashes = append(logAggs, pl.agg), append(logVers, c.ev.Version), append(logIDs, c.id), append(logHashes, c.hash)
+				}
+				if c.origin == fromParked {
+					tally.drained++
+				}
+				switch c.origin {
+				case fromParked:
+					delAggs, delVers = append(delAggs, pl.agg), append(delVers, c.ev.Version)
+				case fromQuarantine:
+					b.Queue(p.sql.deleteQuarantine, name, pl.agg)
+				}
+			case k == pl.cut:
+				if c.origin == fromParked {
+					delAggs, delVers = append(delAggs, pl.agg), append(delVers, c.ev.Version)
+				}
+				msg, _ := escapeText(pl.err.Error()) // a handler's error may echo any bytes
+				b.Queue(p.sql.upsertQuarantine, name, pl.agg, c.ev.Version, c.id, c.hash, c.ev.Type, c.ev.Data, c.ev.Metadata,
+					msg, cmp.Or(pl.attempts, p.cfg.MaxAttempts))
+				if c.origin != fromBatch {
+					tally.n[Quarantined]++
+				}
+			default:
+				if c.origin == fromBatch {
+					park = append(park, c.ev)
+					parkHashes = append(parkHashes, c.hash)
+				}
+			}
+		}
+		after := pl.after()
+		// The version write wrote the planned state; a careful run that cut
+		// the plan short corrects it.
+		if after != pl.written && after != pl.before {
+			trim := pl.written.version - after.version // log entries of the run's cut part
+			b.Queue(p.sql.setVersion, name, pl.agg, after.version, after.parked, after.blocked, trim)
+		}
+		if w.logInRow && crossesPage(pl.before.version, after.version) {
+			spill = append(spill, pl.agg)
+		}
+	}
+	if len(park) > 0 {
+		p.buf.QueuePark(b, name, park, parkHashes)
+	}
+	if len(delAggs) > 0 {
+		p.buf.QueueDelete(b, name, delAggs, delVers)
+	}
+	if len(logAggs) > 0 {
+		b.Queue(p.sql.insertApplied, name, logAggs, logVers, logIDs, logHashes)
+	}
+	p.queueSpill(b, name, spill)
+	if len(w.conflicts) > 0 {
+		p.queueConflicts(b, name, w.conflicts)
+	}
+}
+
+// queueConflicts upserts the conflicts of a projection, in key order: the
+// lock order of the conflicts table.
+func (p *Processor) queueConflicts(b *pgx.Batch, projection string, cs []conflict) {
+	cs = slices.SortedFunc(slices.Values(cs), func(x, y conflict) int {
+		return cmp.Or(strings.Compare(x.agg, y.agg), cmp.Compare(x.version, y.version),
+			strings.Compare(x.incoming.id, y.incoming.id), bytes.Compare(x.incoming.hash, y.incoming.hash))
+	})
+	n := len(cs)
+	aggs, states, eids, iids, types := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	vers, counts := make([]int64, n), make([]int64, n)
+	ehash, ihash, data, meta := make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n)
+	for i, c := range cs {
+		aggs[i], vers[i], states[i], eids[i], ehash[i] = c.agg, c.version, c.existing.state, c.existing.id, c.existing.hash
+		if ehash[i] == nil {
+			ehash[i] = []byte{}
+		}
+		iids[i], ihash[i], types[i], data[i], meta[i], counts[i] = c.incoming.id, c.incoming.hash, c.incoming.ev.Type, c.incoming.ev.Data, c.incoming.ev.Metadata, c.count
+	}
+	b.Queue(p.sql.upsertConflicts, projection, aggs, vers, states, eids, ehash, iids, ihash, types, data, meta, counts)
+}
+
+// rejection is an invalid delivery to record.
+type rejection struct {
+	fingerprint []byte
+	source      string
+	ev          aggregate.Event
+	reason      string
+	err         string
+	count       int64
+}
+
+// ReasonUnstorable is the reason code of rejected deliveries the database
+// refused to store (see UnstorableError).
+const ReasonUnstorable = "unstorable"
+
+func newRejection(source string, e aggregate.Event, err error) rejection {
+	h := sha256.New()
+	for _, s := range []string{source, e.ID, e.Aggregate, fmt.Sprint(e.Version), e.Type, string(e.Data), string(e.Metadata), err.Error()} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	reason := aggregate.Reason(err)
+	var uerr *UnstorableError
+	if errors.As(err, &uerr) {
+		reason = ReasonUnstorable
+	}
+	return rejection{fingerprint: h.Sum(nil), source: source, ev: e, reason: reason, err: err.Error(), count: 1}
+}
+
+func dedupeRejections(rs []rejection) []rejection {
+	seen := map[string]int{}
+	out := rs[:0]
+	for _, r := range rs {
+		if i, ok := seen[string(r.fingerprint)]; ok {
+			out[i].count += r.count
+			continue
+		}
+		seen[string(r.fingerprint)] = len(out)
+		out = append(out, r)
+	}
+	return out
+}
+
+// queueRejected records rejections, in fingerprint order: the lock order of
+// the rejected table. Whatever a delivery holds, the insert must succeed:
+// text that PostgreSQL cannot store (NUL bytes, invalid UTF-8) goes in
+// escaped, with its exact bytes in the raw columns.
+func (p *Processor) queueRejected(b *pgx.Batch, rs []rejection) {
+	rs = slices.SortedFunc(slices.Values(rs), func(x, y rejection) int { return bytes.Compare(x.fingerprint, y.fingerprint) })
+	n := len(rs)
+	fps, data, meta := make([][]byte, n), make([][]byte, n), make([][]byte, n)
+	srcs, ids, aggs, types, reasons, errs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	rawIDs, rawAggs, rawTypes := make([][]byte, n), make([][]byte, n), make([][]byte, n)
+	vers, counts := make([]int64, n), make([]int64, n)
+	text := func(s string, raw *[]byte) string {
+		e, ok := escapeText(s)
+		if !ok {
+			*raw = []byte(s)
+		}
+		return e
+	}
+	for i, r := range rs {
+		fps[i], vers[i], data[i], meta[i], counts[i] = r.fingerprint, r.ev.Version, r.ev.Data, r.ev.Metadata, r.count
+		ids[i] = text(r.ev.ID, &rawIDs[i])
+		aggs[i] = text(r.ev.Aggregate, &rawAggs[i])
+		types[i] = text(r.ev.Type, &rawTypes[i])
+		srcs[i], _ = escapeText(r.source)
+		reasons[i], _ = escapeText(r.reason)
+		errs[i], _ = escapeText(r.err)
+	}
+	b.Queue(p.sql.upsertRejected, fps, srcs, ids, aggs, vers, types, data, meta, reasons, errs, counts, rawIDs, rawAggs, rawTypes)
+}

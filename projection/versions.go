@@ -1,0 +1,210 @@
+package projection
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// This file holds the version rows: reading or locking them, writing them
+// with a compare-and-set, and speculation, which writes them without
+// reading them first.
+
+// aggState is an aggregate's version row.
+type aggState struct {
+	version int64
+	parked  int32
+	blocked bool
+	rev     int64
+}
+
+// queueReads queues the reads of the version rows of the batch's
+// aggregates, for every projection, into a.states; locked, it creates the
+// missing rows and locks them all, in aggregate order, with one statement
+// per projection.
+func (a *attempt) queueReads(b *pgx.Batch, locked bool) {
+	for _, r := range a.p.projs {
+		read := a.p.sql.readVersions
+		if locked {
+			read = a.p.sql.lockVersions
+		}
+		into := a.states[r.index]
+		b.Queue(read, r.name, a.bt.aggs).Query(func(rows pgx.Rows) error {
+			return scanStates(rows, into)
+		})
+	}
+}
+
+// scanStates reads rows of (aggregate, version, parked, blocked, rev) into
+// states.
+func scanStates(rows pgx.Rows, into map[string]aggState) error {
+	var agg string
+	var st aggState
+	for rows.Next() {
+		if err := rows.Scan(&agg, &st.version, &st.parked, &st.blocked, &st.rev); err != nil {
+			return err
+		}
+		into[agg] = st
+	}
+	return rows.Err()
+}
+
+// run is the versions of one aggregate in a batch: first to last, every one
+// in between present; valid[lo:hi] are its deliveries.
+type run struct {
+	agg         string
+	first, last int64
+	lo, hi      int
+}
+
+// contiguousRuns returns the batch's runs, one per aggregate, or nil if an
+// aggregate's versions in the batch have a gap. valid is sorted by aggregate
+// and version.
+func contiguousRuns(valid []delivery) []run {
+	var runs []run
+	for i, d := range valid {
+		switch {
+		case i == 0 || d.ev.Aggregate != valid[i-1].ev.Aggregate:
+			runs = append(runs, run{agg: d.ev.Aggregate, first: d.ev.Version, last: d.ev.Version, lo: i})
+		case d.ev.Version == runs[len(runs)-1].last+1:
+			runs[len(runs)-1].last = d.ev.Version
+		case d.ev.Version != runs[len(runs)-1].last:
+			return nil
+		}
+		runs[len(runs)-1].hi = i + 1
+	}
+	return runs
+}
+
+// continues reports whether every run starts right after its aggregate's
+// version in every projection, with nothing parked or quarantined.
+func continues(runs []run, states []map[string]aggState) bool {
+	for _, st := range states {
+		for _, ru := range runs {
+			s, ok := st[ru.agg]
+			if ok && (s.version != ru.first-1 || s.parked != 0 || s.blocked) || !ok && ru.first != 1 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// queueSpeculation queues the write that moves every aggregate of the
+// batch's runs from the version before its run to its last version, for
+// projection r, with the runs' applied-log entries, and fills the states
+// the runs assume. *written receives the number of rows written as assumed
+// (see statements.specVersions).
+func (a *attempt) queueSpeculation(b *pgx.Batch, r *registered, written *int64) error {
+	runs, valid := a.bt.runs, a.bt.valid
+	states := a.states[r.index]
+	aggs := make([]string, len(runs))
+	from, to := make([]int64, len(runs)), make([]int64, len(runs))
+	var log logEntries
+	for i, ru := range runs {
+		states[ru.agg] = aggState{version: ru.first - 1}
+		aggs[i], from[i], to[i] = ru.agg, ru.first-1, ru.last
+		log.start()
+		for k := ru.lo; k < ru.hi; k++ {
+			// The first delivery of each version wins, as in planner.plan.
+			if k == ru.lo || valid[k].ev.Version != valid[k-1].ev.Version {
+				log.add(ru.agg, valid[k].ev.Version, valid[k].id, valid[k].hash)
+			}
+		}
+	}
+	log.done()
+	if log.err != nil {
+		return log.err
+	}
+	b.Queue(a.p.sql.specVersions, r.name, aggs, from, to, log.ids, log.hashes).QueryRow(func(row pgx.Row) error {
+		return row.Scan(written)
+	})
+	return nil
+}
+
+// writeVersions writes the planned state of every aggregate whose state
+// changes, for every projection, before any handler runs: from here on the
+// transaction holds those rows, so nothing it does next can race another
+// writer. It fails with errContended if a row changed since it was read. A
+// speculative attempt wrote its rows already.
+func (a *attempt) writeVersions(ctx context.Context, plans [][]*aggPlan) error {
+	if a.mode.speculative {
+		for _, ps := range plans {
+			for _, pl := range ps {
+				pl.written = pl.after()
+			}
+		}
+		return nil
+	}
+	b := &pgx.Batch{}
+	checks := make([]func() error, 0, len(plans))
+	for _, r := range a.p.projs {
+		check, err := a.queueVersionWrite(b, r, plans[r.index])
+		if err != nil {
+			return err
+		}
+		if check != nil {
+			checks = append(checks, check)
+		}
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := a.tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("write versions: %w", err)
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// queueVersionWrite queues the compare-and-set of the plans' new states for
+// projection r, with their applied-log entries, and returns the check to
+// run once it was sent (nil when nothing changes).
+func (a *attempt) queueVersionWrite(b *pgx.Batch, r *registered, plans []*aggPlan) (func() error, error) {
+	var aggs []string
+	var vers, revs []int64
+	var parked []int32
+	var blocked []bool
+	var log logEntries
+	for _, pl := range plans {
+		next := pl.after()
+		if next == pl.before {
+			continue
+		}
+		aggs, vers, parked, blocked = append(aggs, pl.agg), append(vers, next.version), append(parked, next.parked), append(blocked, next.blocked)
+		revs = append(revs, pl.before.rev+1)
+		pl.written = next
+		log.start()
+		for _, c := range pl.run {
+			log.add(pl.agg, c.ev.Version, c.id, c.hash)
+		}
+	}
+	if len(aggs) == 0 {
+		return nil, nil
+	}
+	log.done()
+	if log.err != nil {
+		return nil, log.err
+	}
+	var n int64
+	b.Queue(a.p.sql.casVersions, r.name, aggs, vers, parked, blocked, revs, log.n, log.ids, log.hashes).Exec(func(ct pgconn.CommandTag) error {
+		n = ct.RowsAffected()
+		return nil
+	})
+	locked := a.mode.locked
+	return func() error {
+		if n == int64(len(aggs)) {
+			return nil
+		}
+		if locked {
+			return fmt.Errorf("projection %s: wrote %d of %d locked version rows", r.name, n, len(aggs))
+		}
+		return errContended
+	}, nil
+}
