@@ -61,6 +61,9 @@ type Config struct {
 	// binary adds the demo this way.
 	Commands []func(*App) *cobra.Command
 
+	// Stdin answers the questions of commands that ask before they
+	// destroy (rebuild), when it is a terminal. Default os.Stdin.
+	Stdin io.Reader
 	// Stdout receives the commands' output (tables, JSON, summaries).
 	// Default os.Stdout.
 	Stdout io.Writer
@@ -135,6 +138,7 @@ func Run(ctx context.Context, cfg Config, args []string) error {
 type App struct {
 	cfg    Config
 	name   string
+	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
@@ -150,9 +154,12 @@ type App struct {
 }
 
 func newApp(cfg Config, drain context.Context) *App {
-	a := &App{cfg: cfg, name: cfg.Name, stdout: cfg.Stdout, stderr: cfg.Stderr, getenv: cfg.Getenv, drain: drain}
+	a := &App{cfg: cfg, name: cfg.Name, stdin: cfg.Stdin, stdout: cfg.Stdout, stderr: cfg.Stderr, getenv: cfg.Getenv, drain: drain}
 	if a.name == "" {
 		a.name = "inorder"
+	}
+	if a.stdin == nil {
+		a.stdin = os.Stdin
 	}
 	if a.stdout == nil {
 		a.stdout = os.Stdout
@@ -174,6 +181,9 @@ func (a *App) Stdout() io.Writer { return a.stdout }
 
 // Stderr receives logs, progress and notes.
 func (a *App) Stderr() io.Writer { return a.stderr }
+
+// Terminal reports whether stdin is a terminal a person can answer on.
+func (a *App) Terminal() bool { return clikit.IsTerminal(a.stdin) }
 
 // Getenv looks up an environment variable (Config.Getenv).
 func (a *App) Getenv(key string) string { return a.getenv(key) }

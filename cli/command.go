@@ -65,6 +65,7 @@ the command line wins.`)
 	migrate.AddCommand((&migrateStatusCmd{a}).command())
 	root.AddCommand(
 		migrate,
+		(&healthcheckCmd{a}).command(),
 		(&runCmd{a}).command(),
 		(&serveCmd{a}).command(),
 		(&statusCmd{a}).command(),
@@ -87,8 +88,10 @@ then retry it; or skip it, on purpose, with a reason.`,
 		),
 		group("conflicts", "list deliveries that reuse a version with another id or payload",
 			`A conflict is a delivery that claims an (aggregate, version) already held by
-a different event. It is recorded, never applied.`,
+a different event. It is recorded, never applied, and counts as open until
+an operator acknowledges it.`,
 			(&conflictsListCmd{a}).command(),
+			(&conflictsAckCmd{a}).command(),
 		),
 		group("rejected", "list or replay deliveries that failed validation",
 			`A rejected delivery had an invalid envelope. It was acknowledged to the source,
@@ -96,6 +99,7 @@ recorded with its reason, and applied nowhere.`,
 			(&rejectedListCmd{a}).command(),
 			(&rejectedReplayCmd{a}).command(),
 		),
+		(&oplogCmd{a}).command(),
 		(&rebuildCmd{a}).command(),
 		(&versionCmd{a}).command(),
 	)

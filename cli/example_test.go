@@ -41,13 +41,15 @@ func ExampleRun() {
 	fmt.Println("error:", err)
 	// Output:
 	// A conflict is a delivery that claims an (aggregate, version) already held by
-	// a different event. It is recorded, never applied.
+	// a different event. It is recorded, never applied, and counts as open until
+	// an operator acknowledges it.
 	//
 	// Usage:
 	//   inorder conflicts [flags]
 	//   inorder conflicts [command]
 	//
 	// Available Commands:
+	//   ack         acknowledge a conflict: an operator has dealt with it
 	//   list        list deliveries that reuse a version with a different id or payload
 	//
 	// Flags:

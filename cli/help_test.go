@@ -52,7 +52,7 @@ func TestEveryCommandSaysWhatItChanges(t *testing.T) {
 		"migrate", "migrate status", "run", "serve", "status",
 		"parked list", "parked show", "parked repair", "parked declare-gap",
 		"quarantine list", "quarantine retry", "quarantine skip",
-		"conflicts list", "rejected list", "rejected replay", "rebuild", "version", "help",
+		"conflicts list", "conflicts ack", "oplog", "healthcheck", "rejected list", "rejected replay", "rebuild", "version", "help",
 		"completion bash", "completion zsh", "completion fish", "completion powershell",
 	}, paths, "every command is covered")
 }

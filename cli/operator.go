@@ -518,6 +518,7 @@ func (c *quarantineActionCmd) Run(ctx context.Context, o *quarantineActionOption
 type conflictsListOptions struct {
 	listOptions
 	AfterID int64
+	Open    bool
 }
 
 // conflictsListCmd lists conflicts.
@@ -529,14 +530,16 @@ func (c *conflictsListCmd) command() *cobra.Command {
 or payload differ from the event that holds that version (applied, parked or
 quarantined). They were never applied. A conflict means the source rewrote
 history or two producers wrote the same version: fix the source; if the
-applied event was the wrong one, rebuild the projection. Read-only; page
-with --after-id.`,
+applied event was the wrong one, rebuild the projection; then acknowledge
+it with 'conflicts ack'. --open leaves acknowledged ones out. Read-only;
+page with --after-id.`,
 		func(fs *pflag.FlagSet) *conflictsListOptions {
 			o := &conflictsListOptions{listOptions: listOptions{a: c.a}}
 			bindOp(fs, &o.opOptions)
 			fs.StringVar(&o.Projection, "projection", "", "only this `projection`")
 			fs.StringVar(&o.Aggregate, "aggregate", "", "only this `aggregate`")
 			fs.Int64Var(&o.AfterID, "after-id", 0, "only conflicts with a larger `id` (paging)")
+			fs.BoolVar(&o.Open, "open", false, "only conflicts no operator acknowledged")
 			fs.IntVar(&o.Limit, "limit", 100, "at most this many `rows`")
 			return o
 		}, c.Run)
@@ -545,11 +548,15 @@ with --after-id.`,
 // Run lists conflicts.
 func (c *conflictsListCmd) Run(ctx context.Context, o *conflictsListOptions) error {
 	return runList(ctx, c.a, &o.opOptions, func(ctx context.Context, proc *projection.Processor) ([]projection.ConflictEntry, error) {
-		return proc.Conflicts(ctx, projection.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, AfterID: o.AfterID, Limit: o.Limit})
+		return proc.Conflicts(ctx, projection.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, AfterID: o.AfterID, Open: o.Open, Limit: o.Limit})
 	}, listing[projection.ConflictEntry]{
-		headers: []string{"ID", "PROJECTION", "AGGREGATE", "VERSION", "HELD BY", "EXISTING ID", "INCOMING ID", "TYPE", "COUNT", "LAST SEEN"},
+		headers: []string{"ID", "PROJECTION", "AGGREGATE", "VERSION", "HELD BY", "EXISTING ID", "INCOMING ID", "TYPE", "COUNT", "LAST SEEN", "ACKNOWLEDGED"},
 		cells: func(x projection.ConflictEntry) []any {
-			return []any{x.ID, x.Projection, x.Aggregate, x.Version, x.ExistingState, x.ExistingEventID, x.IncomingEventID, x.Type, x.Count, clikit.AgeOf(x.LastSeen) + " ago"}
+			acked := "no"
+			if !x.AcknowledgedAt.IsZero() {
+				acked = clikit.AgeOf(x.AcknowledgedAt) + " ago"
+			}
+			return []any{x.ID, x.Projection, x.Aggregate, x.Version, x.ExistingState, x.ExistingEventID, x.IncomingEventID, x.Type, x.Count, clikit.AgeOf(x.LastSeen) + " ago", acked}
 		},
 	})
 }
@@ -606,14 +613,25 @@ type rejectedReplayOptions struct {
 }
 
 func (o *rejectedReplayOptions) validate(args []string) error {
-	s, err := clikit.OneArg(args, "rejected event id")
+	id, err := parseID(args, "rejected event id", "the ID column of 'rejected list'")
 	if err != nil {
 		return err
 	}
-	if o.ID, err = strconv.ParseInt(s, 10, 64); err != nil || o.ID < 1 {
-		return clikit.Usagef("invalid id %q: want the ID column of 'rejected list'", s)
-	}
+	o.ID = id
 	return o.opOptions.validate()
+}
+
+// parseID takes the single positional argument: a positive id.
+func parseID(args []string, what, want string) (int64, error) {
+	s, err := clikit.OneArg(args, what)
+	if err != nil {
+		return 0, err
+	}
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id < 1 {
+		return 0, clikit.Usagef("invalid id %q: want %s", s, want)
+	}
+	return id, nil
 }
 
 // rejectedReplayCmd replays a rejected delivery.

@@ -255,7 +255,35 @@ func TestOperatorCommands(t *testing.T) {
 		require.Greater(t, cs[0].ID, c.ID)
 
 		out := b.runOK(t, "conflicts", "list")
-		require.Regexp(t, `(?m)^\d+\s+ledger\s+pay-1\s+1\s+applied\s+pay-1:1\s+pay-1:1\s+payment.authorized\s+2\s`, out)
+		require.Regexp(t, `(?m)^\d+\s+ledger\s+pay-1\s+1\s+applied\s+pay-1:1\s+pay-1:1\s+payment.authorized\s+2\s.*\sno$`, out)
+
+		// Acknowledge: no longer open, in the status and the listing.
+		id := strconv.FormatInt(c.ID, 10)
+		_, _, err := b.run(t, "conflicts", "ack", id)
+		require.ErrorIs(t, err, cli.ErrUsage, "a reason is required")
+		_, _, err = b.run(t, "conflicts", "ack", "999999", "--reason", "x")
+		require.ErrorIs(t, err, projection.ErrNotFound)
+		out = b.runOK(t, "conflicts", "ack", id, "--reason", "producer fixed, OPS-7")
+		require.Equal(t, "conflict "+id+" acknowledged\n", out)
+		var st projection.Status
+		b.runJSON(t, &st, "status")
+		require.Equal(t, int64(0), st.Projections[0].Conflicts, "ledger: acknowledged")
+		require.Equal(t, int64(1), st.Projections[0].ConflictsAcknowledged)
+		require.Equal(t, int64(1), st.Projections[1].Conflicts, "toggle: still open")
+		b.runJSON(t, &cs, "conflicts", "list", "--open")
+		require.Len(t, cs, 1)
+		require.Equal(t, "toggle", cs[0].Projection)
+
+		// The operator log has the decision.
+		var log []projection.OperatorLogEntry
+		b.runJSON(t, &log, "oplog", "--action", "ack-conflict")
+		require.Len(t, log, 1)
+		require.Equal(t, "ledger", log[0].Projection)
+		require.Equal(t, "producer fixed, OPS-7", log[0].Reason)
+		out = b.runOK(t, "oplog", "--projection", "ledger")
+		require.Regexp(t, `(?m)^\d+\s+\S+\s+ack-conflict\s+ledger\s+pay-1\s+1\s+producer fixed, OPS-7$`, out)
+		out = b.runOK(t, "oplog", "--projection", "toggle")
+		require.Equal(t, "the operator log is empty\n", out)
 	})
 
 	t.Run("Rejected", func(t *testing.T) {
@@ -371,6 +399,9 @@ func TestUsage(t *testing.T) {
 		{name: "BadEnvType", args: []string{"serve"}, env: map[string]string{"INORDER_HTTP_MAX_WAIT": "soon"}, want: `invalid $INORDER_HTTP_MAX_WAIT="soon"`},
 		{name: "NoDatabase", args: []string{"status"}, env: map[string]string{}, want: "no database: set --database-url or $DATABASE_URL"},
 		{name: "FlagAfterArgument", args: []string{"parked", "show", "a", "--limit", "0"}, want: "--limit must be at least 1"},
+		{name: "BadTypeRegex", args: []string{"run", "--esdb-url", "esdb://127.0.0.1:1?tls=false", "--type-regex", "("}, want: "invalid --type-regex"},
+		{name: "RebuildWithoutYes", args: []string{"rebuild", "ledger", "--esdb-url", "esdb://127.0.0.1:1?tls=false"}, want: "pass --yes to confirm"},
+		{name: "AckWithoutID", args: []string{"conflicts", "ack", "--reason", "x"}, want: "missing conflict id"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -23,6 +25,7 @@ type rebuildOptions struct {
 	Workers    int
 	BatchSize  int
 	Projection string
+	Yes        bool
 }
 
 func (o *rebuildOptions) validate(args []string) error {
@@ -43,6 +46,9 @@ func (o *rebuildOptions) validate(args []string) error {
 	}
 	if o.BatchSize < 1 {
 		return clikit.Usagef("--batch-size must be at least 1")
+	}
+	if !o.Yes && !o.a.Terminal() {
+		return clikit.Usagef("rebuild deletes the read model of %s: pass --yes to confirm (there is no terminal to ask on)", o.Projection)
 	}
 	return nil
 }
@@ -70,7 +76,8 @@ versions, applied, parked, quarantine and conflicts — parked and quarantined
 events and recorded conflicts of the projection are lost, and the replay
 decides again — then rebuilds them. Operator decisions (skips, declared
 gaps) are not replayed: a gap declared by hand parks again until declared
-again. Records rebuild-start and rebuild-done in the operator log.`,
+again. Records rebuild-start and rebuild-done in the operator log. On a
+terminal it asks first; elsewhere it refuses to start without --yes.`,
 		func(fs *pflag.FlagSet) *rebuildOptions {
 			o := &rebuildOptions{a: c.a}
 			clikit.BindLog(fs, &o.log, "warn")
@@ -79,6 +86,7 @@ again. Records rebuild-start and rebuild-done in the operator log.`,
 			clikit.BindOutput(fs, &o.out)
 			fs.IntVar(&o.Workers, "workers", 4, "concurrent batches; aggregates are partitioned across them by hash")
 			fs.IntVar(&o.BatchSize, "batch-size", 500, "events per transaction, at most")
+			fs.BoolVarP(&o.Yes, "yes", "y", false, "do not ask: delete and rebuild")
 			return o
 		}, c.Run)
 }
@@ -99,6 +107,13 @@ type RebuildReport struct {
 
 // Run rebuilds the projection.
 func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
+	if !o.Yes {
+		fmt.Fprintf(c.a.stderr, "This deletes the read model of %s and its parked, quarantined and conflict records in schema %s, then replays the stream.\nType the projection's name to go on: ", o.Projection, o.db.Schema)
+		line, _ := bufio.NewReader(c.a.stdin).ReadString('\n')
+		if strings.TrimSpace(line) != o.Projection {
+			return errors.New("rebuild: not confirmed; nothing changed")
+		}
+	}
 	logger := o.log.Logger(c.a.stderr)
 	pool, err := clikit.Connect(ctx, &o.db, int32(o.Workers+3), logger)
 	if err != nil {

@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/inorder/inorder/internal/clikit"
+	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/esdb"
 )
 
@@ -55,6 +56,7 @@ and feeds them through the gate, which applies them and drains the parked
 events behind them. Versions the stream does not have — deleted, truncated,
 never written — are reported, and recorded in the operator log like the
 workers do ('gap-missing-at-source'): decide with 'parked declare-gap'.
+It then exits with status 3: done, but an operator has to decide.
 
 The workers do the same on their own for aggregates parked longer than
 their --repair-after; this command is for not waiting.
@@ -85,12 +87,14 @@ type RepairReport struct {
 	Missing []string `json:"missing,omitempty"`
 	// Reason says why the stream had nothing (not found, deleted).
 	Reason string `json:"reason,omitempty"`
-	// Applied is the aggregate's applied version afterwards, per
-	// projection.
-	Applied map[string]int64 `json:"applied"`
+	// Before and After are the aggregate's applied version per projection
+	// before and after the repair: equal where nothing was applied.
+	Before map[string]int64 `json:"before"`
+	After  map[string]int64 `json:"after"`
 }
 
-// Run repairs.
+// Run repairs. It fails with ErrIncomplete (exit status 3) when versions
+// are missing at the source.
 func (c *parkedRepairCmd) Run(ctx context.Context, o *repairOptions) error {
 	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
 	if err != nil {
@@ -101,31 +105,64 @@ func (c *parkedRepairCmd) Run(ctx context.Context, o *repairOptions) error {
 	if err != nil {
 		return err
 	}
+	// The versions before, in every projection (a repair feeds them all),
+	// to tell what it applied.
+	n := len(proc.Projections())
+	waiting, err := proc.Waiting(ctx, projection.ListOptions{Aggregate: o.Aggregate, Limit: max(o.Limit*n, projection.DefaultListLimit)})
+	if err != nil {
+		return err
+	}
 	repairs, err := src.RepairNow(ctx, &esdb.RepairOptions{Projection: o.Projection, Aggregate: o.Aggregate, OlderThan: o.OlderThan, Limit: o.Limit})
 	if err != nil {
 		return fmt.Errorf("repair: %w", err)
 	}
 	reports := make([]RepairReport, 0, len(repairs))
+	missing := 0
 	for _, r := range repairs {
-		rep := RepairReport{Aggregate: r.Aggregate, From: r.From, To: r.To, Found: r.Found, Reason: r.Reason, Applied: map[string]int64{}}
+		rep := RepairReport{Aggregate: r.Aggregate, From: r.From, To: r.To, Found: r.Found, Reason: r.Reason,
+			Before: map[string]int64{}, After: map[string]int64{}}
 		for _, a := range r.Absent {
 			rep.Missing = append(rep.Missing, a.String())
 		}
+		if len(rep.Missing) > 0 {
+			missing++
+		}
 		for _, name := range proc.Projections() {
-			if rep.Applied[name], err = proc.Version(ctx, name, r.Aggregate); err != nil {
+			rep.Before[name] = -1
+			for _, w := range waiting {
+				if w.Projection == name && w.Aggregate == r.Aggregate {
+					rep.Before[name] = w.Current
+				}
+			}
+			if rep.After[name], err = proc.Version(ctx, name, r.Aggregate); err != nil {
 				return err
+			}
+			if rep.Before[name] < 0 { // it was not waiting in this projection
+				rep.Before[name] = rep.After[name]
 			}
 		}
 		reports = append(reports, rep)
 	}
 	if o.out.JSON {
-		return clikit.WriteJSON(c.a.stdout, reports)
+		if err := clikit.WriteJSON(c.a.stdout, reports); err != nil {
+			return err
+		}
+	} else if err := c.print(proc.Projections(), reports); err != nil {
+		return err
 	}
+	if missing > 0 {
+		return fmt.Errorf("%w: %d aggregates wait for versions missing at the source: see 'parked list', then 'parked declare-gap'", ErrIncomplete, missing)
+	}
+	return nil
+}
+
+// print prints the reports as a table.
+func (c *parkedRepairCmd) print(projections []string, reports []RepairReport) error {
 	if len(reports) == 0 {
-		fmt.Fprintln(c.a.stdout, "no aggregate is waiting")
-		return nil
+		_, err := fmt.Fprintln(c.a.stdout, "no aggregate is waiting")
+		return err
 	}
-	t := clikit.NewTable(c.a.stdout, "AGGREGATE", "LOOKED FOR", "FOUND", "MISSING AT SOURCE", "APPLIED NOW")
+	t := clikit.NewTable(c.a.stdout, "AGGREGATE", "LOOKED FOR", "FOUND", "MISSING AT SOURCE", "APPLIED")
 	for _, r := range reports {
 		missing := "-"
 		if len(r.Missing) > 0 {
@@ -134,14 +171,16 @@ func (c *parkedRepairCmd) Run(ctx context.Context, o *repairOptions) error {
 				missing += " (" + r.Reason + ")"
 			}
 		}
-		var applied string
-		for _, name := range proc.Projections() {
-			if applied != "" {
-				applied += " "
+		var applied []string
+		for _, name := range projections {
+			if b, a := r.Before[name], r.After[name]; a != b {
+				applied = append(applied, fmt.Sprintf("%s %d->%d", name, b, a))
 			}
-			applied += name + "=" + strconv.FormatInt(r.Applied[name], 10)
 		}
-		t.Row(r.Aggregate, fmt.Sprintf("%d-%d", r.From, r.To), r.Found, missing, applied)
+		if len(applied) == 0 {
+			applied = []string{"nothing"}
+		}
+		t.Row(r.Aggregate, fmt.Sprintf("%d-%d", r.From, r.To), r.Found, missing, strings.Join(applied, ", "))
 	}
 	return t.Flush()
 }

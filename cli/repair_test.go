@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -33,28 +34,36 @@ func TestParkedRepair(t *testing.T) {
 	appendAll(two[0])
 	b.process(t, one[2], two[0], two[1])
 
-	out := b.runOK(t, "parked", "repair", "--projection", "ledger")
-	require.Regexp(t, `(?m)^AGGREGATE\s+LOOKED FOR\s+FOUND\s+MISSING AT SOURCE\s+APPLIED NOW`, out)
-	require.Regexp(t, `(?m)^pay-1\s+1-2\s+2\s+-\s+ledger=3 toggle=3\s*$`, out)
-	require.Regexp(t, `(?m)^pay-2\s+2-2\s+0\s+\[2\]\s+ledger=1 toggle=1\s*$`, out)
+	// pay-2 misses version 2 at the source: done, but incomplete.
+	out, _, err := b.run(t, "parked", "repair", "--projection", "ledger")
+	require.ErrorIs(t, err, cli.ErrIncomplete)
+	require.Regexp(t, `(?m)^AGGREGATE\s+LOOKED FOR\s+FOUND\s+MISSING AT SOURCE\s+APPLIED`, out)
+	require.Regexp(t, `(?m)^pay-1\s+1-2\s+2\s+-\s+ledger 0->3, toggle 0->3\s*$`, out)
+	require.Regexp(t, `(?m)^pay-2\s+2-2\s+0\s+\[2\]\s+nothing\s*$`, out, "nothing applied: no version shown as if it were")
 
 	var reps []cli.RepairReport
-	b.runJSON(t, &reps, "parked", "repair", "pay-2")
+	repairJSON := func(args ...string) error {
+		out, _, err := b.run(t, append([]string{"parked", "repair", "--json"}, args...)...)
+		require.NoError(t, json.Unmarshal([]byte(out), &reps), out)
+		return err
+	}
+	require.ErrorIs(t, repairJSON("pay-2"), cli.ErrIncomplete)
 	require.Len(t, reps, 1)
 	require.Equal(t, "pay-2", reps[0].Aggregate)
 	require.Equal(t, []string{"2"}, reps[0].Missing)
-	require.Equal(t, map[string]int64{"ledger": 1, "toggle": 1}, reps[0].Applied)
+	require.Equal(t, map[string]int64{"ledger": 1, "toggle": 1}, reps[0].Before)
+	require.Equal(t, reps[0].Before, reps[0].After)
 
-	b.runJSON(t, &reps, "parked", "repair", "pay-1")
+	require.NoError(t, repairJSON("pay-1"))
 	require.Empty(t, reps, "pay-1 waits no more")
 
 	// The stream of pay-3 does not exist at all.
 	b.process(t, event(t, "pay-3", 2, ledger.Approved, ledger.Data{}))
-	b.runJSON(t, &reps, "parked", "repair", "pay-3")
+	require.ErrorIs(t, repairJSON("pay-3"), cli.ErrIncomplete)
 	require.Len(t, reps, 1)
 	require.Equal(t, []string{"1"}, reps[0].Missing)
 	require.Contains(t, reps[0].Reason, "not found")
 
-	_, _, err := b.run(t, "parked", "repair", "a", "b")
+	_, _, err = b.run(t, "parked", "repair", "a", "b")
 	require.ErrorIs(t, err, cli.ErrUsage)
 }

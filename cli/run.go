@@ -221,7 +221,7 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	if o.Mode == ModePersistent {
 		cfg.Persistent = &esdb.Persistent{Group: o.Group, Stream: o.Stream, BufferSize: uint32(o.BufferSize)}
 	}
-	ready := &clikit.Readiness{}
+	ready := clikit.NewReadiness(pool, o.db.Schema)
 	ready.Set(false, "the workers have not subscribed yet")
 	cfg.OnSubscribed = func() { ready.Set(true, "") }
 	src, err := esdb.New(cfg)

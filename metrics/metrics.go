@@ -260,7 +260,7 @@ func (c *dbCollector) read() *snapshot {
 	s := &snapshot{at: time.Now()}
 	s.status, s.err = c.proc.Status(ctx, &projection.StatusOptions{NoTotals: true, Entries: -1})
 	if s.err != nil {
-		c.opts.Logger.WarnContext(ctx, "inorder: metrics: read gate state", "error", s.err)
+		c.opts.Logger.WarnContext(ctx, "metrics: read gate state", "error", s.err)
 	}
 	c.snap = s
 	return s

@@ -1,7 +1,9 @@
 package clikit
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/pflag"
 
 	"github.com/inorder/inorder/httpapi"
@@ -48,17 +51,73 @@ func (o *HTTPOptions) Validate() error {
 	return nil
 }
 
-// Readiness tells /readyz whether the process is ready beyond its database:
-// a worker process is ready once its workers run.
+// Readiness answers /readyz: ready when the process is (its workers run, it
+// is not draining), the database answers, inorder's schema exists and is
+// migrated, and — when MaxLag and Lag are set — the lag is at most MaxLag.
+// /healthz stays liveness only.
 type Readiness struct {
-	ready  atomic.Bool
-	reason atomic.Value // string
+	// Pool is pinged, and Schema checked (CheckSchema).
+	Pool   *pgxpool.Pool
+	Schema string
+	// MaxLag, when positive, fails readiness while Lag reports more.
+	MaxLag time.Duration
+	// Lag reports the current lag and whether it is known; nil for none.
+	Lag func() (time.Duration, bool)
+	// Timeout bounds the database checks of one probe. Default 2 s.
+	Timeout time.Duration
+
+	process atomic.Bool  // set: the process is ready beyond its checks
+	reason  atomic.Value // string: why not
 }
 
-// Set records whether the process is ready, and why not.
+// NewReadiness returns the readiness of inorder's schema on pool, ready as
+// a process unless Set says otherwise.
+func NewReadiness(pool *pgxpool.Pool, schema string) *Readiness {
+	r := &Readiness{Pool: pool, Schema: schema}
+	r.Set(true, "")
+	return r
+}
+
+// Set records whether the process is ready beyond its checks (workers
+// subscribed, not draining), and why not.
 func (r *Readiness) Set(ok bool, reason string) {
-	r.ready.Store(ok)
+	r.process.Store(ok)
 	r.reason.Store(reason)
+}
+
+// Check returns nil when ready, else an error that says why.
+func (r *Readiness) Check(ctx context.Context) error {
+	if !r.process.Load() {
+		reason, _ := r.reason.Load().(string)
+		return errors.New(reason)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(r.Timeout, 2*time.Second))
+	defer cancel()
+	if err := r.Pool.Ping(ctx); err != nil {
+		return fmt.Errorf("the database is not reachable: %w", err)
+	}
+	if err := CheckSchema(ctx, r.Pool, r.Schema, nil); err != nil {
+		return err
+	}
+	if r.MaxLag > 0 && r.Lag != nil {
+		if lag, ok := r.Lag(); ok && lag > r.MaxLag {
+			return fmt.Errorf("lag %s exceeds --ready-max-lag %s", lag.Round(time.Millisecond), r.MaxLag)
+		}
+	}
+	return nil
+}
+
+// ServeHTTP answers /readyz: 200 {"status":"ready"}, or 503 with the reason
+// (the API's error body).
+func (r *Readiness) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := r.Check(req.Context()); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(httpapi.ErrorBody{Error: httpapi.Error{Code: httpapi.CodeUnavailable, Message: err.Error()}})
+		return
+	}
+	_ = json.NewEncoder(w).Encode(map[string]string{"status": "ready"})
 }
 
 // Server is the HTTP server of run, serve and demo.
@@ -72,7 +131,7 @@ type Server struct {
 type Serve struct {
 	// Processor's read models, status and health.
 	Processor *projection.Processor
-	// Ready, if set, gates /readyz.
+	// Ready answers /readyz. Required.
 	Ready *Readiness
 	// Metrics, if set, is served on /metrics.
 	Metrics http.Handler
@@ -87,18 +146,7 @@ func StartHTTP(o *HTTPOptions, s Serve) (*Server, error) {
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", s.Metrics)
 	}
-	if ready := s.Ready; ready != nil {
-		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-			if !ready.ready.Load() {
-				reason, _ := ready.reason.Load().(string)
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusServiceUnavailable)
-				fmt.Fprintf(w, `{"error":{"code":"unavailable","message":%q}}`+"\n", reason)
-				return
-			}
-			api.ServeHTTP(w, r)
-		})
-	}
+	mux.Handle("GET /readyz", s.Ready)
 	mux.Handle("/", api)
 	srv := httpapi.NewServer(o.Addr, mux)
 	srv.ErrorLog = slog.NewLogLogger(s.Logger.Handler(), slog.LevelWarn)

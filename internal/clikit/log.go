@@ -1,9 +1,11 @@
 package clikit
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	"github.com/spf13/pflag"
 )
@@ -47,10 +49,25 @@ func (o *LogOptions) Logger(w io.Writer) *slog.Logger {
 	hopts := &slog.HandlerOptions{Level: o.level}
 	if o.JSON() {
 		hopts.ReplaceAttr = durationSeconds
-		return slog.New(slog.NewJSONHandler(w, hopts))
+		return slog.New(trimPrefix{slog.NewJSONHandler(w, hopts)})
 	}
-	return slog.New(slog.NewTextHandler(w, hopts))
+	return slog.New(trimPrefix{slog.NewTextHandler(w, hopts)})
 }
+
+// trimPrefix drops the "inorder: " some library messages start with: the
+// whole process is inorder, a prefix on every line says nothing.
+type trimPrefix struct{ slog.Handler }
+
+func (h trimPrefix) Handle(ctx context.Context, r slog.Record) error {
+	r.Message = strings.TrimPrefix(r.Message, "inorder: ")
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h trimPrefix) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return trimPrefix{h.Handler.WithAttrs(attrs)}
+}
+
+func (h trimPrefix) WithGroup(name string) slog.Handler { return trimPrefix{h.Handler.WithGroup(name)} }
 
 // durationSeconds logs durations as seconds (a float), not nanoseconds.
 func durationSeconds(_ []string, a slog.Attr) slog.Attr {

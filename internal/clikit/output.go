@@ -4,11 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/pflag"
+	"golang.org/x/term"
 )
 
 // Table prints aligned columns.
@@ -118,4 +120,11 @@ type OutputOptions struct {
 // BindOutput defines --json on fs.
 func BindOutput(fs *pflag.FlagSet, o *OutputOptions) {
 	fs.BoolVar(&o.JSON, "json", false, "print JSON instead of a table")
+}
+
+// IsTerminal reports whether v is a terminal (not a pipe, a file or
+// /dev/null).
+func IsTerminal(v any) bool {
+	f, ok := v.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

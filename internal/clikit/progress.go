@@ -3,7 +3,6 @@ package clikit
 import (
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -35,10 +34,8 @@ func NewProgressBar(con *Console, label, unit string, total int64) *ProgressBar 
 	now := time.Now()
 	w := con.Writer()
 	p := &ProgressBar{con: con, w: w, label: label, unit: unit, total: total, start: now, last: now, every: 2 * time.Second}
-	if f, ok := w.(*os.File); ok && !con.JSON() {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			p.tty, p.every = true, 100*time.Millisecond
-		}
+	if !con.JSON() && IsTerminal(w) {
+		p.tty, p.every = true, 100*time.Millisecond
 	}
 	return p
 }

@@ -47,6 +47,9 @@ func (e *SchemaError) Unwrap() error {
 // this binary applied, a *SchemaError when it does not, and another error
 // when the database cannot tell.
 func CheckSchema(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) error {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	m, err := migrations.New(pool, &migrations.Options{Schema: schema, Logger: logger})
 	if err != nil {
 		return err
