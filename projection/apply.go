@@ -17,6 +17,7 @@ import (
 // gate's writes after the handler's statements, in one pipeline.
 func (a *attempt) apply(ctx context.Context, r *registered, plans []*aggPlan, conflicts []conflict) error {
 	ht := newTx(a.tx, r.name)
+	r.enterSchema(ht)
 	var events []aggregate.Event
 	for _, pl := range plans {
 		for _, c := range pl.run {
@@ -29,6 +30,7 @@ func (a *attempt) apply(ctx context.Context, r *registered, plans []*aggPlan, co
 		return &handlerFailure{projection: r.name, err: err}
 	}
 	a.queueWrites(ht.batch, r, plans, conflicts)
+	r.leaveSchema(ht)
 	if err := ht.Flush(ctx); err != nil {
 		return &handlerFailure{projection: r.name, err: err}
 	}
@@ -72,8 +74,10 @@ func (p *Processor) trySavepoint(ctx context.Context, tx pgx.Tx, r *registered, 
 		return nil, fmt.Errorf("savepoint: %w", err)
 	}
 	ht := newTx(sp, r.name)
+	r.enterSchema(ht)
 	herr := p.callHandler(ctx, ht, r, events)
 	if herr == nil {
+		r.leaveSchema(ht)
 		herr = ht.Flush(ctx)
 	}
 	if herr == nil {

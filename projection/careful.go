@@ -98,7 +98,7 @@ func (a *attempt) lockUnder(ctx context.Context, r *registered, aggs []string) e
 		return nil
 	}
 	return a.savepoint(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, a.p.sql.lockVersions, r.name, aggs)
+		rows, err := tx.Query(ctx, a.p.sql.lockVersions, r.key, aggs)
 		if err != nil {
 			return err
 		}

@@ -69,6 +69,7 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
 	}
+	key := r.key // the gate rows' projection column
 	var retryErr error
 	var drained int64
 	txFunc := func(tx pgx.Tx) error {
@@ -80,7 +81,7 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 			}
 		}
 		var st aggState
-		if err := tx.QueryRow(ctx, p.sql.lockOne, projection, agg).Scan(&st.version, &st.parked, &st.blocked); err != nil {
+		if err := tx.QueryRow(ctx, p.sql.lockOne, key, agg).Scan(&st.version, &st.parked, &st.blocked); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("%w: aggregate %q has no state in projection %s", ErrNotFound, agg, projection)
 			}
@@ -89,7 +90,7 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 		var q *candidate
 		if st.blocked {
 			c := candidate{idx: -1, origin: fromQuarantine}
-			err := tx.QueryRow(ctx, p.sql.loadQuarantine, projection, agg).Scan(&c.ev.Version, &c.id, &c.hash, &c.ev.Type, &c.ev.Data, &c.ev.Metadata)
+			err := tx.QueryRow(ctx, p.sql.loadQuarantine, key, agg).Scan(&c.ev.Version, &c.id, &c.hash, &c.ev.Type, &c.ev.Data, &c.ev.Metadata)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("load quarantine: %w", err)
 			}
@@ -105,7 +106,7 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 		}
 		b := &pgx.Batch{}
 		var parked []buffer.Parked
-		p.buf.QueueLoad(b, projection, []string{agg}, func(ps []buffer.Parked) { parked = ps })
+		p.buf.QueueLoad(b, key, []string{agg}, func(ps []buffer.Parked) { parked = ps })
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
@@ -137,20 +138,20 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 		if action == "skip" {
 			// Before queueWrites: a parked successor that fails while it
 			// drains is quarantined by an upsert that must survive.
-			wb.Queue(p.sql.deleteQuarantine, projection, agg)
+			wb.Queue(p.sql.deleteQuarantine, key, agg)
 		}
 		pl.written = pl.after() // written below, whatever the plan says
 		after := pl.after()
 		// The version row's log starts anew at the new version (an operator
 		// may skip versions, which a log cannot hold), so this action's
 		// applied entries go to the applied table, after the old log's.
-		wb.Queue(p.sql.spillAll, projection, agg)
+		wb.Queue(p.sql.spillAll, key, agg)
 		if action == "skip" && q != nil {
 			// The skipped event holds its version in the applied log, so
 			// its redeliveries are duplicates, not conflicts.
-			wb.Queue(p.sql.insertApplied, projection, []string{agg}, []int64{q.ev.Version}, []string{q.id}, [][]byte{q.hash})
+			wb.Queue(p.sql.insertApplied, key, []string{agg}, []int64{q.ev.Version}, []string{q.id}, [][]byte{q.hash})
 		}
-		wb.Queue(p.sql.resetVersion, projection, agg, after.version, after.parked, after.blocked)
+		wb.Queue(p.sql.resetVersion, key, agg, after.version, after.parked, after.blocked)
 		p.queueWrites(wb, gateWrites{r: r, plans: []*aggPlan{pl}, tally: &tally})
 		wb.Queue(p.sql.operatorLog, action, projection, agg, from, to, reason)
 		if err := tx.SendBatch(ctx, wb).Close(); err != nil {

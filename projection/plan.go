@@ -290,21 +290,21 @@ func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []confli
 	applied := map[string]map[int64]record{}
 	batch := &pgx.Batch{}
 	if len(parkedAggs) > 0 {
-		p.buf.QueueLoad(batch, r.name, parkedAggs, func(ps []buffer.Parked) {
+		p.buf.QueueLoad(batch, r.key, parkedAggs, func(ps []buffer.Parked) {
 			for _, e := range ps {
 				parked[e.Aggregate] = append(parked[e.Aggregate], e)
 			}
 		})
 	}
 	if len(probeAggs) > 0 {
-		p.buf.QueueLoadKeys(batch, r.name, probeAggs, probeVers, func(ps []buffer.Parked) {
+		p.buf.QueueLoadKeys(batch, r.key, probeAggs, probeVers, func(ps []buffer.Parked) {
 			for _, e := range ps {
 				parked[e.Aggregate] = append(parked[e.Aggregate], e)
 			}
 		})
 	}
 	if len(blockedAggs) > 0 {
-		batch.Queue(p.sql.loadQuarantineRefs, r.name, blockedAggs).Query(func(rows pgx.Rows) error {
+		batch.Queue(p.sql.loadQuarantineRefs, r.key, blockedAggs).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var agg string
 				var q quarantineRef
@@ -318,7 +318,7 @@ func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []confli
 		})
 	}
 	if len(staleAggs) > 0 {
-		batch.Queue(p.sql.loadApplied, r.name, staleAggs, staleVers).Query(func(rows pgx.Rows) error {
+		batch.Queue(p.sql.loadApplied, r.key, staleAggs, staleVers).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var agg string
 				var v int64

@@ -116,7 +116,16 @@ type registered struct {
 	event   EventHandler
 	batch   BatchHandler
 	lockKey int64 // of the projection's rebuild lock
-	stats   counters
+	// key is the projection's gate key: the value of the projection column
+	// of every gate row (versions, applied, parked, quarantine, conflicts)
+	// of the generation this registration feeds. Generation 1 uses the
+	// bare name (see generations.go).
+	key string
+	// schema is the generation's read-model schema, put first on the
+	// search_path while the projection's handler runs; "" leaves the
+	// search_path alone (generation 1).
+	schema string
+	stats  counters
 }
 
 // New returns a processor for projections, on the tables of cfg.Schema in
@@ -150,7 +159,7 @@ func New(pool *pgxpool.Pool, cfg *Config, projections ...Projection) (*Processor
 		pauseLock: true,
 	}
 	for _, pr := range projections {
-		r := &registered{name: pr.Name(), p: pr}
+		r := &registered{name: pr.Name(), key: pr.Name(), p: pr}
 		switch {
 		case r.name == "":
 			return nil, errors.New("projection: a projection has an empty name")

@@ -111,7 +111,7 @@ func (p *Processor) Rebuild(ctx context.Context, projection string, replay Repla
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		for _, t := range []string{"versions", "applied", "parked", "quarantine", "conflicts"} {
-			b.Queue(`DELETE FROM `+p.table(t)+` WHERE projection = $1`, projection)
+			b.Queue(`DELETE FROM `+p.table(t)+` WHERE projection = $1`, r.key)
 		}
 		b.Queue(p.sql.operatorLog, "rebuild-start", projection, "", nil, nil, "")
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -176,7 +176,7 @@ func progress(events int64, elapsed time.Duration, total int64) RebuildProgress 
 // the rebuild lock (its caller holds it exclusively). It shares p's pool,
 // configuration and statements; its counts are its own.
 func (p *Processor) solo(r *registered) *Processor {
-	nr := &registered{name: r.name, p: r.p, event: r.event, batch: r.batch, lockKey: r.lockKey}
+	nr := &registered{name: r.name, key: r.key, schema: r.schema, p: r.p, event: r.event, batch: r.batch, lockKey: r.lockKey}
 	return &Processor{
 		pool:   p.pool,
 		cfg:    p.cfg,

@@ -43,7 +43,7 @@ func (a *attempt) queueWrites(b *pgx.Batch, r *registered, plans []*aggPlan, con
 // move there), and the conflicts. Every row but the conflicts belongs to an
 // aggregate whose version row the transaction holds.
 func (p *Processor) queueWrites(b *pgx.Batch, w gateWrites) {
-	name, tally := w.r.name, w.tally
+	name, tally := w.r.key, w.tally // name: the gate key
 	var park []aggregate.Event
 	var parkHashes [][]byte
 	var delAggs, logAggs, logIDs, spill []string

@@ -31,7 +31,7 @@ func (a *attempt) queueReads(b *pgx.Batch, locked bool) {
 			read = a.p.sql.lockVersions
 		}
 		into := a.states[r.index]
-		b.Queue(read, r.name, a.bt.aggs).Query(func(rows pgx.Rows) error {
+		b.Queue(read, r.key, a.bt.aggs).Query(func(rows pgx.Rows) error {
 			return scanStates(rows, into)
 		})
 	}
@@ -118,7 +118,7 @@ func (a *attempt) queueSpeculation(b *pgx.Batch, r *registered, written *int64) 
 	if log.err != nil {
 		return log.err
 	}
-	b.Queue(a.p.sql.specVersions, r.name, aggs, from, to, log.ids, log.hashes).QueryRow(func(row pgx.Row) error {
+	b.Queue(a.p.sql.specVersions, r.key, aggs, from, to, log.ids, log.hashes).QueryRow(func(row pgx.Row) error {
 		return row.Scan(written)
 	})
 	return nil
@@ -193,7 +193,7 @@ func (a *attempt) queueVersionWrite(b *pgx.Batch, r *registered, plans []*aggPla
 		return nil, log.err
 	}
 	var n int64
-	b.Queue(a.p.sql.casVersions, r.name, aggs, vers, parked, blocked, revs, log.n, log.ids, log.hashes).Exec(func(ct pgconn.CommandTag) error {
+	b.Queue(a.p.sql.casVersions, r.key, aggs, vers, parked, blocked, revs, log.n, log.ids, log.hashes).Exec(func(ct pgconn.CommandTag) error {
 		n = ct.RowsAffected()
 		return nil
 	})
