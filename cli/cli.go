@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/projection"
 )
@@ -52,6 +53,24 @@ type Config struct {
 	// values take the processor's defaults); Schema and Logger are set
 	// from the command line.
 	Processor projection.Config
+
+	// Effects are the binary's effect handlers (package effects), one per
+	// effect kind. With any, run performs the intents the projections
+	// record (--effects-workers at a time; 'effects work' does it alone),
+	// migrate also applies River's migrations (--river-schema), and status,
+	// /v1/status and /metrics show the intents. Every command that builds
+	// the projections' processor first creates the effects client on its
+	// pool and hands it to the projections that implement effects.Binder,
+	// so no handler runs without it. Default: none — projections that
+	// record intents must then not be given any.
+	Effects []effects.Handler
+
+	// EffectsConfig is the template of the effects client's configuration:
+	// Workers, Timeout, MaxAttempts, RetryBackoff, MaxBackoff,
+	// ReconcileInterval, PollInterval and OnAttempt are used as given (zero
+	// values take the package's defaults); Schema, RiverSchema and Logger
+	// are set from the command line, Workers by --effects-workers.
+	EffectsConfig effects.Config
 
 	// Commands add a binary's own commands to the command line, next to
 	// the built-in ones: each is called once per run with the App and

@@ -101,6 +101,7 @@ recorded with its reason, and applied nowhere.`,
 		),
 		(&oplogCmd{a}).command(),
 		(&rebuildCmd{a}).command(),
+		a.effectsGroup(),
 		(&versionCmd{a}).command(),
 	)
 	for _, ext := range a.cfg.Commands {

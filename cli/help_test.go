@@ -53,6 +53,7 @@ func TestEveryCommandSaysWhatItChanges(t *testing.T) {
 		"parked list", "parked show", "parked repair", "parked declare-gap",
 		"quarantine list", "quarantine retry", "quarantine skip",
 		"conflicts list", "conflicts ack", "oplog", "healthcheck", "rejected list", "rejected replay", "rebuild", "version", "help",
+		"effects list", "effects show", "effects retry", "effects cancel", "effects reconcile", "effects work",
 		"completion bash", "completion zsh", "completion fish", "completion powershell",
 	}, paths, "every command is covered")
 }

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/migrations"
 )
@@ -35,9 +36,11 @@ type migrateCmd struct{ a *App }
 func (c *migrateCmd) command() *cobra.Command {
 	return leaf("migrate", "apply inorder's migrations and create the projections' tables",
 		`Applies the pending migrations embedded in this binary to --schema (creating
-the schema and its schema_migrations table if needed), then creates the
-read-model tables of every projection that has a Setup (CREATE TABLE IF NOT
-EXISTS, in the connection's search_path).
+the schema and its schema_migrations table if needed), then River's own
+migrations — the job queue that performs effects (package effects) — to
+--river-schema (default: --schema), then creates the read-model tables of
+every projection that has a Setup (CREATE TABLE IF NOT EXISTS, in the
+connection's search_path).
 
 Changes: creates the schema and tables; never drops or rewrites data. With
 --dry-run it only prints the steps it would take and changes nothing.
@@ -71,9 +74,13 @@ func (c *migrateCmd) Run(ctx context.Context, o *migrateOptions) error {
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
+	river, err := effects.MigrateRiver(ctx, pool, &effects.RiverMigrateOptions{Schema: o.db.River(), DryRun: o.DryRun, Logger: logger})
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
 	setup := false
 	if !o.DryRun {
-		proc, err := c.a.processor(pool, o.db.Schema, logger)
+		proc, err := c.a.processor(pool, &o.db, logger)
 		if err != nil {
 			return err
 		}
@@ -92,8 +99,12 @@ func (c *migrateCmd) Run(ctx context.Context, o *migrateOptions) error {
 		for _, s := range res.Steps {
 			steps = append(steps, step{s.Version, s.Name, float64(s.Duration.Microseconds()) / 1000})
 		}
+		if river == nil {
+			river = []int{}
+		}
 		return clikit.WriteJSON(c.a.stdout, map[string]any{
 			"schema": o.db.Schema, "dry_run": res.DryRun, "steps": steps,
+			"river_schema": o.db.River(), "river_versions": river,
 			"projections_setup": setup, "projections": c.a.projectionNames(),
 		})
 	}
@@ -110,6 +121,12 @@ func (c *migrateCmd) Run(ctx context.Context, o *migrateOptions) error {
 			fmt.Fprintf(c.a.stdout, " in %s", clikit.Age(s.Duration))
 		}
 		fmt.Fprintln(c.a.stdout)
+	}
+	switch {
+	case len(river) > 0:
+		fmt.Fprintf(c.a.stdout, "%s River's migrations %v to schema %s\n", verb, river, o.db.River())
+	default:
+		fmt.Fprintf(c.a.stdout, "River's tables in schema %s are up to date\n", o.db.River())
 	}
 	if setup {
 		fmt.Fprintf(c.a.stdout, "read-model tables ready for %v\n", c.a.projectionNames())
@@ -141,7 +158,8 @@ func (c *migrateStatusCmd) command() *cobra.Command {
 	return leaf("status", "list the migrations and whether they are applied",
 		`Lists every migration embedded in this binary with whether and when it was
 applied to --schema, plus any applied version this binary does not know (the
-database was migrated by a newer release). Read-only.`,
+database was migrated by a newer release); then River's migrations and
+whether --river-schema has them. Read-only.`,
 		func(fs *pflag.FlagSet) *migrateStatusOptions {
 			o := &migrateStatusOptions{}
 			clikit.BindLog(fs, &o.log, "warn")
@@ -167,6 +185,10 @@ func (c *migrateStatusCmd) Run(ctx context.Context, o *migrateStatusOptions) err
 	if err != nil {
 		return fmt.Errorf("migrate status: %w", err)
 	}
+	river, err := effects.RiverMigrations(ctx, pool, o.db.River())
+	if err != nil {
+		return fmt.Errorf("migrate status: %w", err)
+	}
 	if o.out.JSON {
 		type row struct {
 			Version   int    `json:"version"`
@@ -183,7 +205,8 @@ func (c *migrateStatusCmd) Run(ctx context.Context, o *migrateStatusOptions) err
 			}
 			rows = append(rows, r)
 		}
-		return clikit.WriteJSON(c.a.stdout, map[string]any{"schema": o.db.Schema, "migrations": rows})
+		return clikit.WriteJSON(c.a.stdout, map[string]any{"schema": o.db.Schema, "migrations": rows,
+			"river_schema": o.db.River(), "river_migrations": river})
 	}
 	t := clikit.NewTable(c.a.stdout, "VERSION", "NAME", "STATE", "APPLIED AT")
 	for _, s := range st {
@@ -195,6 +218,18 @@ func (c *migrateStatusCmd) Run(ctx context.Context, o *migrateStatusOptions) err
 			state = "applied"
 		}
 		t.Row(fmt.Sprintf("%03d", s.Version), s.Name, state, s.AppliedAt)
+	}
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.a.stdout, "\nRiver (schema %s):\n", o.db.River())
+	t = clikit.NewTable(c.a.stdout, "VERSION", "NAME", "STATE")
+	for _, m := range river {
+		state := "pending"
+		if m.Applied {
+			state = "applied"
+		}
+		t.Row(fmt.Sprintf("%03d", m.Version), m.Name, state)
 	}
 	return t.Flush()
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/inorder/inorder/effects"
+	"github.com/inorder/inorder/httpapi"
 	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/projection"
 )
@@ -41,11 +43,11 @@ func (a *App) open(ctx context.Context, o *opOptions) (proc *projection.Processo
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := a.prepareSchema(ctx, pool, o.db.Schema, false, false, logger); err != nil {
+	if err := a.prepareSchema(ctx, pool, &o.db, false, false, logger); err != nil {
 		pool.Close()
 		return nil, nil, err
 	}
-	proc, err = a.processor(pool, o.db.Schema, logger)
+	proc, err = a.processor(pool, &o.db, logger)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
@@ -190,8 +192,9 @@ func (c *statusCmd) command() *cobra.Command {
 	return leaf("status", "show every projection's gate state, rejected events and checkpoints",
 		`Shows, per projection: the aggregates seen, the events applied, the events
 parked and the age of the oldest, the quarantined events and the conflicts
-recorded; then the rejected deliveries and the sources' checkpoints.
-Read-only.`,
+recorded; then the rejected deliveries and the sources' checkpoints; then, in
+a binary with effect handlers, the open effect intents per kind (pending,
+running, retrying, failed, uncertain, the oldest waiting). Read-only.`,
 		func(fs *pflag.FlagSet) *statusOptions {
 			o := &statusOptions{}
 			bindOp(fs, &o.opOptions)
@@ -201,12 +204,24 @@ Read-only.`,
 
 // Run prints the status.
 func (c *statusCmd) Run(ctx context.Context, o *statusOptions) error {
-	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
+	var proc *projection.Processor
+	var fx *effects.Client
+	var closeFn func()
+	var err error
+	if len(c.a.cfg.Effects) > 0 {
+		fx, proc, closeFn, err = c.a.openEffects(ctx, &o.opOptions)
+	} else {
+		proc, closeFn, err = c.a.open(ctx, &o.opOptions)
+	}
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	st, err := proc.Status(ctx, nil)
+	var stats httpapi.EffectsStats
+	if fx != nil {
+		stats = fx
+	}
+	st, err := httpapi.Status(ctx, proc, stats)
 	if err != nil {
 		return err
 	}
@@ -226,6 +241,16 @@ func (c *statusCmd) Run(ctx context.Context, o *statusOptions) error {
 		t := clikit.NewTable(c.a.stdout, "CHECKPOINT", "POSITION", "UPDATED")
 		for _, cp := range st.Checkpoints {
 			t.Row(cp.Name, cp.Position.String(), clikit.Age(cp.Age)+" ago")
+		}
+		if err := t.Flush(); err != nil {
+			return err
+		}
+	}
+	if fx != nil {
+		fmt.Fprintln(c.a.stdout)
+		t := clikit.NewTable(c.a.stdout, "EFFECT KIND", "PENDING", "RUNNING", "RETRYING", "FAILED", "UNCERTAIN", "OLDEST PENDING")
+		for _, k := range st.Effects {
+			t.Row(k.Kind, k.Pending, k.Running, k.Retrying, k.Failed, k.Uncertain, clikit.AgeOf(k.OldestPending))
 		}
 		return t.Flush()
 	}

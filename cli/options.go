@@ -11,10 +11,15 @@ import (
 	"github.com/inorder/inorder/projection"
 )
 
-// processor returns a processor of the configured projections on pool.
-func (a *App) processor(pool *pgxpool.Pool, schema string, logger *slog.Logger) (*projection.Processor, error) {
+// processor returns a processor of the configured projections on pool,
+// with --schema; the projections that record effect intents are handed the
+// effects client first (see effectsClient).
+func (a *App) processor(pool *pgxpool.Pool, db *clikit.DBOptions, logger *slog.Logger) (*projection.Processor, error) {
+	if _, err := a.effectsClient(pool, db, logger); err != nil {
+		return nil, err
+	}
 	pc := a.cfg.Processor
-	pc.Schema = schema
+	pc.Schema = db.Schema
 	pc.Logger = logger
 	proc, err := projection.New(pool, &pc, a.cfg.Projections...)
 	if err != nil {

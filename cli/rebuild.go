@@ -120,10 +120,10 @@ func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
 		return err
 	}
 	defer pool.Close()
-	if err := c.a.prepareSchema(ctx, pool, o.db.Schema, false, false, logger); err != nil {
+	if err := c.a.prepareSchema(ctx, pool, &o.db, false, false, logger); err != nil {
 		return err
 	}
-	proc, err := c.a.processor(pool, o.db.Schema, logger)
+	proc, err := c.a.processor(pool, &o.db, logger)
 	if err != nil {
 		return err
 	}

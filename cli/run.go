@@ -14,6 +14,7 @@ import (
 	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/migrations"
 	"github.com/inorder/inorder/source/esdb"
@@ -84,6 +85,10 @@ type runOptions struct {
 	RepairAfter  time.Duration
 	DrainTimeout time.Duration
 	Migrate      bool
+	// EffectsWorkers is how many effects this process performs at once; 0
+	// records intents without performing them (an 'effects work' process
+	// does).
+	EffectsWorkers int
 }
 
 func (o *runOptions) validate(args []string) error {
@@ -120,6 +125,8 @@ func (o *runOptions) validate(args []string) error {
 		return clikit.Usagef("--buffer-size must not be negative")
 	case o.DrainTimeout <= 0:
 		return clikit.Usagef("--drain-timeout must be positive")
+	case o.EffectsWorkers < 0:
+		return clikit.Usagef("--effects-workers must not be negative")
 	}
 	return nil
 }
@@ -154,14 +161,22 @@ Gap repair: aggregates whose parked events waited longer than
 It serves /healthz, /readyz (ready once the workers run), /metrics and the
 read-model HTTP API on --http-addr.
 
+Effects: in a binary with effect handlers, it also performs the effect
+intents the projections record (webhooks, e-mails, API calls), with
+--effects-workers calls at a time, after their transactions commit; 0 leaves
+them to 'effects work' processes.
+
 The first SIGINT/SIGTERM drains: stop receiving, commit and acknowledge the
-batches in flight, save the checkpoint (at most --drain-timeout). A second
-one exits at once; uncommitted batches roll back and are delivered again.
+batches in flight, save the checkpoint, let the effect calls under way finish
+(at most --drain-timeout each). A second one exits at once; uncommitted
+batches roll back and are delivered again, and interrupted effect calls are
+taken up again, with the same idempotency key, once their claims expire.
 
 Changes: the projections' read models and inorder's tables in --schema
-(versions, parked, quarantine, conflicts, rejected, checkpoints); with
---migrate it first applies pending migrations and creates the read-model
-tables. In persistent mode it may create the subscription group.`,
+(versions, parked, quarantine, conflicts, rejected, checkpoints, effects) and
+River's job table; with --migrate it first applies pending migrations
+(River's included) and creates the read-model tables. In persistent mode it
+may create the subscription group. It calls the effects' other sides.`,
 		func(fs *pflag.FlagSet) *runOptions {
 			o := &runOptions{}
 			clikit.BindLog(fs, &o.log, "info")
@@ -180,6 +195,7 @@ tables. In persistent mode it may create the subscription group.`,
 			fs.DurationVar(&o.RepairAfter, "repair-after", esdb.DefaultRepairAfter, "gap repair: read the missing versions of aggregates parked this long from their stream (negative disables)")
 			fs.DurationVar(&o.DrainTimeout, "drain-timeout", esdb.DefaultDrainTimeout, "longest graceful drain after the first signal")
 			fs.BoolVar(&o.Migrate, "migrate", false, "apply pending migrations and create the read-model tables before starting")
+			fs.IntVar(&o.EffectsWorkers, "effects-workers", DefaultEffectsWorkers, "effects performed at once by this process (0: only record them, for 'effects work' processes)")
 			return o
 		}, c.Run)
 }
@@ -188,12 +204,22 @@ tables. In persistent mode it may create the subscription group.`,
 func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	logger := o.log.Logger(c.a.stderr)
 	con := clikit.NewConsole(c.a.stderr, &o.log)
-	pool, err := clikit.Connect(ctx, &o.db, int32(o.Workers+6), logger)
+	conns := o.Workers + 6
+	if len(c.a.cfg.Effects) > 0 && o.EffectsWorkers > 0 {
+		conns += effectsConns(o.EffectsWorkers)
+	}
+	pool, err := clikit.Connect(ctx, &o.db, int32(conns), logger)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := c.a.prepareSchema(ctx, pool, o.db.Schema, o.Migrate, true, logger); err != nil {
+	if err := c.a.prepareSchema(ctx, pool, &o.db, o.Migrate, true, logger); err != nil {
+		return err
+	}
+	// The effects client first: the projections that record intents get it
+	// before any batch runs.
+	fx, err := c.a.effectsClient(pool, &o.db, logger, o.EffectsWorkers)
+	if err != nil {
 		return err
 	}
 	proc, m, closeMetrics, err := clikit.InstrumentedProcessor(ctx, pool, &o.db, c.a.cfg.Processor, c.a.cfg.Projections, logger)
@@ -201,6 +227,11 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 		return err
 	}
 	defer closeMetrics()
+	if fx != nil {
+		if err := fx.RegisterMetrics(m.Registry()); err != nil {
+			return fmt.Errorf("effects metrics: %w", err)
+		}
+	}
 	if err := proc.Setup(ctx); err != nil {
 		return err // the processor names the projection and the step
 	}
@@ -232,10 +263,16 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 
 	var srv *clikit.Server
 	if o.http.Addr != "" {
-		if srv, err = clikit.StartHTTP(&o.http, clikit.Serve{Processor: proc, Ready: ready, Metrics: m.Handler(), Logger: logger}); err != nil {
+		if srv, err = clikit.StartHTTP(&o.http, clikit.Serve{Processor: proc, Effects: fx, Ready: ready, Metrics: m.Handler(), Logger: logger}); err != nil {
 			return err
 		}
 		con.Printf([]any{"url", srv.URL()}, "serving %s", srv.URL())
+	}
+	if fx != nil && o.EffectsWorkers > 0 {
+		if err := fx.Start(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+		logger.Info("effects workers started", "workers", o.EffectsWorkers, "kinds", strings.Join(fx.Kinds(), ","), "river_schema", o.db.River())
 	}
 	logger.Info("workers starting", "mode", o.Mode, "workers", o.Workers, "batch_size", o.BatchSize,
 		"projections", strings.Join(proc.Projections(), ","), "schema", o.db.Schema)
@@ -266,6 +303,12 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 			err = <-done
 		}
 	}
+	var fxErr error
+	if fx != nil && o.EffectsWorkers > 0 {
+		// After the projection workers: their last batches' intents are
+		// committed; those left are performed by the next process.
+		fxErr = stopEffects(ctx, fx, o.DrainTimeout)
+	}
 	if srv != nil {
 		if serr := srv.Shutdown(5 * time.Second); serr != nil && httpErr == nil {
 			httpErr = serr
@@ -276,16 +319,29 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	if err != nil {
 		return err
 	}
+	if fxErr != nil {
+		return fxErr
+	}
 	if httpErr != nil {
 		return fmt.Errorf("http: %w", httpErr)
 	}
 	return nil
 }
 
-// prepareSchema applies pending migrations when migrate is set; otherwise
-// it refuses to work on a schema that is missing or not fully migrated.
-// offer says whether the command has a --migrate flag to mention.
-func (a *App) prepareSchema(ctx context.Context, pool *pgxpool.Pool, schema string, migrate, offer bool, logger *slog.Logger) error {
+// prepareSchema applies pending migrations when migrate is set — inorder's
+// to --schema and, in a binary with effect handlers, River's to
+// --river-schema; otherwise it refuses to work on a schema that is missing
+// or not fully migrated. offer says whether the command has a --migrate
+// flag to mention.
+func (a *App) prepareSchema(ctx context.Context, pool *pgxpool.Pool, db *clikit.DBOptions, migrate, offer bool, logger *slog.Logger) error {
+	schema := db.Schema
+	hint := fmt.Sprintf("run '%s migrate --schema %s' first", a.name, schema)
+	if db.RiverSchema != "" {
+		hint = fmt.Sprintf("run '%s migrate --schema %s --river-schema %s' first", a.name, schema, db.RiverSchema)
+	}
+	if offer {
+		hint += " (or pass --migrate)"
+	}
 	if migrate {
 		m, err := migrations.New(pool, &migrations.Options{Schema: schema, Logger: logger})
 		if err != nil {
@@ -294,16 +350,27 @@ func (a *App) prepareSchema(ctx context.Context, pool *pgxpool.Pool, schema stri
 		if _, err := m.Migrate(ctx); err != nil {
 			return fmt.Errorf("migrate: %w", err)
 		}
+		if len(a.cfg.Effects) > 0 {
+			if _, err := effects.MigrateRiver(ctx, pool, &effects.RiverMigrateOptions{Schema: db.River(), Logger: logger}); err != nil {
+				return fmt.Errorf("migrate: %w", err)
+			}
+		}
 		return nil
 	}
 	err := clikit.CheckSchema(ctx, pool, schema, logger)
 	var se *clikit.SchemaError
-	if !errors.As(err, &se) || se.Unknown != 0 {
+	if errors.As(err, &se) && se.Unknown == 0 {
+		return fmt.Errorf("%w: %s", err, hint)
+	}
+	if err != nil {
 		return err
 	}
-	hint := fmt.Sprintf("run '%s migrate --schema %s' first", a.name, schema)
-	if offer {
-		hint += " (or pass --migrate)"
+	if len(a.cfg.Effects) > 0 {
+		if err := effects.CheckRiver(ctx, pool, db.River()); errors.Is(err, effects.ErrRiverNotMigrated) {
+			return fmt.Errorf("%w: %s", err, hint)
+		} else if err != nil {
+			return err
+		}
 	}
-	return fmt.Errorf("%w: %s", err, hint)
+	return nil
 }

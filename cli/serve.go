@@ -63,7 +63,7 @@ func (c *serveCmd) Run(ctx context.Context, o *serveOptions) error {
 		return err
 	}
 	defer pool.Close()
-	proc, err := c.a.processor(pool, o.db.Schema, logger)
+	proc, err := c.a.processor(pool, &o.db, logger)
 	if err != nil {
 		return err
 	}

@@ -307,6 +307,7 @@ type Client struct {
 	handlers    map[string]Handler
 	reconcilers []string // kinds whose handler implements Reconciler
 	sql         statements
+	tally       tally // attempts by kind and outcome, for metrics
 
 	mu      sync.Mutex
 	stopBg  context.CancelFunc // stops the reconciliation loop
@@ -410,7 +411,33 @@ func (c *Client) backoff(attempt int) time.Duration {
 }
 
 func (c *Client) observe(a Attempt) {
+	outcome := string(a.State)
+	if a.State == Running {
+		outcome = "unrecorded"
+	}
+	c.tally.add(a.Kind, outcome)
 	if c.cfg.OnAttempt != nil {
 		c.cfg.OnAttempt(a)
 	}
+}
+
+// Binder is implemented by projections that record intents with a Client
+// they are given rather than built with: a binary built on package cli
+// constructs its projections before it connects, and hands them the Client
+// (Bind) before any of its commands runs a handler.
+type Binder interface {
+	UseEffects(c *Client)
+}
+
+// Bind gives c to every projection of projections that implements Binder,
+// and returns how many did.
+func Bind[P any](c *Client, projections ...P) int {
+	n := 0
+	for _, p := range projections {
+		if b, ok := any(p).(Binder); ok {
+			b.UseEffects(c)
+			n++
+		}
+	}
+	return n
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -86,4 +87,72 @@ func MigrateRiver(ctx context.Context, pool *pgxpool.Pool, opts *RiverMigrateOpt
 		versions[i] = v.Version
 	}
 	return versions, nil
+}
+
+// ErrRiverNotMigrated is returned, wrapped, by CheckRiver when River's
+// migrations are missing from a schema.
+var ErrRiverNotMigrated = errors.New("effects: River's tables are missing or not fully migrated")
+
+// RiverMigration is one of River's migrations and whether a schema has it.
+type RiverMigration struct {
+	Version int    `json:"version"`
+	Name    string `json:"name"`
+	Applied bool   `json:"applied"`
+}
+
+// RiverMigrations lists River's migrations (those of the River release this
+// binary carries) and whether schema has each. Read-only.
+func RiverMigrations(ctx context.Context, pool *pgxpool.Pool, schema string) ([]RiverMigration, error) {
+	m, err := riverMigrator(pool, schema)
+	if err != nil {
+		return nil, err
+	}
+	have, err := m.ExistingVersions(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("effects: River migrations in schema %s: %w", schema, err)
+	}
+	applied := map[int]bool{}
+	for _, v := range have {
+		applied[v.Version] = true
+	}
+	all := m.AllVersions()
+	out := make([]RiverMigration, len(all))
+	for i, v := range all {
+		out[i] = RiverMigration{Version: v.Version, Name: v.Name, Applied: applied[v.Version]}
+	}
+	return out, nil
+}
+
+// CheckRiver returns an error wrapping ErrRiverNotMigrated unless schema has
+// every River migration this binary knows: a worker must not start on
+// River's tables half made. Read-only.
+func CheckRiver(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	ms, err := RiverMigrations(ctx, pool, schema)
+	if err != nil {
+		return err
+	}
+	pending := 0
+	for _, m := range ms {
+		if !m.Applied {
+			pending++
+		}
+	}
+	if pending > 0 {
+		return fmt.Errorf("%w: %d of %d pending in schema %s", ErrRiverNotMigrated, pending, len(ms), schema)
+	}
+	return nil
+}
+
+func riverMigrator(pool *pgxpool.Pool, schema string) (*rivermigrate.Migrator[pgx.Tx], error) {
+	if schema == "" {
+		schema = migrations.DefaultSchema
+	}
+	if !schemaRE.MatchString(schema) {
+		return nil, fmt.Errorf("effects: River schema %q: River accepts letters, digits and underscores only", schema)
+	}
+	m, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Schema: schema, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, fmt.Errorf("effects: River migrator: %w", err)
+	}
+	return m, nil
 }

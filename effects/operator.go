@@ -90,7 +90,7 @@ func (c *Client) Retry(ctx context.Context, key string) (Effect, error) {
 	if err != nil {
 		return Effect{}, fmt.Errorf("effects: retry %s: %w", key, err)
 	}
-	c.log.InfoContext(ctx, "inorder: effect retried by an operator", "key", key, "effect", e.Kind)
+	c.log.InfoContext(ctx, "effect retried by an operator", "key", key, "effect", e.Kind)
 	return e, nil
 }
 
@@ -108,7 +108,7 @@ func (c *Client) Cancel(ctx context.Context, key, reason string) (Effect, error)
 	if err != nil {
 		return Effect{}, fmt.Errorf("effects: cancel %s: %w", key, err)
 	}
-	c.log.InfoContext(ctx, "inorder: effect cancelled by an operator", "key", key, "effect", e.Kind, "reason", reason)
+	c.log.InfoContext(ctx, "effect cancelled by an operator", "key", key, "effect", e.Kind, "reason", reason)
 	return e, nil
 }
 

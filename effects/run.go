@@ -80,7 +80,7 @@ func (c *Client) reconcileLoop(ctx, bg context.Context, done chan<- struct{}) {
 		case <-t.C:
 		}
 		if _, err := c.ReconcileStuck(bg); err != nil && bg.Err() == nil {
-			c.log.WarnContext(bg, "inorder: effects reconciliation pass failed", "error", err)
+			c.log.WarnContext(bg, "effects reconciliation pass failed", "error", err)
 		}
 	}
 }
@@ -138,7 +138,7 @@ func (c *Client) ReconcileStuck(ctx context.Context) (Reconciled, error) {
 		}
 		r.Requeued += len(keys)
 		if len(keys) > 0 {
-			c.log.WarnContext(ctx, "inorder: effects whose attempt died requeued", "count", len(keys))
+			c.log.WarnContext(ctx, "effects whose attempt died requeued", "count", len(keys))
 		}
 		if len(keys) < reconcileBatch {
 			break

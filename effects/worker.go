@@ -81,7 +81,7 @@ func (c *Client) work(ctx context.Context, key string, jobID int64, last bool) e
 			c.observe(a)
 			return fmt.Errorf("effects: record outcome of %s: %w", key, err)
 		case tag.RowsAffected() == 0:
-			log.WarnContext(ctx, "inorder: effect attempt lost its claim before recording its outcome", "outcome", state)
+			log.WarnContext(ctx, "effect attempt lost its claim before recording its outcome", "outcome", state)
 			a.State = Running
 			c.observe(a)
 			return nil
@@ -95,13 +95,13 @@ func (c *Client) work(ctx context.Context, key string, jobID int64, last bool) e
 		switch {
 		case err != nil:
 			err = fmt.Errorf("reconcile: %w", err)
-			log.WarnContext(ctx, "inorder: effect reconcile failed", "error", err)
+			log.WarnContext(ctx, "effect reconcile failed", "error", err)
 			if ferr := finish(retryState(last), true, err); ferr != nil {
 				return ferr
 			}
 			return err
 		case done:
-			log.InfoContext(ctx, "inorder: effect found done by reconcile")
+			log.InfoContext(ctx, "effect found done by reconcile")
 			return finish(Done, false, nil)
 		}
 		if err := c.pool.QueryRow(ctx, c.sql.start, key, claim, c.lease()).Scan(&e.Attempts); err != nil {
@@ -118,13 +118,13 @@ func (c *Client) work(ctx context.Context, key string, jobID int64, last bool) e
 	case err == nil:
 		return finish(Done, false, nil)
 	case IsPermanent(err):
-		log.WarnContext(ctx, "inorder: effect failed permanently", "attempt", e.Attempts, "error", err)
+		log.WarnContext(ctx, "effect failed permanently", "attempt", e.Attempts, "error", err)
 		if ferr := finish(Failed, false, err); ferr != nil {
 			return ferr
 		}
 		return river.JobCancel(err)
 	default:
-		log.WarnContext(ctx, "inorder: effect attempt failed", "attempt", e.Attempts, "error", err, "last", last)
+		log.WarnContext(ctx, "effect attempt failed", "attempt", e.Attempts, "error", err, "last", last)
 		if ferr := finish(retryState(last), true, err); ferr != nil {
 			return ferr
 		}
@@ -147,7 +147,7 @@ func (c *Client) unclaimed(ctx context.Context, key string) error {
 	e, err := c.Get(ctx, key)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		c.log.WarnContext(ctx, "inorder: effect job for an intent that does not exist", "key", key)
+		c.log.WarnContext(ctx, "effect job for an intent that does not exist", "key", key)
 		return nil
 	case err != nil:
 		return err

@@ -23,7 +23,7 @@
 //	GET /v1/projections/{name}                    one projection, same shape
 //	GET /v1/projections/{name}/aggregates/{id}    one aggregate's read model ([AggregateResponse])
 //	GET /v1/projections/{name}/aggregates         a page of read models ([ListResponse])
-//	GET /v1/status                                lag, parked, quarantine, conflicts, rejected ([StatusResponse])
+//	GET /v1/status                                lag, parked, quarantine, conflicts, rejected, effects ([StatusResponse])
 //
 // /healthz and /readyz never require the token; every other route does when
 // [Options].Token is set (header "Authorization: Bearer <token>").

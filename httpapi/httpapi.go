@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -66,6 +67,39 @@ type Options struct {
 	// Logger receives request logs (debug) and internal errors (error).
 	// Default: discarded.
 	Logger *slog.Logger
+
+	// Effects, if set, adds the open effect intents per kind to /v1/status
+	// (an *effects.Client). Default: none.
+	Effects EffectsStats
+}
+
+// EffectsStats reads the open effect intents per kind; *effects.Client
+// implements it.
+type EffectsStats interface {
+	Stats(ctx context.Context) ([]effects.KindStats, error)
+}
+
+// StatusResponse is the body of /v1/status: the gate's status and, when the
+// API has Options.Effects, the open effect intents per kind.
+type StatusResponse struct {
+	projection.Status
+	Effects []effects.KindStats `json:"effects,omitempty"`
+}
+
+// Status reads the status /v1/status serves: proc's, with fx's intents when
+// fx is not nil.
+func Status(ctx context.Context, proc *projection.Processor, fx EffectsStats) (StatusResponse, error) {
+	st, err := proc.Status(ctx, nil)
+	if err != nil {
+		return StatusResponse{}, err
+	}
+	r := StatusResponse{Status: st}
+	if fx != nil {
+		if r.Effects, err = fx.Stats(ctx); err != nil {
+			return StatusResponse{}, err
+		}
+	}
+	return r, nil
 }
 
 // handler is the API; New returns it as an http.Handler.

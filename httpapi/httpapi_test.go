@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -22,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/httpapi"
 	"github.com/inorder/inorder/internal/pgtest"
@@ -690,4 +692,32 @@ func TestHostileInput(t *testing.T) {
 	got, err := ledger.New(nil).Load(ctx, b.db.Pool)
 	require.NoError(t, err)
 	require.Equal(t, b.want, got)
+}
+
+// fakeEffects is the effects of /v1/status in TestStatusEffects.
+type fakeEffects struct {
+	stats []effects.KindStats
+	err   error
+}
+
+func (f fakeEffects) Stats(context.Context) ([]effects.KindStats, error) { return f.stats, f.err }
+
+// TestStatusEffects: with Options.Effects, /v1/status carries the open
+// intents per kind next to the gate's status; without, it has no "effects".
+func TestStatusEffects(t *testing.T) {
+	t.Parallel()
+	oldest := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	stats := []effects.KindStats{{Kind: "webhook", Pending: 2, Running: 1, Retrying: 3, Failed: 4, Uncertain: 1, OldestPending: oldest}}
+	b := setup(t, &httpapi.Options{Effects: fakeEffects{stats: stats}}, nil)
+	got := requireJSON[httpapi.StatusResponse](t, b.get(t, "/v1/status"))
+	require.Len(t, got.Projections, 2)
+	require.Equal(t, stats, got.Effects)
+	raw := b.get(t, "/v1/status")
+	require.Contains(t, string(raw.body), `"effects":[{"kind":"webhook","pending":2,"running":1,"retrying":3,"failed":4,"uncertain":1,"oldest_pending":"2026-01-02T03:04:05Z"}]`)
+
+	plain := setup(t, nil, nil)
+	require.NotContains(t, string(plain.get(t, "/v1/status").body), `"effects"`)
+
+	broken := setup(t, &httpapi.Options{Effects: fakeEffects{err: errors.New("effects table unreadable")}}, nil)
+	require.Equal(t, http.StatusInternalServerError, broken.get(t, "/v1/status").status)
 }

@@ -298,7 +298,7 @@ func (h *handler) status(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), h.opts.RequestTimeout)
 	defer cancel()
-	st, err := h.proc.Status(ctx, nil)
+	st, err := Status(ctx, h.proc, h.opts.Effects)
 	if err != nil {
 		h.fail(w, r, "status", err)
 		return

@@ -243,6 +243,11 @@ func New(opts *Options) *Projection {
 // Name implements projection.Projection.
 func (p *Projection) Name() string { return p.name }
 
+// UseEffects implements effects.Binder: the projection records its
+// settlement webhooks with c from now on (as with Options.Effects). Call it
+// before the projection processes anything.
+func (p *Projection) UseEffects(c *effects.Client) { p.fx = c }
+
 // Setup creates the read-model tables if they do not exist.
 func (p *Projection) Setup(ctx context.Context, tx pgx.Tx) error {
 	stmts := []string{}
@@ -474,6 +479,9 @@ func NewSimple(opts *Options) Simple { return Simple{New(opts)} }
 // Name implements projection.Projection.
 func (s Simple) Name() string { return s.p.Name() }
 
+// UseEffects implements effects.Binder (see Projection.UseEffects).
+func (s Simple) UseEffects(c *effects.Client) { s.p.UseEffects(c) }
+
 // Setup creates the read-model tables if they do not exist.
 func (s Simple) Setup(ctx context.Context, tx pgx.Tx) error { return s.p.Setup(ctx, tx) }
 
@@ -503,4 +511,6 @@ var (
 	_ projection.Setuper      = (*Projection)(nil)
 	_ projection.Resetter     = (*Projection)(nil)
 	_ projection.Setuper      = Simple{}
+	_ effects.Binder          = (*Projection)(nil)
+	_ effects.Binder          = Simple{}
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,12 +17,24 @@ import (
 type DBOptions struct {
 	URL    string
 	Schema string
+	// RiverSchema is where River's tables are (package effects); empty
+	// means Schema. Use River() to read it.
+	RiverSchema string
 }
 
-// BindDB defines --database-url and --schema on fs.
+// BindDB defines --database-url, --schema and --river-schema on fs.
 func BindDB(fs *pflag.FlagSet, o *DBOptions) {
 	fs.StringVar(&o.URL, "database-url", "", "PostgreSQL connection `URL` (postgres://user:pass@host:5432/db?sslmode=disable); the projections' read-model tables go to its search_path")
 	fs.StringVar(&o.Schema, "schema", migrations.DefaultSchema, "`schema` of inorder's own tables (versions, parked, quarantine, …)")
+	fs.StringVar(&o.RiverSchema, "river-schema", "", "`schema` of River's tables, the job queue of effects (default: --schema)")
+}
+
+// River returns the schema of River's tables: RiverSchema, else Schema.
+func (o *DBOptions) River() string {
+	if o.RiverSchema != "" {
+		return o.RiverSchema
+	}
+	return o.Schema
 }
 
 // Validate checks the flags.
@@ -32,8 +45,14 @@ func (o *DBOptions) Validate() error {
 	if _, err := pgxpool.ParseConfig(o.URL); err != nil {
 		return Usagef("invalid --database-url: %v", Redact(err))
 	}
+	if o.RiverSchema != "" && !riverSchemaRE.MatchString(o.RiverSchema) {
+		return Usagef("invalid --river-schema %q: River accepts letters, digits and underscores only", o.RiverSchema)
+	}
 	return ValidSchema(o.Schema)
 }
+
+// riverSchemaRE is River's rule for schema names.
+var riverSchemaRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 
 // ValidSchema checks a --schema value.
 func ValidSchema(s string) error {

@@ -10,59 +10,63 @@ import (
 // from the variable when it is not on the command line. A command may
 // name another variable for one of its flags, or none, with SetEnv.
 const (
-	EnvDatabaseURL  = "DATABASE_URL"
-	EnvESDBURL      = "ESDB_URL"
-	EnvSchema       = "INORDER_SCHEMA"
-	EnvHTTPAddr     = "INORDER_HTTP_ADDR"
-	EnvHTTPToken    = "INORDER_HTTP_TOKEN"
-	EnvHTTPMaxWait  = "INORDER_HTTP_MAX_WAIT"
-	EnvLogFormat    = "INORDER_LOG_FORMAT"
-	EnvLogLevel     = "INORDER_LOG_LEVEL"
-	EnvMode         = "INORDER_MODE"
-	EnvSourceName   = "INORDER_SOURCE_NAME"
-	EnvGroup        = "INORDER_GROUP"
-	EnvStream       = "INORDER_STREAM"
-	EnvStreamPrefix = "INORDER_STREAM_PREFIX"
-	EnvTypeRegex    = "INORDER_TYPE_REGEX"
-	EnvVersionField = "INORDER_VERSION_FIELD"
-	EnvWorkers      = "INORDER_WORKERS"
-	EnvBatchSize    = "INORDER_BATCH_SIZE"
-	EnvMaxWait      = "INORDER_MAX_WAIT"
-	EnvBufferSize   = "INORDER_BUFFER_SIZE"
-	EnvFromEnd      = "INORDER_FROM_END"
-	EnvRepairAfter  = "INORDER_REPAIR_AFTER"
-	EnvDrainTimeout = "INORDER_DRAIN_TIMEOUT"
-	EnvMigrate      = "INORDER_MIGRATE"
-	EnvReadyMaxLag  = "INORDER_READY_MAX_LAG"
+	EnvDatabaseURL    = "DATABASE_URL"
+	EnvESDBURL        = "ESDB_URL"
+	EnvSchema         = "INORDER_SCHEMA"
+	EnvHTTPAddr       = "INORDER_HTTP_ADDR"
+	EnvHTTPToken      = "INORDER_HTTP_TOKEN"
+	EnvHTTPMaxWait    = "INORDER_HTTP_MAX_WAIT"
+	EnvLogFormat      = "INORDER_LOG_FORMAT"
+	EnvLogLevel       = "INORDER_LOG_LEVEL"
+	EnvMode           = "INORDER_MODE"
+	EnvSourceName     = "INORDER_SOURCE_NAME"
+	EnvGroup          = "INORDER_GROUP"
+	EnvStream         = "INORDER_STREAM"
+	EnvStreamPrefix   = "INORDER_STREAM_PREFIX"
+	EnvTypeRegex      = "INORDER_TYPE_REGEX"
+	EnvVersionField   = "INORDER_VERSION_FIELD"
+	EnvWorkers        = "INORDER_WORKERS"
+	EnvBatchSize      = "INORDER_BATCH_SIZE"
+	EnvMaxWait        = "INORDER_MAX_WAIT"
+	EnvBufferSize     = "INORDER_BUFFER_SIZE"
+	EnvFromEnd        = "INORDER_FROM_END"
+	EnvRepairAfter    = "INORDER_REPAIR_AFTER"
+	EnvDrainTimeout   = "INORDER_DRAIN_TIMEOUT"
+	EnvMigrate        = "INORDER_MIGRATE"
+	EnvReadyMaxLag    = "INORDER_READY_MAX_LAG"
+	EnvRiverSchema    = "INORDER_RIVER_SCHEMA"
+	EnvEffectsWorkers = "INORDER_EFFECTS_WORKERS"
 )
 
 // EnvVars maps flag names to their environment variables.
 func EnvVars() map[string]string {
 	return map[string]string{
-		"database-url":  EnvDatabaseURL,
-		"esdb-url":      EnvESDBURL,
-		"schema":        EnvSchema,
-		"http-addr":     EnvHTTPAddr,
-		"http-token":    EnvHTTPToken,
-		"http-max-wait": EnvHTTPMaxWait,
-		"log-format":    EnvLogFormat,
-		"log-level":     EnvLogLevel,
-		"mode":          EnvMode,
-		"name":          EnvSourceName,
-		"group":         EnvGroup,
-		"stream":        EnvStream,
-		"stream-prefix": EnvStreamPrefix,
-		"type-regex":    EnvTypeRegex,
-		"version-field": EnvVersionField,
-		"workers":       EnvWorkers,
-		"batch-size":    EnvBatchSize,
-		"max-wait":      EnvMaxWait,
-		"buffer-size":   EnvBufferSize,
-		"from-end":      EnvFromEnd,
-		"repair-after":  EnvRepairAfter,
-		"drain-timeout": EnvDrainTimeout,
-		"migrate":       EnvMigrate,
-		"ready-max-lag": EnvReadyMaxLag,
+		"database-url":    EnvDatabaseURL,
+		"esdb-url":        EnvESDBURL,
+		"schema":          EnvSchema,
+		"http-addr":       EnvHTTPAddr,
+		"http-token":      EnvHTTPToken,
+		"http-max-wait":   EnvHTTPMaxWait,
+		"log-format":      EnvLogFormat,
+		"log-level":       EnvLogLevel,
+		"mode":            EnvMode,
+		"name":            EnvSourceName,
+		"group":           EnvGroup,
+		"stream":          EnvStream,
+		"stream-prefix":   EnvStreamPrefix,
+		"type-regex":      EnvTypeRegex,
+		"version-field":   EnvVersionField,
+		"workers":         EnvWorkers,
+		"batch-size":      EnvBatchSize,
+		"max-wait":        EnvMaxWait,
+		"buffer-size":     EnvBufferSize,
+		"from-end":        EnvFromEnd,
+		"repair-after":    EnvRepairAfter,
+		"drain-timeout":   EnvDrainTimeout,
+		"migrate":         EnvMigrate,
+		"ready-max-lag":   EnvReadyMaxLag,
+		"river-schema":    EnvRiverSchema,
+		"effects-workers": EnvEffectsWorkers,
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/pflag"
 
+	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/httpapi"
 	"github.com/inorder/inorder/projection"
 )
@@ -135,13 +136,19 @@ type Serve struct {
 	Ready *Readiness
 	// Metrics, if set, is served on /metrics.
 	Metrics http.Handler
+	// Effects, if set, adds the open effect intents to /v1/status.
+	Effects *effects.Client
 	Logger  *slog.Logger
 }
 
 // StartHTTP serves the read-model API, /metrics and the health checks on
 // o.Addr. It returns once the listener is open.
 func StartHTTP(o *HTTPOptions, s Serve) (*Server, error) {
-	api := httpapi.New(s.Processor, &httpapi.Options{Token: o.Token, MaxWait: o.MaxWait, Logger: s.Logger})
+	opts := &httpapi.Options{Token: o.Token, MaxWait: o.MaxWait, Logger: s.Logger}
+	if s.Effects != nil {
+		opts.Effects = s.Effects
+	}
+	api := httpapi.New(s.Processor, opts)
 	mux := http.NewServeMux()
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", s.Metrics)

@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/internal/pglocal"
 	"github.com/inorder/inorder/metrics"
 	"github.com/inorder/inorder/migrations"
@@ -55,6 +56,10 @@ type Workload struct {
 	// Filter, if set, returns a list filter (name and value) the projection
 	// declares, for the printed curl examples.
 	Filter func(events []aggregate.Event) (name, value string)
+	// Effects, if set, are the workload's effects that leave Postgres: the
+	// demo performs them against an in-process receiver while it consumes,
+	// and checks that the receiver got each expected notification once.
+	Effects *Effects
 }
 
 // Environment variables of the demo command's own flags.
@@ -178,9 +183,13 @@ func Command(w *Workload) func(*cli.App) *cobra.Command {
     appends a generated workload (--` + noun + ` × --versions events);
  4. consumes it with --consumers competing consumers on one persistent
     subscription — deliveries arrive out of order and duplicated — and
-    shows progress on stderr;
+    shows progress on stderr; meanwhile it performs the workload's effects
+    that leave Postgres (the ledger's "payment settled" webhooks, package
+    effects) against an in-process HTTP receiver that counts deliveries by
+    idempotency key and refuses some first deliveries with a 503;
  5. checks that the read model equals the in-order fold of the workload and
-    prints a summary; exits with status 1 if it does not;
+    that the receiver got each expected notification once, and prints a
+    summary; exits with status 1 if either does not hold;
  6. serves the read-model HTTP API and /metrics on --http-addr, printing
     example curl commands, until Ctrl-C (or exits at once with --exit).
 
@@ -234,6 +243,8 @@ type demoRun struct {
 	proc    *projection.Processor
 	metrics *metrics.Metrics
 	proj    string
+	fx      *effects.Client // the workload's effects, if any
+	recv    *receiver       // their in-process receiver
 	esdb    *esdbtest.Server
 	events  []aggregate.Event
 	cleanup []func()
@@ -263,6 +274,12 @@ func run(ctx context.Context, a *cli.App, o *options) (err error) {
 	}
 	verr := o.demo.Verify(ctx, d.pool, d.events)
 	d.summary(stats, verr)
+	if r := d.awaitEffects(ctx, o.Timeout); r != nil {
+		fmt.Fprintf(d.a.Stdout(), "%-15s%s\n", "notified:", r.line(o.demo.Effects.What))
+		if r.err != nil && verr == nil {
+			verr = r.err
+		}
+	}
 	if verr != nil {
 		if !errors.Is(verr, ErrVerify) {
 			verr = fmt.Errorf("%w: %w", ErrVerify, verr)
@@ -308,6 +325,9 @@ func (d *demoRun) database(ctx context.Context) error {
 		return err
 	}
 	cfg.MaxConns = int32(max(8, 2*d.o.Consumers+4))
+	if d.o.demo.Effects != nil {
+		cfg.MaxConns += 8 // River and the effect attempts
+	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "inorder-demo"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -333,6 +353,9 @@ func (d *demoRun) database(ctx context.Context) error {
 	d.cleanup = append(d.cleanup, closeMetrics)
 	if err := d.proc.Setup(ctx); err != nil {
 		return fmt.Errorf("demo: create the read model: %w", err)
+	}
+	if err := d.startEffects(ctx); err != nil {
+		return err
 	}
 	d.dbURL = base
 	d.con.Printf([]any{"schema", d.o.Schema}, "schema %s recreated and migrated", d.o.Schema)

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/projection"
 )
@@ -32,6 +33,23 @@ func LedgerWorkload(p *ledger.Projection) *Workload {
 				return err
 			}
 			return compareLedger(want, got)
+		},
+		Effects: &Effects{
+			What: "payment settlements",
+			Handlers: func(url string) []effects.Handler {
+				return []effects.Handler{&ledger.Webhook{URL: url}}
+			},
+			Expected: func(events []aggregate.Event) (map[string]bool, error) {
+				settled, err := ledger.Settlements(events, p.Name())
+				if err != nil {
+					return nil, err
+				}
+				keys := make(map[string]bool, len(settled))
+				for k := range settled {
+					keys[k] = true
+				}
+				return keys, nil
+			},
 		},
 		Filter: func(events []aggregate.Event) (string, string) {
 			for _, e := range events {

@@ -1,0 +1,558 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/inorder/inorder/effects"
+	"github.com/inorder/inorder/internal/clikit"
+	"github.com/inorder/inorder/projection"
+)
+
+// DefaultEffectsWorkers is how many effects run performs at once when
+// --effects-workers is not given.
+const DefaultEffectsWorkers = 10
+
+// effectsClient returns the effects client of the binary's handlers
+// (Config.Effects) on pool, in --schema and --river-schema, after handing it
+// to the projections that implement effects.Binder; nil when the binary has
+// no handlers. workers, if positive, is how many effects a started client
+// performs at once.
+func (a *App) effectsClient(pool *pgxpool.Pool, db *clikit.DBOptions, logger *slog.Logger, workers ...int) (*effects.Client, error) {
+	if len(a.cfg.Effects) == 0 {
+		return nil, nil
+	}
+	cfg := a.cfg.EffectsConfig
+	cfg.Schema, cfg.RiverSchema, cfg.Logger = db.Schema, db.River(), logger
+	if len(workers) > 0 && workers[0] > 0 {
+		cfg.Workers = workers[0]
+	}
+	fx, err := effects.New(pool, &cfg, a.cfg.Effects...)
+	if err != nil {
+		return nil, err
+	}
+	effects.Bind(fx, a.cfg.Projections...)
+	return fx, nil
+}
+
+// requireEffects is the error of an effects command in a binary without
+// handlers.
+func (a *App) requireEffects() error {
+	if len(a.cfg.Effects) == 0 {
+		return errors.New("this binary has no effect handlers (cli.Config.Effects)")
+	}
+	return nil
+}
+
+// openEffects connects, checks the schemas and returns the effects client
+// and a processor (for the operator log); close releases the pool.
+func (a *App) openEffects(ctx context.Context, o *opOptions) (*effects.Client, *projection.Processor, func(), error) {
+	if err := a.requireEffects(); err != nil {
+		return nil, nil, nil, err
+	}
+	logger := o.log.Logger(a.stderr)
+	pool, err := clikit.Connect(ctx, &o.db, 4, logger)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fail := func(err error) (*effects.Client, *projection.Processor, func(), error) {
+		pool.Close()
+		return nil, nil, nil, err
+	}
+	if err := a.prepareSchema(ctx, pool, &o.db, false, false, logger); err != nil {
+		return fail(err)
+	}
+	fx, err := a.effectsClient(pool, &o.db, logger)
+	if err != nil {
+		return fail(err)
+	}
+	pc := a.cfg.Processor
+	pc.Schema, pc.Logger = o.db.Schema, logger
+	proc, err := projection.New(pool, &pc, a.cfg.Projections...)
+	if err != nil {
+		return fail(fmt.Errorf("processor: %w", err))
+	}
+	return fx, proc, pool.Close, nil
+}
+
+// effectsGroup is the effects command and its subcommands.
+func (a *App) effectsGroup() *cobra.Command {
+	return group("effects", "inspect, retry, cancel and perform effects that leave Postgres",
+		`Effects are calls to other systems — webhooks, e-mails, payment gateways —
+that projections ask for: each is an intent recorded in the transaction that
+applies its event, keyed by the fact (projection, event id, effect kind), and
+performed afterwards by a River worker with that key as its idempotency key.
+'run' performs them beside the projection workers; 'effects work' alone.
+
+An intent is pending, running (an attempt holds it), retrying (River retries
+it after a backoff), done, failed (a permanent error, or the attempts ran out:
+it waits for 'effects retry' or 'effects cancel') or cancelled. "uncertain"
+marks one whose last call may or may not have reached the other side; its
+next attempt asks the other side first, if its handler can.`,
+		(&effectsListCmd{a}).command(),
+		(&effectsShowCmd{a}).command(),
+		(&effectsActionCmd{a: a}).command(),
+		(&effectsActionCmd{a: a, cancel: true}).command(),
+		(&effectsReconcileCmd{a}).command(),
+		(&effectsWorkCmd{a}).command(),
+	)
+}
+
+// --- list ---
+
+type effectsListOptions struct {
+	opOptions
+	a          *App
+	State      string
+	Kind       string
+	Projection string
+	Limit      int
+}
+
+func (o *effectsListOptions) validate(args []string) error {
+	if err := clikit.NoArgs(args); err != nil {
+		return err
+	}
+	if o.State != "" {
+		known := false
+		for _, s := range effects.States {
+			known = known || string(s) == o.State
+		}
+		if !known {
+			return clikit.Usagef("--state must be one of %v, not %q", effects.States, o.State)
+		}
+	}
+	if o.Limit < 1 {
+		return clikit.Usagef("--limit must be at least 1")
+	}
+	return o.opOptions.validate()
+}
+
+type effectsListCmd struct{ a *App }
+
+func (c *effectsListCmd) command() *cobra.Command {
+	return leaf("list", "list effect intents, oldest first",
+		`Lists the effect intents, oldest first, filtered by --state, --kind and
+--projection: their key, what caused them, their state, attempts and last
+error. 'effects list --state failed' is what waits for an operator.
+Read-only.`,
+		func(fs *pflag.FlagSet) *effectsListOptions {
+			o := &effectsListOptions{a: c.a}
+			bindOp(fs, &o.opOptions)
+			fs.StringVar(&o.State, "state", "", "only intents in this `state` (pending, running, retrying, failed, done, cancelled)")
+			fs.StringVar(&o.Kind, "kind", "", "only this effect `kind`")
+			fs.StringVar(&o.Projection, "projection", "", "only intents recorded by this `projection`")
+			fs.IntVar(&o.Limit, "limit", 100, "at most this many `rows`")
+			return o
+		}, c.Run)
+}
+
+// Run lists intents.
+func (c *effectsListCmd) Run(ctx context.Context, o *effectsListOptions) error {
+	fx, _, closeFn, err := c.a.openEffects(ctx, &o.opOptions)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	rows, err := fx.List(ctx, effects.ListOptions{State: effects.State(o.State), Kind: o.Kind, Projection: o.Projection, Limit: o.Limit})
+	if err != nil {
+		return err
+	}
+	if o.out.JSON {
+		return clikit.WriteJSON(c.a.stdout, rows)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(c.a.stdout, "no effect intents")
+		return nil
+	}
+	t := clikit.NewTable(c.a.stdout, "KEY", "KIND", "PROJECTION", "AGGREGATE", "VERSION", "STATE", "ATTEMPTS", "UNCERTAIN", "RECORDED", "LAST ERROR")
+	for _, e := range rows {
+		t.Row(e.Key, e.Kind, e.Projection, e.Aggregate, e.Version, e.State, e.Attempts, yesNo(e.Uncertain), e.CreatedAt, e.LastError)
+	}
+	return t.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// --- show ---
+
+type effectsShowOptions struct {
+	opOptions
+	Key string
+}
+
+func (o *effectsShowOptions) validate(args []string) error {
+	key, err := clikit.OneArg(args, "key")
+	if err != nil {
+		return err
+	}
+	o.Key = key
+	return o.opOptions.validate()
+}
+
+type effectsShowCmd struct{ a *App }
+
+func (c *effectsShowCmd) command() *cobra.Command {
+	return leaf("show <key>", "show one effect intent",
+		`Shows one effect intent: what caused it (projection, event, aggregate,
+version), its arguments, state, attempts, whether its last outcome is
+uncertain, its claim, River job and last error. Read-only.`,
+		func(fs *pflag.FlagSet) *effectsShowOptions {
+			o := &effectsShowOptions{}
+			bindOp(fs, &o.opOptions)
+			return o
+		}, c.Run)
+}
+
+// Run shows an intent.
+func (c *effectsShowCmd) Run(ctx context.Context, o *effectsShowOptions) error {
+	fx, _, closeFn, err := c.a.openEffects(ctx, &o.opOptions)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	e, err := fx.Get(ctx, o.Key)
+	if err != nil {
+		return err
+	}
+	if o.out.JSON {
+		return clikit.WriteJSON(c.a.stdout, e)
+	}
+	t := clikit.NewTable(c.a.stdout)
+	t.Row("key", e.Key)
+	t.Row("kind", e.Kind)
+	t.Row("projection", e.Projection)
+	t.Row("event", e.EventID)
+	t.Row("aggregate", e.Aggregate)
+	t.Row("version", e.Version)
+	if e.Discriminator != "" {
+		t.Row("discriminator", e.Discriminator)
+	}
+	if e.Salt != "" {
+		t.Row("salt", e.Salt)
+	}
+	t.Row("state", e.State)
+	t.Row("uncertain", yesNo(e.Uncertain))
+	t.Row("attempts", e.Attempts)
+	t.Row("recorded", e.CreatedAt)
+	t.Row("updated", e.UpdatedAt)
+	if !e.LeaseUntil.IsZero() {
+		t.Row("claimed until", e.LeaseUntil)
+	}
+	if !e.DoneAt.IsZero() {
+		t.Row("done", e.DoneAt)
+	}
+	if e.JobID != 0 {
+		t.Row("river job", e.JobID)
+	}
+	t.Row("last error", e.LastError)
+	t.Row("args", string(e.Args))
+	return t.Flush()
+}
+
+// --- retry, cancel ---
+
+type effectsActionOptions struct {
+	opOptions
+	cancel bool
+	Reason string
+	Keys   []string
+}
+
+func (o *effectsActionOptions) validate(args []string) error {
+	if len(args) == 0 {
+		return clikit.Usagef("missing <key>")
+	}
+	o.Keys = args
+	if o.cancel && o.Reason == "" {
+		return clikit.Usagef("--reason is required")
+	}
+	return o.opOptions.validate()
+}
+
+type effectsActionCmd struct {
+	a      *App
+	cancel bool
+}
+
+func (c *effectsActionCmd) command() *cobra.Command {
+	bind := func(fs *pflag.FlagSet) *effectsActionOptions {
+		o := &effectsActionOptions{cancel: c.cancel}
+		bindOp(fs, &o.opOptions)
+		if c.cancel {
+			fs.StringVar(&o.Reason, "reason", "", "why the effect is given up, for the intent and the operator log (required)")
+		}
+		return o
+	}
+	if c.cancel {
+		return leaf("cancel <key>...", "give up effect intents: they are never performed",
+			`Gives up the intents: they are never performed again (a job already queued
+for one completes without calling anything). An intent that is done cannot
+be cancelled, nor one whose attempt is under way (try again once it ended).
+A cancelled intent can still be retried.
+
+Changes: the intents' state and last error, and the operator log.`, bind, c.Run)
+	}
+	return leaf("retry <key>...", "perform failed or cancelled effect intents again",
+		`Reopens the intents — failed, cancelled, or still waiting — and queues a
+River job for each now. An intent whose last call may have reached the other
+side is asked about first, if its handler can, so a retry does not repeat an
+effect that happened. An intent that is done, or whose attempt is under way,
+is refused.
+
+Changes: the intents' state, River's job table and the operator log.`, bind, c.Run)
+}
+
+// ActionResult reports what effects retry or cancel did with one intent.
+type ActionResult struct {
+	Action string        `json:"action"`
+	Key    string        `json:"key"`
+	State  effects.State `json:"state,omitempty"`
+	Error  string        `json:"error,omitempty"`
+}
+
+// Run retries or cancels every key; it fails if any was refused.
+func (c *effectsActionCmd) Run(ctx context.Context, o *effectsActionOptions) error {
+	fx, proc, closeFn, err := c.a.openEffects(ctx, &o.opOptions)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	action := "effect-retry"
+	if o.cancel {
+		action = "effect-cancel"
+	}
+	var results []ActionResult
+	var errs []error
+	for _, key := range o.Keys {
+		var e effects.Effect
+		var err error
+		if o.cancel {
+			e, err = fx.Cancel(ctx, key, o.Reason)
+		} else {
+			e, err = fx.Retry(ctx, key)
+		}
+		r := ActionResult{Action: action, Key: key}
+		if err != nil {
+			r.Error = err.Error()
+			errs = append(errs, err)
+			results = append(results, r)
+			continue
+		}
+		r.State = e.State
+		results = append(results, r)
+		v := e.Version
+		if _, err := proc.LogAction(ctx, projection.Action{Action: action, Projection: e.Projection, Aggregate: e.Aggregate,
+			From: &v, To: &v, Reason: fmt.Sprintf("effect %s (%s): %s", key, e.Kind, o.Reason)}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if o.out.JSON {
+		if err := clikit.WriteJSON(c.a.stdout, results); err != nil {
+			return err
+		}
+	} else {
+		for _, r := range results {
+			if r.Error != "" {
+				fmt.Fprintf(c.a.stdout, "%s: %s: refused: %s\n", r.Action, r.Key, r.Error)
+			} else {
+				fmt.Fprintf(c.a.stdout, "%s: %s: now %s\n", r.Action, r.Key, r.State)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// --- reconcile ---
+
+type effectsReconcileOptions struct{ opOptions }
+
+func (o *effectsReconcileOptions) validate(args []string) error {
+	if err := clikit.NoArgs(args); err != nil {
+		return err
+	}
+	return o.opOptions.validate()
+}
+
+type effectsReconcileCmd struct{ a *App }
+
+func (c *effectsReconcileCmd) command() *cobra.Command {
+	return leaf("reconcile", "run the effects' reconciliation pass now",
+		`Runs the reconciliation pass that workers run every minute: intents whose
+attempt died holding its claim are queued again, and failed intents whose
+last call may have reached the other side are asked about (if their handler
+can): those the other side has become done.
+
+Changes: those intents' state, River's job table; it calls the other sides'
+status checks (never the effects themselves).`,
+		func(fs *pflag.FlagSet) *effectsReconcileOptions {
+			o := &effectsReconcileOptions{}
+			bindOp(fs, &o.opOptions)
+			return o
+		}, c.Run)
+}
+
+// Run runs one pass.
+func (c *effectsReconcileCmd) Run(ctx context.Context, o *effectsReconcileOptions) error {
+	fx, _, closeFn, err := c.a.openEffects(ctx, &o.opOptions)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	r, err := fx.ReconcileStuck(ctx)
+	if err != nil {
+		return err
+	}
+	if o.out.JSON {
+		return clikit.WriteJSON(c.a.stdout, r)
+	}
+	fmt.Fprintf(c.a.stdout, "requeued %d intents whose attempt died; asked about %d failed uncertain intents: %d done, %d not done\n",
+		r.Requeued, r.Checked, r.Done, r.NotDone)
+	return nil
+}
+
+// --- work ---
+
+type effectsWorkOptions struct {
+	log          clikit.LogOptions
+	db           clikit.DBOptions
+	http         clikit.HTTPOptions
+	Workers      int
+	DrainTimeout time.Duration
+}
+
+func (o *effectsWorkOptions) validate(args []string) error {
+	if err := clikit.NoArgs(args); err != nil {
+		return err
+	}
+	for _, v := range []interface{ Validate() error }{&o.log, &o.db, &o.http} {
+		if err := v.Validate(); err != nil {
+			return err
+		}
+	}
+	switch {
+	case o.Workers < 1:
+		return clikit.Usagef("--effects-workers must be at least 1")
+	case o.DrainTimeout <= 0:
+		return clikit.Usagef("--drain-timeout must be positive")
+	}
+	return nil
+}
+
+type effectsWorkCmd struct{ a *App }
+
+func (c *effectsWorkCmd) command() *cobra.Command {
+	return leaf("work", "perform effect intents, without projection workers",
+		`Performs the effect intents the projections record — what 'run' does beside
+its projection workers — with --effects-workers calls at a time, and runs the
+reconciliation pass every minute. Any number of processes may work at once:
+an intent is claimed by one attempt at a time.
+
+It serves /healthz, /readyz, /metrics and /v1/status on --http-addr when set.
+The first SIGINT/SIGTERM lets the calls under way finish and record their
+outcome (at most --drain-timeout); a second one stops at once (the intents
+they held are taken up again once their claims expire).
+
+Changes: the intents' state and River's job table; it calls the other sides.`,
+		func(fs *pflag.FlagSet) *effectsWorkOptions {
+			o := &effectsWorkOptions{}
+			clikit.BindLog(fs, &o.log, "info")
+			clikit.BindDB(fs, &o.db)
+			clikit.BindHTTP(fs, &o.http, "")
+			fs.IntVar(&o.Workers, "effects-workers", DefaultEffectsWorkers, "effects performed at once by this process")
+			fs.DurationVar(&o.DrainTimeout, "drain-timeout", 30*time.Second, "longest graceful stop after the first signal")
+			return o
+		}, c.Run)
+}
+
+// Run works intents until the first signal.
+func (c *effectsWorkCmd) Run(ctx context.Context, o *effectsWorkOptions) error {
+	if err := c.a.requireEffects(); err != nil {
+		return err
+	}
+	logger := o.log.Logger(c.a.stderr)
+	con := clikit.NewConsole(c.a.stderr, &o.log)
+	pool, err := clikit.Connect(ctx, &o.db, int32(effectsConns(o.Workers)+3), logger)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := c.a.prepareSchema(ctx, pool, &o.db, false, false, logger); err != nil {
+		return err
+	}
+	proc, m, closeMetrics, err := clikit.InstrumentedProcessor(ctx, pool, &o.db, c.a.cfg.Processor, c.a.cfg.Projections, logger)
+	if err != nil {
+		return err
+	}
+	defer closeMetrics()
+	fx, err := c.a.effectsClient(pool, &o.db, logger, o.Workers)
+	if err != nil {
+		return err
+	}
+	if err := fx.RegisterMetrics(m.Registry()); err != nil {
+		return fmt.Errorf("effects metrics: %w", err)
+	}
+	ready := &clikit.Readiness{}
+	var srv *clikit.Server
+	if o.http.Addr != "" {
+		if srv, err = clikit.StartHTTP(&o.http, clikit.Serve{Processor: proc, Effects: fx, Ready: ready, Metrics: m.Handler(), Logger: logger}); err != nil {
+			return err
+		}
+		con.Printf([]any{"url", srv.URL()}, "serving %s", srv.URL())
+	}
+	if err := fx.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	ready.Set(true, "")
+	logger.Info("effects workers started", "workers", o.Workers, "kinds", fx.Kinds(), "schema", o.db.Schema, "river_schema", o.db.River())
+	var httpErr error
+	select {
+	case <-c.a.drain.Done():
+	case <-ctx.Done():
+	case httpErr = <-srv.Err():
+	}
+	ready.Set(false, "draining")
+	logger.Info("draining: finishing the effects under way (signal again to stop at once)")
+	err = stopEffects(ctx, fx, o.DrainTimeout)
+	if srv != nil {
+		if serr := srv.Shutdown(5 * time.Second); serr != nil && httpErr == nil {
+			httpErr = serr
+		}
+	}
+	logger.Info("effects workers stopped")
+	if err != nil {
+		return err
+	}
+	if httpErr != nil {
+		return fmt.Errorf("http: %w", httpErr)
+	}
+	return nil
+}
+
+// effectsConns is how many connections performing workers effects at once
+// needs: River's listener, fetcher and completer, and one per call being
+// claimed or settled (brief statements; a call holds none while it runs).
+func effectsConns(workers int) int { return 3 + min(workers, 10) }
+
+// stopEffects stops fx: the calls under way finish within drain, or when
+// ctx (the second signal) ends, whichever comes first.
+func stopEffects(ctx context.Context, fx *effects.Client, drain time.Duration) error {
+	sctx, cancel := context.WithTimeout(ctx, drain)
+	defer cancel()
+	if err := fx.Stop(sctx); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,285 @@
+package cli_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/cli"
+	"github.com/inorder/inorder/effects"
+	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/httpapi"
+)
+
+// hooks is a webhook receiver for the CLI's effects: it answers each key's
+// calls with the statuses queued for it (200 when none are left) and
+// records the calls.
+type hooks struct {
+	srv     *httptest.Server
+	mu      sync.Mutex
+	script  map[string][]int
+	calls   map[string]int
+	changed chan struct{}
+}
+
+func newHooks(t *testing.T) *hooks {
+	h := &hooks{script: map[string][]int{}, calls: map[string]int{}, changed: make(chan struct{})}
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.calls[key]++
+		close(h.changed)
+		h.changed = make(chan struct{})
+		if q := h.script[key]; len(q) > 0 {
+			h.script[key] = q[1:]
+			w.WriteHeader(q[0])
+		}
+	}))
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+func (h *hooks) callsOf(key string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.calls[key]
+}
+
+// waitCalls waits until key was called n times.
+func (h *hooks) waitCalls(t *testing.T, key string, n int) {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		h.mu.Lock()
+		got, ch := h.calls[key], h.changed
+		h.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			require.FailNow(t, "timed out waiting for webhook calls", "%s: %d of %d", key, got, n)
+		}
+	}
+}
+
+// fxBundle is a migrated schema (River's tables included) with the ledger
+// recording settlement webhooks to a receiver, and the CLI configured with
+// the webhook handler.
+type fxBundle struct {
+	*bundle
+	hooks *hooks
+	fx    *effects.Client // the test's own client, to seed intents
+
+	mu       sync.Mutex
+	attempts chan struct{} // closed and replaced at every attempt of the CLI's workers
+}
+
+func setupEffects(t *testing.T) *fxBundle {
+	t.Helper()
+	b := &fxBundle{bundle: setup(t), hooks: newHooks(t), attempts: make(chan struct{})}
+	_, err := effects.MigrateRiver(t.Context(), b.db.Pool, &effects.RiverMigrateOptions{Schema: b.db.Schema})
+	require.NoError(t, err)
+	fxCfg := effects.Config{RetryBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond,
+		MaxAttempts: 3, ReconcileInterval: 100 * time.Millisecond,
+		OnAttempt: func(effects.Attempt) {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			close(b.attempts)
+			b.attempts = make(chan struct{})
+		}}
+	b.cfg.Effects = []effects.Handler{&ledger.Webhook{URL: b.hooks.srv.URL}}
+	b.cfg.EffectsConfig = fxCfg
+	fxCfg.Schema = b.db.Schema
+	b.fx, err = effects.New(b.db.Pool, &fxCfg, b.cfg.Effects...)
+	require.NoError(t, err)
+	require.Equal(t, 1, effects.Bind(b.fx, b.ledger))
+	return b
+}
+
+// capture records a settlement of payment agg and returns its intent's key.
+func (b *fxBundle) capture(t *testing.T, agg string) string {
+	t.Helper()
+	c := event(t, agg, 2, ledger.Captured, ledger.Data{Amount: 400})
+	b.process(t, authorized(t, agg), c)
+	return effects.Intent{Kind: ledger.SettledWebhook, Event: c}.Key("ledger")
+}
+
+func TestEffectsCommands(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ListShowStatus", func(t *testing.T) {
+		t.Parallel()
+		b := setupEffects(t)
+		k := b.capture(t, "pay-1")
+		var list []effects.Effect
+		b.runJSON(t, &list, "effects", "list")
+		require.Len(t, list, 1)
+		require.Equal(t, k, list[0].Key)
+		require.Equal(t, effects.Pending, list[0].State)
+		require.Equal(t, "pay-1", list[0].Aggregate)
+		require.Equal(t, int64(2), list[0].Version)
+		require.JSONEq(t, `{"payment":"pay-1","payer":"customer-1","payee":"merchant-1","amount":400,"captured":400,"version":2}`, string(list[0].Args))
+		out := b.runOK(t, "effects", "list", "--state", "pending")
+		require.Contains(t, out, k)
+		require.Contains(t, b.runOK(t, "effects", "list", "--state", "failed"), "no effect intents")
+		var shown effects.Effect
+		b.runJSON(t, &shown, "effects", "show", k)
+		require.Equal(t, list[0].Key, shown.Key)
+		require.Contains(t, b.runOK(t, "effects", "show", k), ledger.SettledWebhook)
+
+		var st httpapi.StatusResponse
+		b.runJSON(t, &st, "status")
+		require.Equal(t, []effects.KindStats{{Kind: ledger.SettledWebhook, Pending: 1, OldestPending: st.Effects[0].OldestPending}}, st.Effects)
+		require.Contains(t, b.runOK(t, "status"), "EFFECT KIND")
+
+		_, _, err := b.run(t, "effects", "list", "--state", "bogus")
+		require.ErrorIs(t, err, cli.ErrUsage)
+		_, _, err = b.run(t, "effects", "show", "no-such-key")
+		require.ErrorIs(t, err, effects.ErrNotFound)
+	})
+
+	t.Run("WorkRetryCancel", func(t *testing.T) {
+		t.Parallel()
+		b := setupEffects(t)
+		ok, bad, dropped := b.capture(t, "pay-ok"), b.capture(t, "pay-bad"), b.capture(t, "pay-drop")
+		b.hooks.mu.Lock()
+		b.hooks.script[bad] = []int{http.StatusUnprocessableEntity}
+		b.hooks.script[dropped] = []int{http.StatusGone}
+		b.hooks.mu.Unlock()
+
+		ctx, stop := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := b.runCtx(ctx, "effects", "work", "--effects-workers", "2")
+			done <- err
+		}()
+		b.hooks.waitCalls(t, ok, 1)
+		b.hooks.waitCalls(t, bad, 1)
+		b.hooks.waitCalls(t, dropped, 1)
+		b.waitEffect(t, bad, effects.Failed)
+		b.waitEffect(t, dropped, effects.Failed)
+		b.waitEffect(t, ok, effects.Done)
+
+		var failed []effects.Effect
+		b.runJSON(t, &failed, "effects", "list", "--state", "failed")
+		require.Len(t, failed, 2)
+
+		// Cancel needs a reason; a done intent refuses both actions.
+		_, _, err := b.run(t, "effects", "cancel", dropped)
+		require.ErrorIs(t, err, cli.ErrUsage)
+		out := b.runOK(t, "effects", "cancel", dropped, "--reason", "the partner deleted the account")
+		require.Contains(t, out, "now cancelled")
+		out, _, err = b.run(t, "effects", "retry", ok)
+		require.Error(t, err)
+		require.Contains(t, out, "refused")
+
+		// The fixed receiver takes the retried one; the worker still runs.
+		out = b.runOK(t, "effects", "retry", bad)
+		require.Contains(t, out, "now retrying")
+		b.hooks.waitCalls(t, bad, 2)
+		b.waitEffect(t, bad, effects.Done)
+		stop()
+		require.NoError(t, <-done)
+		require.Equal(t, 1, b.hooks.callsOf(ok))
+		require.Equal(t, 1, b.hooks.callsOf(dropped), "a cancelled intent is not called again")
+
+		var logged int
+		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM operator_log
+WHERE action IN ('effect-retry', 'effect-cancel') AND projection = 'ledger'`).Scan(&logged))
+		require.Equal(t, 2, logged, "the operator log has the cancel and the retry")
+	})
+
+	t.Run("NeedsRiver", func(t *testing.T) {
+		t.Parallel()
+		b := &fxBundle{bundle: setup(t), hooks: newHooks(t)}
+		b.cfg.Effects = []effects.Handler{&ledger.Webhook{URL: b.hooks.srv.URL}}
+		_, _, err := b.run(t, "effects", "list")
+		require.ErrorIs(t, err, effects.ErrRiverNotMigrated)
+		require.ErrorContains(t, err, "migrate")
+		out := b.runOK(t, "migrate")
+		require.Contains(t, out, "River's migrations")
+		b.runOK(t, "effects", "list")
+		out = b.runOK(t, "migrate", "status")
+		require.Contains(t, out, "River (schema "+b.db.Schema+")")
+		require.NotRegexp(t, `(?m) pending\s*$`, out, "every migration applied")
+	})
+
+	t.Run("RiverSchema", func(t *testing.T) {
+		t.Parallel()
+		b := &fxBundle{bundle: setup(t), hooks: newHooks(t)}
+		b.cfg.Effects = []effects.Handler{&ledger.Webhook{URL: b.hooks.srv.URL}}
+		river := b.db.Schema + "_river"
+		t.Cleanup(func() {
+			_, err := b.db.Pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+river+` CASCADE`)
+			require.NoError(t, err)
+		})
+		b.env["INORDER_RIVER_SCHEMA"] = river
+		require.Contains(t, b.runOK(t, "migrate"), "to schema "+river)
+		require.NoError(t, effects.CheckRiver(t.Context(), b.db.Pool, river))
+		b.runOK(t, "effects", "list")
+		_, _, err := b.run(t, "effects", "list", "--river-schema", "not-valid")
+		require.ErrorIs(t, err, cli.ErrUsage)
+	})
+
+	t.Run("WithoutHandlers", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		_, _, err := b.run(t, "effects", "list")
+		require.ErrorContains(t, err, "no effect handlers")
+		var st httpapi.StatusResponse
+		b.runJSON(t, &st, "status")
+		require.Nil(t, st.Effects)
+	})
+}
+
+// runCtx is run with ctx.
+func (b *bundle) runCtx(ctx context.Context, args ...string) (string, string, error) {
+	var stdout, stderr strings.Builder
+	cfg := b.cfg
+	cfg.Stdout, cfg.Stderr = &syncWriter{w: &stdout}, &syncWriter{w: &stderr}
+	cfg.Getenv = func(k string) string { return b.env[k] }
+	err := cli.Run(ctx, cfg, args)
+	return stdout.String(), stderr.String(), err
+}
+
+// waitEffect waits until the intent of key is in state, re-reading it
+// whenever an attempt of the CLI's workers recorded its outcome.
+func (b *fxBundle) waitEffect(t *testing.T, key string, state effects.State) {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		b.mu.Lock()
+		ch := b.attempts
+		b.mu.Unlock()
+		e, err := b.fx.Get(t.Context(), key)
+		require.NoError(t, err)
+		if e.State == state {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			require.FailNow(t, "timed out", "intent %s is %s, waiting for %s", key, e.State, state)
+		}
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  *strings.Builder
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
