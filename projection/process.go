@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/internal/retry"
@@ -183,7 +185,9 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 		bt.attempts++
 		m := p.mode(bt, handlerFailures, contended, refused)
 		var out txResult
+		var began, committing bool
 		err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+			began = true
 			a := &attempt{p: p, tx: tx, bt: bt, mode: m}
 			err := a.run(ctx)
 			if err != nil && tx.Conn().IsClosed() {
@@ -193,8 +197,16 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 				err = &connLost{err}
 			}
 			out = a.out
+			committing = err == nil
 			return err
 		})
+		if err != nil && (!began || committing) && lostAtBoundary(err) {
+			// BEGIN or COMMIT failed without an answer from the server
+			// ("conn closed", "unexpected EOF"): the connection is gone. A
+			// lost COMMIT may have committed; the retry then finds the
+			// batch's deliveries done and reports them as duplicates.
+			err = &connLost{err}
+		}
 		if err == nil {
 			p.committed(m, out, contended)
 			bt.summarize()
@@ -240,6 +252,17 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 			return fmt.Errorf("projection: process batch: %w", err)
 		}
 	}
+}
+
+// lostAtBoundary reports whether err, returned by BEGIN (or by acquiring the
+// connection for it) or by COMMIT, means that the connection failed: these
+// statements run no code of a handler, so any error that is not the
+// server's answer (a *pgconn.PgError), a closed pool or the context's is the
+// connection's.
+func lostAtBoundary(err error) bool {
+	var pgErr *pgconn.PgError
+	return !errors.As(err, &pgErr) && !errors.Is(err, puddle.ErrClosedPool) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // sleep waits before the next attempt after n handler failures.
