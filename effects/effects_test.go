@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -198,4 +199,19 @@ func atOnce(t *testing.T, n int, fn func(i int) error) {
 	close(start)
 	wg.Wait()
 	require.NoError(t, errors.Join(errs...))
+}
+
+// TestRun: Run works intents until its context ends, then stops cleanly.
+func TestRun(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	k := b.record(t, intent(t, kindNotify, "run"))[0]
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- b.fx.Run(ctx, 10*time.Second) }()
+	b.waitState(t, k, effects.Done)
+	cancel()
+	require.NoError(t, <-done)
+	require.Len(t, b.idem.callsOf(k), 1)
+	require.NoError(t, b.fx.Start(t.Context()), "a stopped client starts again")
 }
