@@ -103,6 +103,10 @@
 // — pending, running, retrying, failed, uncertain — and the oldest waiting
 // one); Client.Retry reopens a failed or cancelled intent; Client.Cancel
 // gives one up.
+// Client.RegisterMetrics exports them to Prometheus. A binary built on
+// package cli has them as the `inorder effects` commands (list, show, retry,
+// cancel, reconcile, work), in `inorder status`, /v1/status and /metrics;
+// see docs/operations.md.
 //
 // # River's tables
 //

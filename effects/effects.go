@@ -166,7 +166,9 @@ type Effect struct {
 // leaves the outcome uncertain: the remote side may have applied the effect
 // before the error (a timeout, a 5xx, a lost connection).
 type Handler interface {
+	// Kind is the effect kind the handler performs.
 	Kind() string
+	// Perform performs e, passing e.Key to the remote side.
 	Perform(ctx context.Context, e *Effect) error
 }
 
@@ -182,6 +184,7 @@ type Handler interface {
 // A remote side without idempotency keys needs Reconcile: it is the only
 // thing that prevents a second call after an uncertain one.
 type Reconciler interface {
+	// Reconcile reports whether the remote side has e (by e.Key).
 	Reconcile(ctx context.Context, e *Effect) (done bool, err error)
 }
 
@@ -201,9 +204,15 @@ func (h handlerFunc) Perform(ctx context.Context, e *Effect) error { return h.pe
 // PermanentError marks an error after which retrying an effect is useless:
 // the intent is Failed at once and stays listed for an operator. Build it
 // with Permanent.
-type PermanentError struct{ Err error }
+type PermanentError struct {
+	// Err is the cause.
+	Err error
+}
 
+// Error implements error.
 func (p *PermanentError) Error() string { return "permanent: " + p.Err.Error() }
+
+// Unwrap returns the wrapped error.
 func (p *PermanentError) Unwrap() error { return p.Err }
 
 // Permanent wraps err so that the attempt that returns it fails the intent
@@ -426,6 +435,7 @@ func (c *Client) observe(a Attempt) {
 // constructs its projections before it connects, and hands them the Client
 // (Bind) before any of its commands runs a handler.
 type Binder interface {
+	// UseEffects hands the projection the Client to record intents with.
 	UseEffects(c *Client)
 }
 

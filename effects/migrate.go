@@ -95,9 +95,11 @@ var ErrRiverNotMigrated = errors.New("effects: River's tables are missing or not
 
 // RiverMigration is one of River's migrations and whether a schema has it.
 type RiverMigration struct {
+	// Version and Name are River's numbering and naming of the migration.
 	Version int    `json:"version"`
 	Name    string `json:"name"`
-	Applied bool   `json:"applied"`
+	// Applied is true when the schema has it.
+	Applied bool `json:"applied"`
 }
 
 // RiverMigrations lists River's migrations (those of the River release this

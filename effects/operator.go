@@ -14,11 +14,15 @@ import (
 // StateError reports an operator action that the intent's state does not
 // allow: retrying a done intent, cancelling one whose attempt is under way.
 type StateError struct {
-	Key    string
+	// Key is the intent's key.
+	Key string
+	// Action is what was refused: "retry" or "cancel".
 	Action string
-	State  State
+	// State is the intent's state, which does not allow it.
+	State State
 }
 
+// Error implements error.
 func (e *StateError) Error() string {
 	return fmt.Sprintf("effects: cannot %s intent %s: it is %s", e.Action, e.Key, e.State)
 }
@@ -123,6 +127,7 @@ func (c *Client) refused(ctx context.Context, key, action string) error {
 
 // KindStats are the open intents of one kind.
 type KindStats struct {
+	// Kind is the effect kind.
 	Kind string `json:"kind"`
 	// Pending, Running, Retrying and Failed count the intents in each
 	// state; Uncertain those among them whose last outcome is unknown.
