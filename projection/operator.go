@@ -113,6 +113,17 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 		if action == "declare-gap" && len(parked) > 0 && parked[0].Version <= to {
 			return fmt.Errorf("%w: version %d is parked; declare the gap up to %d at most", ErrBadGap, parked[0].Version, parked[0].Version-1)
 		}
+		if gh, ok := r.p.(GapHandler); ok && (action == "declare-gap" || action == "skip") {
+			// The projection learns of the hole before the versions after
+			// it are applied.
+			ht := newTx(tx, r.name)
+			if err := gh.Gap(ctx, ht, Gap{Aggregate: agg, From: from + 1, To: to, Action: action, Reason: reason}); err != nil {
+				return &HandlerError{Projection: projection, Aggregate: agg, Version: to, Err: fmt.Errorf("gap %d-%d: %w", from+1, to, err)}
+			}
+			if err := ht.Flush(ctx); err != nil {
+				return &HandlerError{Projection: projection, Aggregate: agg, Version: to, Err: fmt.Errorf("gap %d-%d: %w", from+1, to, err)}
+			}
+		}
 		pl := &aggPlan{agg: agg, before: st, attempts: 1}
 		var cands []candidate
 		if first != nil {

@@ -93,6 +93,8 @@ type BatchInfo struct {
 // rest of the batch commits.
 func (p *Processor) Process(ctx context.Context, b Batch) (_ []Result, err error) {
 	bt := p.prepare(b)
+	ctx, span := p.startBatchSpan(ctx, bt)
+	defer func() { endBatchSpan(span, bt, err) }()
 	if p.cfg.OnBatch != nil {
 		start := time.Now()
 		defer func() {
@@ -220,6 +222,7 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 		case errors.Is(err, errContended) && !m.locked:
 			// Writers are competing for the same aggregates: lock up front
 			// for a while rather than redo batches.
+			retried(ctx, "contended", err)
 			contended = true
 			p.lockFirst.Store(lockFirstBatches)
 			continue
@@ -234,16 +237,19 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 					transient-1, backoff.Elapsed().Round(time.Millisecond), err)
 			}
 			p.log.WarnContext(ctx, "transient failure, retrying batch", "error", err, "retry", transient)
+			retried(ctx, "transient", err)
 			continue
 		case errors.As(err, &hf) && !m.careful:
 			handlerFailures++
 			p.log.WarnContext(ctx, "handler failed, retrying batch", "projection", hf.projection, "error", hf.err, "attempt", handlerFailures)
+			retried(ctx, "handler", err)
 		case isRefusal(err) && !m.careful:
 			// A write the database refuses (a value it cannot store) fails
 			// every attempt alike: go careful at once, so that only what
 			// causes it is set aside.
 			refused = true
 			p.log.WarnContext(ctx, "database refused a write, isolating it", "error", err)
+			retried(ctx, "refused", err)
 			continue
 		default:
 			return fmt.Errorf("projection: process batch: %w", err)

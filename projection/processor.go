@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/buffer"
@@ -70,6 +71,13 @@ type Config struct {
 	// the context ends.
 	MaxRetryTime time.Duration
 
+	// TracerProvider, if set, traces every Process call with an
+	// OpenTelemetry span ("inorder.process": source, projections, events,
+	// attempts, outcome counts, retries as span events), linked to the
+	// traces named by the "traceparent" of the events' metadata. Default:
+	// no tracing.
+	TracerProvider trace.TracerProvider
+
 	// OnBatch, if set, is called at the end of every Process call (rebuild
 	// batches included), committed or not, from the goroutine that called
 	// Process. It must be fast and must not block: it is how metrics observe
@@ -84,6 +92,7 @@ type Processor struct {
 	pool      *pgxpool.Pool
 	cfg       Config
 	policy    retry.Policy
+	tracer    trace.Tracer
 	log       *slog.Logger
 	buf       *buffer.Buffer
 	sql       statements
@@ -152,6 +161,7 @@ func New(pool *pgxpool.Pool, cfg *Config, projections ...Projection) (*Processor
 		pool:      pool,
 		cfg:       c,
 		policy:    retry.Policy{Initial: c.RetryBackoff, MaxElapsed: c.MaxRetryTime},
+		tracer:    c.tracer(),
 		log:       c.Logger,
 		buf:       buffer.New(c.Schema),
 		sql:       newStatements(c.Schema),

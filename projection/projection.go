@@ -59,6 +59,31 @@ type Resetter interface {
 	Reset(ctx context.Context, tx pgx.Tx) error
 }
 
+// GapHandler is implemented by projections that must know when versions of
+// an aggregate will never be applied: an operator declared them missing
+// (Processor.DeclareGap) or skipped a quarantined event
+// (Processor.SkipQuarantined). Gap is called in the operator action's
+// transaction, after the aggregate's version row is locked and before the
+// versions after the gap are applied, so the projection can make its read
+// model take them (the ledger, whose payments check that versions follow
+// each other, moves the payment's version past the gap). An error fails the
+// operator action, which then changes nothing.
+type GapHandler interface {
+	Gap(ctx context.Context, tx *Tx, g Gap) error
+}
+
+// Gap is versions of an aggregate that will never be applied.
+type Gap struct {
+	Aggregate string
+	// From and To bound the missing versions; the aggregate stands at
+	// From-1 and its next version is To+1.
+	From, To int64
+	// Action is "declare-gap" or "skip".
+	Action string
+	// Reason is the operator's, as recorded in the operator log.
+	Reason string
+}
+
 // Tx is the transaction handed to handlers. Queue adds a statement to the
 // pipeline; Exec, Query and QueryRow first send what is queued, then run
 // directly. Use Queue for writes whose result you do not need: that is what

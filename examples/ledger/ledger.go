@@ -467,6 +467,19 @@ func (p *Projection) Load(ctx context.Context, q interface {
 	return m, nil
 }
 
+// Gap implements projection.GapHandler: versions From…To of a payment will
+// never come (an operator declared them missing, or skipped a quarantined
+// one), so the payment's version moves past them and the next version
+// applies. The legs of the missing versions are missing too: the gap stays
+// visible in the read model, as an operator decided. A payment whose first
+// versions are missing gets a row with status "incomplete" and no parties.
+func (p *Projection) Gap(ctx context.Context, tx *projection.Tx, g projection.Gap) error {
+	tx.Queue(`INSERT INTO `+p.t.payments+` AS pm (payment_id, payer, payee, status, authorized, captured, refunded, version)
+VALUES ($1, '', '', 'incomplete', 0, 0, 0, $2)
+ON CONFLICT (payment_id) DO UPDATE SET version = $2, updated_at = now() WHERE pm.version = $3`, g.Aggregate, g.To, g.From-1)
+	return nil
+}
+
 // Simple wraps the ledger as a per-event projection (projection.EventHandler):
 // each event reads its payment and queues its writes. It produces the same
 // read model as Projection, more slowly; it exists to show and test the
@@ -495,6 +508,11 @@ func (s Simple) Load(ctx context.Context, q interface {
 	return s.p.Load(ctx, q)
 }
 
+// Gap implements projection.GapHandler (see Projection.Gap).
+func (s Simple) Gap(ctx context.Context, tx *projection.Tx, g projection.Gap) error {
+	return s.p.Gap(ctx, tx, g)
+}
+
 // Apply implements projection.EventHandler.
 func (s Simple) Apply(ctx context.Context, tx *projection.Tx, e aggregate.Event) error {
 	w, err := s.p.fold(ctx, tx, []aggregate.Event{e})
@@ -513,4 +531,6 @@ var (
 	_ projection.Setuper      = Simple{}
 	_ effects.Binder          = (*Projection)(nil)
 	_ effects.Binder          = Simple{}
+	_ projection.GapHandler   = (*Projection)(nil)
+	_ projection.GapHandler   = Simple{}
 )
