@@ -180,6 +180,8 @@ func (p *Processor) solo(r *registered) *Processor {
 	return &Processor{
 		pool:   p.pool,
 		cfg:    p.cfg,
+		policy: p.policy,
+		tracer: p.tracer,
 		log:    p.log,
 		buf:    p.buf,
 		sql:    p.sql,
