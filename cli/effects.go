@@ -492,7 +492,7 @@ func (c *effectsWorkCmd) Run(ctx context.Context, o *effectsWorkOptions) error {
 	if err := c.a.prepareSchema(ctx, pool, &o.db, false, false, logger); err != nil {
 		return err
 	}
-	proc, m, closeMetrics, err := clikit.InstrumentedProcessor(ctx, pool, &o.db, c.a.cfg.Processor, c.a.cfg.Projections, logger)
+	proc, m, closeMetrics, err := clikit.InstrumentedProcessor(ctx, pool, &o.db, c.a.cfg.Processor, c.a.cfg.Projections, c.a.version(), logger)
 	if err != nil {
 		return err
 	}
@@ -504,10 +504,10 @@ func (c *effectsWorkCmd) Run(ctx context.Context, o *effectsWorkOptions) error {
 	if err := fx.RegisterMetrics(m.Registry()); err != nil {
 		return fmt.Errorf("effects metrics: %w", err)
 	}
-	ready := &clikit.Readiness{}
+	ready := clikit.NewReadiness(pool, o.db.Schema)
 	var srv *clikit.Server
 	if o.http.Addr != "" {
-		if srv, err = clikit.StartHTTP(&o.http, clikit.Serve{Processor: proc, Effects: fx, Ready: ready, Metrics: m.Handler(), Logger: logger}); err != nil {
+		if srv, err = clikit.StartHTTP(&o.http, clikit.Serve{Processor: proc, Effects: fx, Ready: ready, Metrics: m, Logger: logger}); err != nil {
 			return err
 		}
 		con.Printf([]any{"url", srv.URL()}, "serving %s", srv.URL())

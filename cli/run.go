@@ -222,7 +222,12 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	if err != nil {
 		return err
 	}
-	proc, m, closeMetrics, err := clikit.InstrumentedProcessor(ctx, pool, &o.db, c.a.cfg.Processor, c.a.cfg.Projections, logger)
+	tracing, err := c.a.tracing(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tracing, logger)
+	proc, m, closeMetrics, err := clikit.InstrumentedProcessor(ctx, pool, &o.db, c.a.cfg.Processor, c.a.cfg.Projections, c.a.version(), logger)
 	if err != nil {
 		return err
 	}
@@ -263,7 +268,7 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 
 	var srv *clikit.Server
 	if o.http.Addr != "" {
-		if srv, err = clikit.StartHTTP(&o.http, clikit.Serve{Processor: proc, Effects: fx, Ready: ready, Metrics: m.Handler(), Logger: logger}); err != nil {
+		if srv, err = clikit.StartHTTP(&o.http, clikit.Serve{Processor: proc, Effects: fx, Ready: ready, Metrics: m, Tracing: tracing, Logger: logger}); err != nil {
 			return err
 		}
 		con.Printf([]any{"url", srv.URL()}, "serving %s", srv.URL())

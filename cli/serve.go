@@ -67,14 +67,19 @@ func (c *serveCmd) Run(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
-	m := metrics.New(proc, &metrics.Options{Logger: logger})
+	m := metrics.New(proc, &metrics.Options{Logger: logger, Build: clikit.MetricsBuild(c.a.version())})
+	tracing, err := c.a.tracing(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tracing, logger)
 	ready := clikit.NewReadiness(pool, o.db.Schema)
 	if err := ready.Check(ctx); err != nil {
 		// Serve anyway (the schema may be migrated later), but say so:
 		// /readyz answers 503 until it is.
 		logger.Warn("not ready", "error", err)
 	}
-	srv, err := clikit.StartHTTP(&o.http, clikit.Serve{Processor: proc, Ready: ready, Metrics: m.Handler(), Logger: logger})
+	srv, err := clikit.StartHTTP(&o.http, clikit.Serve{Processor: proc, Ready: ready, Metrics: m, Tracing: tracing, Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -41,4 +43,26 @@ func (c *versionCmd) Run(_ context.Context, o *versionOptions) error {
 	}
 	_, err := fmt.Fprintf(c.a.stdout, "%s %s\n", c.a.name, b)
 	return err
+}
+
+// tracing returns the process's tracing, exporting when the OTEL_*
+// variables ask for it.
+func (a *App) tracing(ctx context.Context, logger *slog.Logger) (*clikit.Tracing, error) {
+	t, err := clikit.NewTracing(ctx, a.getenv, a.name, a.version().Version)
+	if err != nil {
+		return nil, err
+	}
+	if t.Enabled() {
+		logger.Info("tracing: exporting spans over OTLP")
+	}
+	return t, nil
+}
+
+// shutdownTracing flushes the spans not exported yet, for at most 5 s.
+func shutdownTracing(t *clikit.Tracing, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		logger.Warn("tracing: flush spans", "error", err)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -49,6 +50,15 @@ type Options struct {
 	// scrapes off the workers' connections. Default: the processor given
 	// to New.
 	Gauges *projection.Processor
+	// Build, if its Version is set, is exported as inorder_build_info.
+	Build Build
+}
+
+// Build describes the running binary for inorder_build_info.
+type Build struct {
+	Version   string
+	Revision  string
+	GoVersion string
 }
 
 // Metrics is a processor's metrics on a private registry. Its methods are
@@ -56,8 +66,9 @@ type Options struct {
 type Metrics struct {
 	reg           *prometheus.Registry
 	batchDuration *prometheus.HistogramVec
-	batchEvents   prometheus.Histogram
-	batchRetries  prometheus.Counter
+	batchEvents   *prometheus.HistogramVec
+	batchRetries  *prometheus.CounterVec
+	httpDuration  *prometheus.HistogramVec
 }
 
 // New returns the metrics of proc: its counts, and gauges read from the
@@ -82,24 +93,40 @@ func New(proc *projection.Processor, opts *Options) *Metrics {
 		reg: prometheus.NewRegistry(),
 		batchDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: o.Namespace, Name: "batch_duration_seconds",
-			Help:    "Duration of Process calls, retries included, by result (ok or error).",
+			Help:    "Duration of Process calls, retries included, by projection (each projection the batch went through) and result (ok or error).",
 			Buckets: o.Buckets,
-		}, []string{"result"}),
-		batchEvents: prometheus.NewHistogram(prometheus.HistogramOpts{
+		}, []string{"projection", "result"}),
+		batchEvents: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: o.Namespace, Name: "batch_events",
-			Help:    "Deliveries per Process call.",
+			Help:    "Deliveries per Process call, by projection.",
 			Buckets: prometheus.ExponentialBuckets(1, 4, 8),
-		}),
-		batchRetries: prometheus.NewCounter(prometheus.CounterOpts{
+		}, []string{"projection"}),
+		batchRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: o.Namespace, Name: "batch_retries_total",
-			Help: "Transactions retried by Process (attempts beyond the first).",
-		}),
+			Help: "Transactions retried by Process (attempts beyond the first), by projection.",
+		}, []string{"projection"}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: o.Namespace, Name: "http_request_duration_seconds",
+			Help:    "Duration of HTTP requests, by route (the matched pattern) and status code.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
+		}, []string{"route", "code"}),
 	}
-	// Both results exist from the start, so rate() sees the first error.
-	m.batchDuration.WithLabelValues("ok")
-	m.batchDuration.WithLabelValues("error")
-	m.reg.MustRegister(m.batchDuration, m.batchEvents, m.batchRetries,
+	// Every series exists from the start, so rate() sees the first error.
+	for _, name := range proc.Projections() {
+		m.batchDuration.WithLabelValues(name, "ok")
+		m.batchDuration.WithLabelValues(name, "error")
+		m.batchEvents.WithLabelValues(name)
+		m.batchRetries.WithLabelValues(name)
+	}
+	m.reg.MustRegister(m.batchDuration, m.batchEvents, m.batchRetries, m.httpDuration,
 		newCountsCollector(proc, o.Namespace), newDBCollector(cmp.Or(o.Gauges, proc), o))
+	if b := o.Build; b.Version != "" {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: o.Namespace, Name: "build_info",
+			Help:        "1, labelled with the running binary's version, VCS revision and Go version.",
+			ConstLabels: prometheus.Labels{"version": b.Version, "revision": b.Revision, "goversion": b.GoVersion},
+		}, func() float64 { return 1 }))
+	}
 	if !o.NoRuntime {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
@@ -126,12 +153,52 @@ func (m *Metrics) ObserveBatch(b projection.BatchInfo) {
 	if b.Err != nil {
 		result = "error"
 	}
-	m.batchDuration.WithLabelValues(result).Observe(b.Duration.Seconds())
-	m.batchEvents.Observe(float64(b.Events))
-	if b.Attempts > 1 {
-		m.batchRetries.Add(float64(b.Attempts - 1))
+	for _, name := range b.Projections {
+		m.batchDuration.WithLabelValues(name, result).Observe(b.Duration.Seconds())
+		m.batchEvents.WithLabelValues(name).Observe(float64(b.Events))
+		if b.Attempts > 1 {
+			m.batchRetries.WithLabelValues(name).Add(float64(b.Attempts - 1))
+		}
 	}
 }
+
+// InstrumentHTTP returns h observing inorder_http_request_duration_seconds
+// by route — the ServeMux pattern that matched (the innermost, when muxes
+// are nested), "unmatched" for none — and status code.
+func (m *Metrics) InstrumentHTTP(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		h.ServeHTTP(rec, r)
+		route := r.Pattern
+		if route == "" {
+			route = "unmatched"
+		}
+		m.httpDuration.WithLabelValues(route, strconv.Itoa(rec.code)).Observe(time.Since(start).Seconds())
+	})
+}
+
+// statusRecorder remembers the status code written.
+type statusRecorder struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.code, r.wrote = code, true
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	r.wrote = true
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // countsCollector exposes Processor.Counts at scrape time.
 type countsCollector struct {
@@ -194,6 +261,10 @@ type snapshot struct {
 	status projection.Status
 }
 
+// global ends the help of the gauges read from the database: every process
+// on the schema exports the same values.
+const global = "Database-wide: every process on the schema exports the same value; aggregate with max(), not sum()."
+
 func newDBCollector(proc *projection.Processor, o Options) *dbCollector {
 	ns := o.Namespace
 	d := func(name, help string, labels ...string) *prometheus.Desc {
@@ -202,14 +273,14 @@ func newDBCollector(proc *projection.Processor, o Options) *dbCollector {
 	return &dbCollector{
 		proc:        proc,
 		opts:        o,
-		parked:      d("parked_events", "Parked events waiting for their predecessors.", "projection"),
-		parkedAggs:  d("parked_aggregates", "Aggregates with parked events.", "projection"),
-		parkedAge:   d("parked_oldest_age_seconds", "Age of the oldest parked event; 0 when none is parked.", "projection"),
-		quarantined: d("quarantined_events", "Quarantined events waiting for an operator.", "projection"),
-		conflicts:   d("conflicts", "Recorded conflicts no operator acknowledged (distinct conflicting events).", "projection"),
-		rejected:    d("rejected_pending", "Rejected deliveries never replayed."),
-		cpAge:       d("checkpoint_age_seconds", "Seconds since the source's checkpoint was written: its lag while events keep flowing.", "checkpoint"),
-		up:          d("status_up", "1 if the last read of the gate state from the database succeeded, else 0."),
+		parked:      d("parked_events", "Parked events waiting for their predecessors. "+global, "projection"),
+		parkedAggs:  d("parked_aggregates", "Aggregates with parked events. "+global, "projection"),
+		parkedAge:   d("parked_oldest_age_seconds", "Age of the oldest parked event; 0 when none is parked. "+global, "projection"),
+		quarantined: d("quarantined_events", "Quarantined events waiting for an operator. "+global, "projection"),
+		conflicts:   d("open_conflicts", "Recorded conflicts no operator acknowledged (distinct conflicting events). "+global, "projection"),
+		rejected:    d("rejected_pending", "Rejected deliveries never replayed. "+global),
+		cpAge:       d("checkpoint_age_seconds", "Seconds since the source's checkpoint was last written (it grows on an idle stream too). "+global, "source"),
+		up:          d("status_up", "1 if this process's last read of the gate state from the database succeeded, else 0."),
 	}
 }
 

@@ -144,16 +144,16 @@ VALUES ('esdb:$all', '\x07', now() - interval '5 seconds')`)
 		`inorder_drained_total{projection="ledger"}`:                      2,
 		`inorder_batches_total{projection="ledger"}`:                      8,
 
-		`inorder_batch_duration_seconds_count{result="ok"}`:    8,
-		`inorder_batch_duration_seconds_count{result="error"}`: 1,
-		`inorder_batch_events_count`:                           9,
-		`inorder_batch_events_sum`:                             float64(events),
-		`inorder_batch_retries_total`:                          2,
+		`inorder_batch_duration_seconds_count{projection="ledger",result="ok"}`:    8,
+		`inorder_batch_duration_seconds_count{projection="ledger",result="error"}`: 1,
+		`inorder_batch_events_count{projection="ledger"}`:                          9,
+		`inorder_batch_events_sum{projection="ledger"}`:                            float64(events),
+		`inorder_batch_retries_total{projection="ledger"}`:                         2,
 
 		`inorder_parked_events{projection="ledger"}`:      1, // pay-c v2, behind the quarantine
 		`inorder_parked_aggregates{projection="ledger"}`:  1,
 		`inorder_quarantined_events{projection="ledger"}`: 1,
-		`inorder_conflicts{projection="ledger"}`:          1,
+		`inorder_open_conflicts{projection="ledger"}`:     1,
 		`inorder_rejected_pending`:                        1,
 		`inorder_status_up`:                               1,
 	}
@@ -161,12 +161,12 @@ VALUES ('esdb:$all', '\x07', now() - interval '5 seconds')`)
 		require.Contains(t, got, k)
 		require.Equal(t, v, got[k], k)
 	}
-	require.Greater(t, got[`inorder_batch_duration_seconds_sum{result="ok"}`], 0.0)
-	require.Equal(t, 8.0, got[`inorder_batch_duration_seconds_bucket{result="ok",le="+Inf"}`])
+	require.Greater(t, got[`inorder_batch_duration_seconds_sum{projection="ledger",result="ok"}`], 0.0)
+	require.Equal(t, 8.0, got[`inorder_batch_duration_seconds_bucket{projection="ledger",result="ok",le="+Inf"}`])
 	age := got[`inorder_parked_oldest_age_seconds{projection="ledger"}`]
 	require.GreaterOrEqual(t, age, 0.0)
 	require.Less(t, age, 60.0)
-	cpAge := got[`inorder_checkpoint_age_seconds{checkpoint="esdb:$all"}`]
+	cpAge := got[`inorder_checkpoint_age_seconds{source="esdb:$all"}`]
 	require.GreaterOrEqual(t, cpAge, 5.0)
 	require.Less(t, cpAge, 65.0)
 	require.Contains(t, got, "go_goroutines")
@@ -200,6 +200,20 @@ VALUES ('esdb:$all', '\x07', now() - interval '5 seconds')`)
 		require.Equal(t, 0.0, down["inorder_status_up"])
 		require.NotContains(t, down, `inorder_parked_events{projection="ledger"}`)
 		require.Equal(t, 4.0, down[`inorder_events_total{outcome="applied",projection="ledger"}`])
+	})
+
+	t.Run("HTTPAndBuild", func(t *testing.T) {
+		m := metrics.New(proc, &metrics.Options{NoRuntime: true, Build: metrics.Build{Version: "v1.2.3", Revision: "abc", GoVersion: "go1.26"}})
+		mux := http.NewServeMux()
+		mux.HandleFunc("GET /v1/things/{id}", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
+		h := m.InstrumentHTTP(mux)
+		for _, path := range []string{"/v1/things/1", "/v1/things/2", "/nowhere"} {
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, path, nil))
+		}
+		got := scrape(t, m.Handler())
+		require.Equal(t, 2.0, got[`inorder_http_request_duration_seconds_count{code="418",route="GET /v1/things/{id}"}`], "by pattern, not path")
+		require.Equal(t, 1.0, got[`inorder_http_request_duration_seconds_count{code="404",route="unmatched"}`])
+		require.Equal(t, 1.0, got[`inorder_build_info{goversion="go1.26",revision="abc",version="v1.2.3"}`])
 	})
 
 	t.Run("NilObserveBatch", func(t *testing.T) {

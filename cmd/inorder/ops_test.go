@@ -209,4 +209,3 @@ func event(t *testing.T, agg string, version int64, typ string, d ledger.Data) a
 	require.NoError(t, err)
 	return ev
 }
-

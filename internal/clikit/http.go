@@ -17,6 +17,7 @@ import (
 
 	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/httpapi"
+	"github.com/inorder/inorder/metrics"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -134,8 +135,10 @@ type Serve struct {
 	Processor *projection.Processor
 	// Ready answers /readyz. Required.
 	Ready *Readiness
-	// Metrics, if set, is served on /metrics.
-	Metrics http.Handler
+	// Metrics, if set, is served on /metrics and observes every request.
+	Metrics *metrics.Metrics
+	// Tracing, if set, makes a span of every request.
+	Tracing *Tracing
 	// Effects, if set, adds the open effect intents to /v1/status.
 	Effects *effects.Client
 	Logger  *slog.Logger
@@ -151,26 +154,33 @@ func StartHTTP(o *HTTPOptions, s Serve) (*Server, error) {
 	api := httpapi.New(s.Processor, opts)
 	mux := http.NewServeMux()
 	if s.Metrics != nil {
-		mux.Handle("GET /metrics", s.Metrics)
+		mux.Handle("GET /metrics", s.Metrics.Handler())
 	}
 	mux.Handle("GET /readyz", s.Ready)
 	mux.Handle("/", api)
-	srv := httpapi.NewServer(o.Addr, mux)
+	var h http.Handler = mux
+	if s.Tracing != nil {
+		h = TraceHTTP(h, s.Tracing.Provider, s.Tracing.Propagator)
+	}
+	if s.Metrics != nil {
+		h = s.Metrics.InstrumentHTTP(h)
+	}
+	srv := httpapi.NewServer(o.Addr, h)
 	srv.ErrorLog = slog.NewLogLogger(s.Logger.Handler(), slog.LevelWarn)
 	lis, err := net.Listen("tcp", o.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("http: %w", err)
 	}
-	h := &Server{srv: srv, addr: lis.Addr().String(), errc: make(chan error, 1)}
+	hs := &Server{srv: srv, addr: lis.Addr().String(), errc: make(chan error, 1)}
 	go func() {
 		err := srv.Serve(lis)
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}
-		h.errc <- err
+		hs.errc <- err
 	}()
-	s.Logger.Info("HTTP API listening", "addr", h.addr)
-	return h, nil
+	s.Logger.Info("HTTP API listening", "addr", hs.addr)
+	return hs, nil
 }
 
 // Err delivers the server's error if it stops on its own; nil for a nil

@@ -18,7 +18,7 @@ import (
 // cfg with schema and logger, whose batches feed the returned metrics; the
 // metrics read their gauges through a small pool of their own (on o),
 // which the returned func closes.
-func InstrumentedProcessor(ctx context.Context, pool *pgxpool.Pool, o *DBOptions, cfg projection.Config, projs []projection.Projection, logger *slog.Logger) (*projection.Processor, *metrics.Metrics, func(), error) {
+func InstrumentedProcessor(ctx context.Context, pool *pgxpool.Pool, o *DBOptions, cfg projection.Config, projs []projection.Projection, build Build, logger *slog.Logger) (*projection.Processor, *metrics.Metrics, func(), error) {
 	var mp atomic.Pointer[metrics.Metrics]
 	cfg.Schema, cfg.Logger = o.Schema, logger
 	user := cfg.OnBatch
@@ -41,9 +41,14 @@ func InstrumentedProcessor(ctx context.Context, pool *pgxpool.Pool, o *DBOptions
 		mpool.Close()
 		return nil, nil, nil, fmt.Errorf("processor: %w", err)
 	}
-	m := metrics.New(proc, &metrics.Options{Logger: logger, Gauges: gauges})
+	m := metrics.New(proc, &metrics.Options{Logger: logger, Gauges: gauges, Build: MetricsBuild(build)})
 	mp.Store(m)
 	return proc, m, mpool.Close, nil
+}
+
+// MetricsBuild returns b for inorder_build_info.
+func MetricsBuild(b Build) metrics.Build {
+	return metrics.Build{Version: b.Version, Revision: b.Revision, GoVersion: b.GoVersion}
 }
 
 // RegisterSourceMetrics adds the counters of the EventStoreDB source(s)

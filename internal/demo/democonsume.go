@@ -111,7 +111,7 @@ func (d *demoRun) consume(ctx context.Context) (demoStats, error) {
 // serve serves the HTTP API until the first signal and prints examples.
 func (d *demoRun) serve(ctx context.Context) error {
 	o := &clikit.HTTPOptions{Addr: d.o.HTTPAddr, Token: d.o.HTTPToken, MaxWait: 5 * time.Second}
-	serve := clikit.Serve{Processor: d.proc, Effects: d.fx, Ready: clikit.NewReadiness(d.pool, d.o.Schema), Metrics: d.metrics.Handler(), Logger: d.logger}
+	serve := clikit.Serve{Processor: d.proc, Effects: d.fx, Ready: clikit.NewReadiness(d.pool, d.o.Schema), Metrics: d.metrics, Logger: d.logger}
 	srv, err := clikit.StartHTTP(o, serve)
 	if err != nil && d.o.HTTPAddr == clikit.DefaultHTTPAddr && errors.Is(err, syscall.EADDRINUSE) {
 		d.con.Printf(nil, "%s is in use; listening on a free port instead", clikit.DefaultHTTPAddr)

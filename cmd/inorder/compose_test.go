@@ -1,0 +1,80 @@
+package main_test
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+)
+
+// compose is the part of docker-compose.yml the test checks.
+type compose struct {
+	Services map[string]struct {
+		Image       string            `yaml:"image"`
+		Command     []string          `yaml:"command"`
+		Environment map[string]string `yaml:"environment"`
+		Ports       []string          `yaml:"ports"`
+		Healthcheck struct {
+			Test []string `yaml:"test"`
+		} `yaml:"healthcheck"`
+		Build struct {
+			Args map[string]string `yaml:"args"`
+		} `yaml:"build"`
+	} `yaml:"services"`
+}
+
+// TestComposeFile checks docker-compose.yml, .dockerignore and the
+// Dockerfile structurally (no Docker engine in CI): a pinned KurrentDB
+// image, health checks on every service (inorder's through its own
+// healthcheck command, which must accept the arguments), secrets in the
+// environment, ports on 127.0.0.1 by default, the version stamped.
+func TestComposeFile(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../docker-compose.yml")
+	require.NoError(t, err)
+	var c compose
+	require.NoError(t, yaml.Unmarshal(raw, &c))
+	require.Len(t, c.Services, 3)
+
+	kdb := c.Services["kurrentdb"]
+	require.Regexp(t, `^\$\{KURRENTDB_IMAGE:-docker\.kurrent\.io/kurrent-latest/kurrentdb:\d+\.\d+\.\d+\}$`, kdb.Image, "a pinned tag")
+	for k := range kdb.Environment {
+		require.True(t, strings.HasPrefix(k, "KURRENTDB_"), "no pre-rebrand or obsolete settings: %s", k)
+	}
+	require.NotContains(t, string(raw), "EVENTSTORE_HTTP_PORT")
+
+	bind := regexp.MustCompile(`^\$\{INORDER_BIND:-127\.0\.0\.1\}:`)
+	for name, s := range c.Services {
+		require.NotEmpty(t, s.Healthcheck.Test, "%s has a health check", name)
+		for _, p := range s.Ports {
+			require.Regexp(t, bind, p, "%s publishes on 127.0.0.1 by default", name)
+		}
+		for _, arg := range s.Command {
+			require.NotRegexp(t, `(?i)password|postgres://|token`, arg, "%s: no secrets in command:", name)
+		}
+	}
+
+	inorder := c.Services["inorder"]
+	require.Equal(t, []string{"run", "--migrate"}, inorder.Command)
+	require.Contains(t, inorder.Environment["DATABASE_URL"], "${POSTGRES_PASSWORD:-", "the password comes from the environment")
+	require.NotEmpty(t, inorder.Build.Args["VERSION"])
+	hc := inorder.Healthcheck.Test
+	require.Equal(t, []string{"CMD", "/usr/local/bin/inorder", "healthcheck"}, hc[:3], "no shell, no curl: the binary probes itself")
+	// The arguments are valid: against no server it fails (1), it is not a
+	// usage error (2).
+	e := &env{vars: map[string]string{}}
+	_, _, err = e.exec(t, append(hc[2:], "--timeout", "1s")...)
+	require.Equal(t, 1, exitCode(t, err))
+
+	ignore, err := os.ReadFile("../../.dockerignore")
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^\.git$`, string(ignore))
+	require.Regexp(t, `(?m)^\.env$`, string(ignore))
+	docker, err := os.ReadFile("../../Dockerfile")
+	require.NoError(t, err)
+	require.Contains(t, string(docker), "-X main.version=${VERSION}", "the version is stamped")
+	require.Regexp(t, `(?m)^ARG VERSION=`, string(docker))
+}

@@ -1,0 +1,144 @@
+package clikit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// Tracing is the process's OpenTelemetry tracing: a TracerProvider that
+// exports over OTLP when the standard OTEL_* variables ask for it, and a
+// no-op one otherwise.
+type Tracing struct {
+	// Provider makes the tracers: the HTTP API's spans, the processor's
+	// batch spans.
+	Provider trace.TracerProvider
+	// Propagator reads and writes trace context (W3C traceparent and
+	// baggage).
+	Propagator propagation.TextMapPropagator
+	shutdown   func(context.Context) error
+}
+
+// Shutdown flushes and stops the exporter, if any.
+func (t *Tracing) Shutdown(ctx context.Context) error {
+	if t.shutdown == nil {
+		return nil
+	}
+	return t.shutdown(ctx)
+}
+
+// Enabled reports whether spans are exported.
+func (t *Tracing) Enabled() bool { return t.shutdown != nil }
+
+// NewTracing reads the standard variables through getenv: tracing is on
+// when OTEL_TRACES_EXPORTER is "otlp", or when it is unset and
+// OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set;
+// OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none turn it off.
+// OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL chooses grpc or http/protobuf (the
+// default); the exporter reads the other OTEL_EXPORTER_OTLP_* variables
+// (headers, timeout, TLS) itself, and the resource OTEL_SERVICE_NAME
+// (default service) and OTEL_RESOURCE_ATTRIBUTES.
+func NewTracing(ctx context.Context, getenv func(string) string, service, version string) (*Tracing, error) {
+	t := &Tracing{
+		Provider:   noop.NewTracerProvider(),
+		Propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+	}
+	exporter := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")))
+	endpoint := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != ""
+	switch {
+	case strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true"):
+		return t, nil
+	case exporter == "" && !endpoint, exporter == "none":
+		return t, nil
+	case exporter != "" && exporter != "otlp":
+		return nil, Usagef("OTEL_TRACES_EXPORTER=%q: this binary exports otlp or none", exporter)
+	}
+	protocol := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if protocol == "" {
+		protocol = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	var (
+		exp sdktrace.SpanExporter
+		err error
+	)
+	switch protocol {
+	case "", "http/protobuf":
+		exp, err = otlptracehttp.New(ctx)
+	case "grpc":
+		exp, err = otlptracegrpc.New(ctx)
+	default:
+		return nil, Usagef("OTEL_EXPORTER_OTLP_PROTOCOL=%q: want grpc or http/protobuf", protocol)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tracing: OTLP exporter: %w", err)
+	}
+	res, err := resource.Merge(
+		resource.NewSchemaless(semconv.ServiceName(service), semconv.ServiceVersion(version)),
+		resource.Environment(), // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win
+	)
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
+		return nil, fmt.Errorf("tracing: resource: %w", err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	t.Provider, t.shutdown = tp, tp.Shutdown
+	return t, nil
+}
+
+// TraceHTTP returns h with a server span per request, continuing the
+// trace context of the request's headers. The span is named after the
+// route (the ServeMux pattern that matched) and carries the method, route
+// and status code; 5xx answers mark it as an error.
+func TraceHTTP(h http.Handler, tp trace.TracerProvider, prop propagation.TextMapPropagator) http.Handler {
+	tracer := tp.Tracer("github.com/inorder/inorder/httpapi")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(r.Method), semconv.URLPath(r.URL.Path)))
+		defer span.End()
+		rec := &codeRecorder{ResponseWriter: w, code: http.StatusOK}
+		r = r.WithContext(ctx)
+		h.ServeHTTP(rec, r)
+		if r.Pattern != "" {
+			span.SetName(r.Pattern)
+			span.SetAttributes(semconv.HTTPRoute(r.Pattern))
+		}
+		span.SetAttributes(semconv.HTTPResponseStatusCode(rec.code))
+		if rec.code >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(rec.code))
+		}
+	})
+}
+
+// codeRecorder remembers the status code written.
+type codeRecorder struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (r *codeRecorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.code, r.wrote = code, true
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *codeRecorder) Write(b []byte) (int, error) {
+	r.wrote = true
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (r *codeRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
