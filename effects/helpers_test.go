@@ -2,7 +2,6 @@ package effects_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -527,12 +526,4 @@ func (b *bundle) process(t *testing.T, events ...aggregate.Event) []projection.R
 	res, err := b.proc.Process(t.Context(), projection.Batch{Events: events})
 	require.NoError(t, err)
 	return res
-}
-
-// jsonOf marshals v.
-func jsonOf(t *testing.T, v any) string {
-	t.Helper()
-	raw, err := json.Marshal(v)
-	require.NoError(t, err)
-	return string(raw)
 }

@@ -155,7 +155,6 @@ func TestRebuildDoesNotResend(t *testing.T) {
 	require.NoError(t, b.proc.Rebuild(ctx, "notifier", replay, nil))
 	require.Equal(t, 2*len(es), b.count(t, `SELECT count(*) FROM effects`))
 
-	var res []projection.Result
-	res = b.process(t, es[0])
+	res := b.process(t, es[0])
 	require.Equal(t, projection.Duplicate, res[0].Outcome)
 }
