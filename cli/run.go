@@ -227,7 +227,11 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 		return err
 	}
 	defer shutdownTracing(tracing, logger)
-	proc, m, closeMetrics, err := clikit.InstrumentedProcessor(ctx, pool, &o.db, c.a.cfg.Processor, c.a.cfg.Projections, c.a.version(), logger)
+	pc := c.a.cfg.Processor
+	if pc.TracerProvider == nil {
+		pc.TracerProvider = tracing.Provider // a span per batch, with the HTTP API's exporter
+	}
+	proc, m, closeMetrics, err := clikit.InstrumentedProcessor(ctx, pool, &o.db, pc, c.a.cfg.Projections, c.a.version(), logger)
 	if err != nil {
 		return err
 	}
