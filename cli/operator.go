@@ -62,7 +62,28 @@ type listOptions struct {
 	a          *App
 	Projection string
 	Aggregate  string
+	AfterID    int64
 	Limit      int
+}
+
+// bind defines the operator flags, the listing's filters (any of
+// "projection", "aggregate", "after-id") and --limit, at most limit of unit
+// by default.
+func (o *listOptions) bind(fs *pflag.FlagSet, limit int, unit string, filters ...string) {
+	bindOp(fs, &o.opOptions)
+	for _, f := range filters {
+		switch f {
+		case "projection":
+			fs.StringVar(&o.Projection, f, "", "only this `projection`")
+		case "aggregate":
+			fs.StringVar(&o.Aggregate, f, "", "only this `aggregate`")
+		case "after-id":
+			fs.Int64Var(&o.AfterID, f, 0, "only entries with a larger `id` (paging: the last ID shown)")
+		default:
+			panic("cli: unknown list filter " + f)
+		}
+	}
+	fs.IntVar(&o.Limit, "limit", limit, "at most this many `"+unit+"`")
 }
 
 // check validates the filters: --projection, when set, and --limit.
@@ -292,11 +313,8 @@ delivered: try 'parked repair', then, if the versions really do not exist,
 'parked declare-gap'.`,
 		func(fs *pflag.FlagSet) *parkedListOptions {
 			o := &parkedListOptions{listOptions: listOptions{a: c.a}}
-			bindOp(fs, &o.opOptions)
-			fs.StringVar(&o.Projection, "projection", "", "only this `projection`")
-			fs.StringVar(&o.Aggregate, "aggregate", "", "only this `aggregate`")
+			o.bind(fs, 100, "rows", "projection", "aggregate")
 			fs.DurationVar(&o.OlderThan, "older-than", 0, "only aggregates whose oldest parked event waited at least this `duration`")
-			fs.IntVar(&o.Limit, "limit", 100, "at most this many `rows`")
 			return o
 		}, c.Run)
 }
@@ -342,9 +360,7 @@ func (c *parkedShowCmd) command() *cobra.Command {
 --projection), with the applied version they wait behind. Read-only.`,
 		func(fs *pflag.FlagSet) *parkedShowOptions {
 			o := &parkedShowOptions{listOptions{a: c.a}}
-			bindOp(fs, &o.opOptions)
-			fs.StringVar(&o.Projection, "projection", "", "only this `projection`")
-			fs.IntVar(&o.Limit, "limit", 1000, "at most this many `events`")
+			o.bind(fs, 1000, "events", "projection")
 			return o
 		}, c.Run)
 }
@@ -375,8 +391,8 @@ func (o *declareGapOptions) validate(args []string) error {
 	if o.To < 1 {
 		return clikit.Usagef("--to is required: the last missing version")
 	}
-	if o.Reason == "" {
-		return clikit.Usagef("--reason is required: it is recorded in the operator log")
+	if err := needReason(o.Reason); err != nil {
+		return err
 	}
 	return o.opOptions.validate()
 }
@@ -443,10 +459,7 @@ with the last error and the attempts. Each blocks its aggregate: later
 versions park behind it until an operator retries or skips it. Read-only.`,
 		func(fs *pflag.FlagSet) *quarantineListOptions {
 			o := &quarantineListOptions{listOptions{a: c.a}}
-			bindOp(fs, &o.opOptions)
-			fs.StringVar(&o.Projection, "projection", "", "only this `projection`")
-			fs.StringVar(&o.Aggregate, "aggregate", "", "only this `aggregate`")
-			fs.IntVar(&o.Limit, "limit", 100, "at most this many `rows`")
+			o.bind(fs, 100, "rows", "projection", "aggregate")
 			return o
 		}, c.Run)
 }
@@ -473,8 +486,10 @@ func (o *quarantineActionOptions) validate(args []string) error {
 	if err := o.check(args); err != nil {
 		return err
 	}
-	if o.skip && o.Reason == "" {
-		return clikit.Usagef("--reason is required: it is recorded in the operator log")
+	if o.skip {
+		if err := needReason(o.Reason); err != nil {
+			return err
+		}
 	}
 	return o.opOptions.validate()
 }
@@ -542,8 +557,7 @@ func (c *quarantineActionCmd) Run(ctx context.Context, o *quarantineActionOption
 // conflictsListOptions configures conflicts list.
 type conflictsListOptions struct {
 	listOptions
-	AfterID int64
-	Open    bool
+	Open bool
 }
 
 // conflictsListCmd lists conflicts.
@@ -560,12 +574,8 @@ it with 'conflicts ack'. --open leaves acknowledged ones out. Read-only;
 page with --after-id.`,
 		func(fs *pflag.FlagSet) *conflictsListOptions {
 			o := &conflictsListOptions{listOptions: listOptions{a: c.a}}
-			bindOp(fs, &o.opOptions)
-			fs.StringVar(&o.Projection, "projection", "", "only this `projection`")
-			fs.StringVar(&o.Aggregate, "aggregate", "", "only this `aggregate`")
-			fs.Int64Var(&o.AfterID, "after-id", 0, "only conflicts with a larger `id` (paging)")
+			o.bind(fs, 100, "rows", "projection", "aggregate", "after-id")
 			fs.BoolVar(&o.Open, "open", false, "only conflicts no operator acknowledged")
-			fs.IntVar(&o.Limit, "limit", 100, "at most this many `rows`")
 			return o
 		}, c.Run)
 }
@@ -590,10 +600,7 @@ func (c *conflictsListCmd) Run(ctx context.Context, o *conflictsListOptions) err
 
 // rejectedListOptions configures rejected list (no --projection: rejected
 // deliveries belong to none).
-type rejectedListOptions struct {
-	listOptions
-	AfterID int64
-}
+type rejectedListOptions struct{ listOptions }
 
 // rejectedListCmd lists rejected deliveries.
 type rejectedListCmd struct{ a *App }
@@ -606,11 +613,8 @@ reason code and error, how often each was delivered and whether an operator
 replayed it. They were acknowledged to the source and applied nowhere.
 Read-only; page with --after-id.`,
 		func(fs *pflag.FlagSet) *rejectedListOptions {
-			o := &rejectedListOptions{}
-			bindOp(fs, &o.opOptions)
-			fs.StringVar(&o.Aggregate, "aggregate", "", "only this `aggregate`")
-			fs.Int64Var(&o.AfterID, "after-id", 0, "only entries with a larger `id` (paging)")
-			fs.IntVar(&o.Limit, "limit", 100, "at most this many `rows`")
+			o := &rejectedListOptions{listOptions{a: c.a}}
+			o.bind(fs, 100, "rows", "aggregate", "after-id")
 			return o
 		}, c.Run)
 }
@@ -644,6 +648,14 @@ func (o *rejectedReplayOptions) validate(args []string) error {
 	}
 	o.ID = id
 	return o.opOptions.validate()
+}
+
+// needReason requires the --reason of an action the operator log records.
+func needReason(reason string) error {
+	if reason == "" {
+		return clikit.Usagef("--reason is required: it is recorded in the operator log")
+	}
+	return nil
 }
 
 // parseID takes the single positional argument: a positive id.

@@ -14,8 +14,7 @@ import (
 // oplogOptions configures oplog.
 type oplogOptions struct {
 	listOptions
-	Action  string
-	AfterID int64
+	Action string
 }
 
 // oplogCmd lists the operator log.
@@ -31,12 +30,8 @@ with the projection, aggregate, versions and reason. Filter with
 last row shown). Read-only.`,
 		func(fs *pflag.FlagSet) *oplogOptions {
 			o := &oplogOptions{listOptions: listOptions{a: c.a}}
-			bindOp(fs, &o.opOptions)
-			fs.StringVar(&o.Projection, "projection", "", "only this `projection`")
-			fs.StringVar(&o.Aggregate, "aggregate", "", "only this `aggregate`")
+			o.bind(fs, 100, "rows", "projection", "aggregate", "after-id")
 			fs.StringVar(&o.Action, "action", "", "only this `action` (retry, skip, declare-gap, ack-conflict, gap-missing-at-source, …)")
-			fs.Int64Var(&o.AfterID, "after-id", 0, "only entries with a larger `id` (paging)")
-			fs.IntVar(&o.Limit, "limit", 100, "at most this many `rows`")
 			return o
 		}, c.Run)
 }
@@ -80,8 +75,8 @@ func (o *conflictsAckOptions) validate(args []string) error {
 		return err
 	}
 	o.ID = id
-	if o.Reason == "" {
-		return clikit.Usagef("--reason is required: it is recorded in the operator log")
+	if err := needReason(o.Reason); err != nil {
+		return err
 	}
 	return o.opOptions.validate()
 }

@@ -66,11 +66,9 @@ events behind them drained), or parked, or discarded as duplicates; the
 operator log gets a row per gap missing at the source, once.`,
 		func(fs *pflag.FlagSet) *repairOptions {
 			o := &repairOptions{listOptions: listOptions{a: c.a}}
-			bindOp(fs, &o.opOptions)
+			o.bind(fs, 100, "aggregates", "projection")
 			bindESDB(fs, &o.es)
-			fs.StringVar(&o.Projection, "projection", "", "only aggregates waiting in this `projection`")
 			fs.DurationVar(&o.OlderThan, "older-than", 0, "only aggregates whose oldest parked event waited at least this `duration`")
-			fs.IntVar(&o.Limit, "limit", 100, "at most this many `aggregates`")
 			return o
 		}, c.Run)
 }

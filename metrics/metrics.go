@@ -162,43 +162,19 @@ func (m *Metrics) ObserveBatch(b projection.BatchInfo) {
 	}
 }
 
-// InstrumentHTTP returns h observing inorder_http_request_duration_seconds
-// by route — the ServeMux pattern that matched (the innermost, when muxes
-// are nested), "unmatched" for none — and status code.
-func (m *Metrics) InstrumentHTTP(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
-		h.ServeHTTP(rec, r)
-		route := r.Pattern
-		if route == "" {
-			route = "unmatched"
-		}
-		m.httpDuration.WithLabelValues(route, strconv.Itoa(rec.code)).Observe(time.Since(start).Seconds())
-	})
-}
-
-// statusRecorder remembers the status code written.
-type statusRecorder struct {
-	http.ResponseWriter
-	code  int
-	wrote bool
-}
-
-func (r *statusRecorder) WriteHeader(code int) {
-	if !r.wrote {
-		r.code, r.wrote = code, true
+// ObserveHTTP records one HTTP request: its route (the ServeMux pattern
+// that matched, "unmatched" for none — never the raw path, which would make
+// a series per aggregate), status code and duration, as
+// inorder_http_request_duration_seconds. On a nil *Metrics it does nothing.
+func (m *Metrics) ObserveHTTP(route string, code int, d time.Duration) {
+	if m == nil {
+		return
 	}
-	r.ResponseWriter.WriteHeader(code)
+	if route == "" {
+		route = "unmatched"
+	}
+	m.httpDuration.WithLabelValues(route, strconv.Itoa(code)).Observe(d.Seconds())
 }
-
-func (r *statusRecorder) Write(b []byte) (int, error) {
-	r.wrote = true
-	return r.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection.
-func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // countsCollector exposes Processor.Counts at scrape time.
 type countsCollector struct {

@@ -158,14 +158,7 @@ func StartHTTP(o *HTTPOptions, s Serve) (*Server, error) {
 	}
 	mux.Handle("GET /readyz", s.Ready)
 	mux.Handle("/", api)
-	var h http.Handler = mux
-	if s.Tracing != nil {
-		h = TraceHTTP(h, s.Tracing.Provider, s.Tracing.Propagator)
-	}
-	if s.Metrics != nil {
-		h = s.Metrics.InstrumentHTTP(h)
-	}
-	srv := httpapi.NewServer(o.Addr, h)
+	srv := httpapi.NewServer(o.Addr, InstrumentHTTP(mux, s.Metrics, s.Tracing))
 	srv.ErrorLog = slog.NewLogLogger(s.Logger.Handler(), slog.LevelWarn)
 	lis, err := net.Listen("tcp", o.Addr)
 	if err != nil {

@@ -12,10 +12,15 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/clikit"
+	"github.com/inorder/inorder/metrics"
+	"github.com/inorder/inorder/projection"
 )
 
-func TestTraceHTTP(t *testing.T) {
+func TestInstrumentHTTP(t *testing.T) {
 	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
@@ -26,7 +31,8 @@ func TestTraceHTTP(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	})
 	mux.HandleFunc("GET /boom", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusInternalServerError) })
-	h := clikit.TraceHTTP(mux, tp, propagation.TraceContext{})
+	m := metrics.New(emptyProcessor(t), &metrics.Options{NoRuntime: true})
+	h := clikit.InstrumentHTTP(mux, m, &clikit.Tracing{Provider: tp, Propagator: propagation.TraceContext{}})
 
 	req := httptest.NewRequest(http.MethodGet, "/v1/projections/ledger/aggregates/pay-1", nil)
 	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -49,6 +55,29 @@ func TestTraceHTTP(t *testing.T) {
 	require.Equal(t, "200", attrs["http.response.status_code"])
 	require.Equal(t, "GET /v1/projections/{name}/aggregates/{id}", attrs["http.route"])
 	require.Equal(t, codes.Error, spans[1].Status.Code, "5xx is an error")
+
+	// The same requests, measured by route, not path.
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Contains(t, rec.Body.String(), `inorder_http_request_duration_seconds_count{code="200",route="GET /v1/projections/{name}/aggregates/{id}"} 1`)
+	require.Contains(t, rec.Body.String(), `inorder_http_request_duration_seconds_count{code="500",route="GET /boom"} 1`)
+
+	// Without tracing or metrics it only serves.
+	rec = httptest.NewRecorder()
+	clikit.InstrumentHTTP(mux, nil, nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/boom", nil))
+	require.Equal(t, http.StatusInternalServerError, rec.Code)
+}
+
+// emptyProcessor is a processor without a database, for metrics that read
+// none.
+func emptyProcessor(t *testing.T) *projection.Processor {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), "postgres://127.0.0.1:1/none")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	proc, err := projection.New(pool, nil, ledger.New(nil))
+	require.NoError(t, err)
+	return proc
 }
 
 func TestNewTracing(t *testing.T) {
