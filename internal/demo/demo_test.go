@@ -90,6 +90,7 @@ func TestDemo(t *testing.T) {
 		m := regexp.MustCompile(`curl -si '(http://127\.0\.0\.1:\d+/v1/projections/ledger/aggregates/(pay-\d+))\?min_version=(\d+)'`).FindStringSubmatch(out)
 		require.NotNil(t, m, out)
 		require.Contains(t, out, "verified: read model equals the in-order fold")
+		require.Regexp(t, `(?m)^notified:\s+[1-9]\d* payment settlements notified, each once \(\d+ deliveries: [1-9]\d* refused with a 503`, out)
 		require.Regexp(t, `(?m)^events:\s+1000 \(200 payments x 5 versions\)`, out)
 		require.Regexp(t, `(?m)^applied:\s+1000 `, out)
 		require.Regexp(t, `curl -s 'http://127\.0\.0\.1:\d+/v1/projections/ledger/aggregates\?limit=3&payer=customer-\d+'`, out)
