@@ -22,7 +22,7 @@ type LogOptions struct {
 // BindLog defines --log-format and --log-level on fs, the level defaulting
 // to defLevel.
 func BindLog(fs *pflag.FlagSet, o *LogOptions, defLevel string) {
-	fs.StringVar(&o.Format, "log-format", "text", "log `format` on stderr: text or json (json: every line on stdout and stderr is one JSON object)")
+	fs.StringVar(&o.Format, "log-format", "text", "log `format` on stderr: text or json (json: every line on stderr, and of run, serve and demo on stdout, is one JSON object)")
 	fs.StringVar(&o.Level, "log-level", defLevel, "minimum log `level`: debug, info, warn or error")
 }
 

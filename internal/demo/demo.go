@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -275,7 +277,9 @@ func run(ctx context.Context, a *cli.App, o *options) (err error) {
 	verr := o.demo.Verify(ctx, d.pool, d.events)
 	d.summary(stats, verr)
 	if r := d.awaitEffects(ctx, o.Timeout); r != nil {
-		fmt.Fprintf(d.a.Stdout(), "%-15s%s\n", "notified:", r.line(o.demo.Effects.What))
+		b := &bytes.Buffer{}
+		fmt.Fprintf(b, "%-15s%s\n", "notified:", r.line(o.demo.Effects.What))
+		d.print(b)
 		if r.err != nil && verr == nil {
 			verr = r.err
 		}
@@ -413,6 +417,21 @@ func (d *demoRun) eventStore() error {
 	return nil
 }
 
+// print writes what the demo shows on stdout: as it is, or with JSON logs
+// one JSON object per non-empty line, so every line of output is JSON.
+func (d *demoRun) print(b *bytes.Buffer) {
+	if !d.con.JSON() {
+		_, _ = d.a.Stdout().Write(b.Bytes())
+		return
+	}
+	out := clikit.NewConsole(d.a.Stdout(), &d.o.log)
+	for line := range strings.Lines(b.String()) {
+		if line = strings.TrimSpace(line); line != "" {
+			out.Printf(nil, "%s", line)
+		}
+	}
+}
+
 // demoEventID derives an event's UUID from the fact (aggregate and
 // version), so the same workload always has the same ids.
 func demoEventID(e aggregate.Event) uuid.UUID {
@@ -428,7 +447,8 @@ type demoStats struct {
 
 // summary prints the demo's results on stdout.
 func (d *demoRun) summary(st demoStats, verr error) {
-	w := d.a.Stdout()
+	w := &bytes.Buffer{}
+	defer d.print(w)
 	c := st.counts
 	deliveries := st.received
 	rate := 0.0

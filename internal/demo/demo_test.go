@@ -138,6 +138,27 @@ func TestDemo(t *testing.T) {
 		require.Contains(t, err.Error(), "payments differ")
 	})
 
+	t.Run("JSONLogs", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		p := ledger.New(nil)
+		var stdout, stderr bytes.Buffer
+		cfg := cli.Config{Projections: []projection.Projection{p}, Commands: []func(*cli.App) *cobra.Command{demo.Ledger(p)},
+			Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
+		err := cli.Run(t.Context(), cfg, []string{"demo", "--payments", "20", "--versions", "3", "--database-url", db.URL,
+			"--schema", db.Schema, "--exit", "--log-format", "json", "--log-level", "info"})
+		require.NoError(t, err, stderr.String())
+		for name, out := range map[string]string{"stdout": stdout.String(), "stderr": stderr.String()} {
+			require.NotEmpty(t, out, name)
+			for line := range strings.Lines(out) {
+				var obj map[string]any
+				require.NoError(t, json.Unmarshal([]byte(line), &obj), "%s: not JSON: %q", name, line)
+			}
+		}
+		require.Contains(t, stdout.String(), `"msg":"verified: read model equals the in-order fold"`)
+		require.Contains(t, stderr.String(), `"msg":"progress"`)
+	})
+
 	t.Run("Usage", func(t *testing.T) {
 		t.Parallel()
 		p := ledger.New(nil)

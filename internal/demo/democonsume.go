@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -134,7 +135,8 @@ func (d *demoRun) serve(ctx context.Context) error {
 
 // examples prints curl commands with ids from the workload.
 func (d *demoRun) examples(base string) {
-	w := d.a.Stdout()
+	w := &bytes.Buffer{}
+	defer d.print(w)
 	last := d.events[len(d.events)-1]
 	var version int64
 	for _, e := range d.events {
