@@ -40,9 +40,11 @@
 //	status                                 per projection: applied, parked, quarantined, conflicts
 //	parked list|show|repair|declare-gap    aggregates waiting for missing versions
 //	quarantine list|retry|skip             events whose handler failed for good
-//	conflicts list                         deliveries reusing a version with another payload
+//	conflicts list|ack                     deliveries reusing a version with another payload
 //	rejected list|replay                   deliveries that failed validation
-//	rebuild <projection>                   empty a read model and replay the stream into it
+//	oplog                                  the operator log: decisions and source findings
+//	rebuild <projection> [--yes]           empty a read model and replay the stream into it
+//	healthcheck [--live]                   probe /readyz (/healthz) of a running run or serve
 //	version                                the module version and VCS revision (also --version)
 //	completion bash|zsh|fish|powershell    shell completion scripts
 //
