@@ -170,6 +170,8 @@ type App struct {
 	// json is set when the running command logs JSON: errors are printed
 	// as JSON too.
 	json bool
+	// fx is the effects client the command made (effectsClient), if any.
+	fx *effects.Client
 }
 
 func newApp(cfg Config, drain context.Context) *App {

@@ -22,8 +22,8 @@ const DefaultEffectsWorkers = 10
 
 // effectsClient returns the effects client of the binary's handlers
 // (Config.Effects) on pool, in --schema and --river-schema, after handing it
-// to the projections that implement effects.Binder; nil when the binary has
-// no handlers. workers, if positive, is how many effects a started client
+// to the projections that implement effects.Binder (and keeping it as a.fx);
+// nil when the binary has no handlers. workers, if positive, is how many effects a started client
 // performs at once.
 func (a *App) effectsClient(pool *pgxpool.Pool, db *clikit.DBOptions, logger *slog.Logger, workers ...int) (*effects.Client, error) {
 	if len(a.cfg.Effects) == 0 {
@@ -39,6 +39,7 @@ func (a *App) effectsClient(pool *pgxpool.Pool, db *clikit.DBOptions, logger *sl
 		return nil, err
 	}
 	effects.Bind(fx, a.cfg.Projections...)
+	a.fx = fx
 	return fx, nil
 }
 

@@ -2,8 +2,11 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -198,6 +201,37 @@ WHERE action IN ('effect-retry', 'effect-cancel') AND projection = 'ledger'`).Sc
 		require.Equal(t, 2, logged, "the operator log has the cancel and the retry")
 	})
 
+	t.Run("Serve", func(t *testing.T) {
+		t.Parallel()
+		b := setupEffects(t)
+		b.capture(t, "pay-1")
+		ctx, stop := context.WithCancel(t.Context())
+		stderr := &notifyWriter{changed: make(chan struct{})}
+		done := make(chan error, 1)
+		go func() {
+			cfg := b.cfg
+			cfg.Stdout, cfg.Stderr = io.Discard, stderr
+			cfg.Getenv = func(k string) string { return b.env[k] }
+			done <- cli.Run(ctx, cfg, []string{"serve", "--http-addr", "127.0.0.1:0"})
+		}()
+		url := stderr.wait(t, regexp.MustCompile(`serving (http://127\.0\.0\.1:\d+)`))[1]
+		resp, err := http.Get(url + "/v1/status")
+		require.NoError(t, err)
+		var st httpapi.StatusResponse
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&st))
+		resp.Body.Close()
+		require.Len(t, st.Effects, 1)
+		require.Equal(t, int64(1), st.Effects[0].Pending)
+		resp, err = http.Get(url + "/metrics")
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Contains(t, string(body), `inorder_effects_intents{kind="`+ledger.SettledWebhook+`",state="pending"} 1`)
+		stop()
+		require.NoError(t, <-done)
+	})
+
 	t.Run("NeedsRiver", func(t *testing.T) {
 		t.Parallel()
 		b := &fxBundle{bundle: setup(t), hooks: newHooks(t)}
@@ -269,6 +303,40 @@ func (b *fxBundle) waitEffect(t *testing.T, key string, state effects.State) {
 		case <-ch:
 		case <-deadline:
 			require.FailNow(t, "timed out", "intent %s is %s, waiting for %s", key, e.State, state)
+		}
+	}
+}
+
+// notifyWriter collects output and wakes waiters at every write.
+type notifyWriter struct {
+	mu      sync.Mutex
+	b       strings.Builder
+	changed chan struct{}
+}
+
+func (w *notifyWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	close(w.changed)
+	w.changed = make(chan struct{})
+	return w.b.Write(p)
+}
+
+// wait waits until the output matches re and returns the submatches.
+func (w *notifyWriter) wait(t *testing.T, re *regexp.Regexp) []string {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		w.mu.Lock()
+		m, ch := re.FindStringSubmatch(w.b.String()), w.changed
+		w.mu.Unlock()
+		if m != nil {
+			return m
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			require.FailNow(t, "timed out waiting for "+re.String())
 		}
 	}
 }

@@ -68,6 +68,12 @@ func (c *serveCmd) Run(ctx context.Context, o *serveOptions) error {
 		return err
 	}
 	m := metrics.New(proc, &metrics.Options{Logger: logger, Build: clikit.MetricsBuild(c.a.version())})
+	fx := c.a.fx // the effects client processor made, if the binary has handlers
+	if fx != nil {
+		if err := fx.RegisterMetrics(m.Registry()); err != nil {
+			return fmt.Errorf("effects metrics: %w", err)
+		}
+	}
 	tracing, err := c.a.tracing(ctx, logger)
 	if err != nil {
 		return err
@@ -79,7 +85,7 @@ func (c *serveCmd) Run(ctx context.Context, o *serveOptions) error {
 		// /readyz answers 503 until it is.
 		logger.Warn("not ready", "error", err)
 	}
-	srv, err := clikit.StartHTTP(&o.http, clikit.Serve{Processor: proc, Ready: ready, Metrics: m, Tracing: tracing, Logger: logger})
+	srv, err := clikit.StartHTTP(&o.http, clikit.Serve{Processor: proc, Effects: fx, Ready: ready, Metrics: m, Tracing: tracing, Logger: logger})
 	if err != nil {
 		return err
 	}
