@@ -35,10 +35,13 @@ func leaf[O options](use, short, long string, bind func(fs *pflag.FlagSet) O, ru
 }
 
 // group builds a command that only holds subcommands.
-func group(use, short, long string, subs ...*cobra.Command) *cobra.Command {
+func (a *App) group(use, short, long string, subs ...*cobra.Command) *cobra.Command {
 	cmd := &cobra.Command{Use: use, Short: short, Long: long, Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
+				if a.getenv(clikit.EnvLogFormat) != "json" {
+					_ = cmd.Usage() // the subcommands, on stderr
+				}
 				return clikit.Usagef("missing command")
 			}
 			return clikit.Usagef("unknown command %q", args[0])
@@ -49,7 +52,7 @@ func group(use, short, long string, subs ...*cobra.Command) *cobra.Command {
 
 // root builds the command tree.
 func (a *App) root() *cobra.Command {
-	root := group(a.name, "", `inorder turns an at-least-once, any-order event stream into exactly-once,
+	root := a.group(a.name, "", `inorder turns an at-least-once, any-order event stream into exactly-once,
 in-order effects on PostgreSQL read models.
 
 Every flag that has an environment variable names it in its help
@@ -69,7 +72,7 @@ the command line wins.`)
 		(&runCmd{a}).command(),
 		(&serveCmd{a}).command(),
 		(&statusCmd{a}).command(),
-		group("parked", "inspect and unblock aggregates waiting for missing versions",
+		a.group("parked", "inspect and unblock aggregates waiting for missing versions",
 			`Parked events are future versions stored until the versions before them
 arrive. These commands list them, fetch the missing versions from the source,
 or declare versions that will never arrive.`,
@@ -78,7 +81,7 @@ or declare versions that will never arrive.`,
 			(&parkedRepairCmd{a}).command(),
 			(&declareGapCmd{a}).command(),
 		),
-		group("quarantine", "inspect, retry or skip events whose handler failed for good",
+		a.group("quarantine", "inspect, retry or skip events whose handler failed for good",
 			`A quarantined event is one whose projection handler kept failing. It blocks
 its aggregate (later versions park behind it) and nothing else. Fix the cause,
 then retry it; or skip it, on purpose, with a reason.`,
@@ -86,14 +89,14 @@ then retry it; or skip it, on purpose, with a reason.`,
 			(&quarantineActionCmd{a: a}).command(),
 			(&quarantineActionCmd{a: a, skip: true}).command(),
 		),
-		group("conflicts", "list deliveries that reuse a version with another id or payload",
+		a.group("conflicts", "list deliveries that reuse a version with another id or payload",
 			`A conflict is a delivery that claims an (aggregate, version) already held by
 a different event. It is recorded, never applied, and counts as open until
 an operator acknowledges it.`,
 			(&conflictsListCmd{a}).command(),
 			(&conflictsAckCmd{a}).command(),
 		),
-		group("rejected", "list or replay deliveries that failed validation",
+		a.group("rejected", "list or replay deliveries that failed validation",
 			`A rejected delivery had an invalid envelope. It was acknowledged to the source,
 recorded with its reason, and applied nowhere.`,
 			(&rejectedListCmd{a}).command(),

@@ -85,7 +85,7 @@ func (a *App) openEffects(ctx context.Context, o *opOptions) (*effects.Client, *
 
 // effectsGroup is the effects command and its subcommands.
 func (a *App) effectsGroup() *cobra.Command {
-	return group("effects", "inspect, retry, cancel and perform effects that leave Postgres",
+	return a.group("effects", "inspect, retry, cancel and perform effects that leave Postgres",
 		`Effects are calls to other systems — webhooks, e-mails, payment gateways —
 that projections ask for: each is an intent recorded in the transaction that
 applies its event, keyed by the fact (projection, event id, effect kind), and
