@@ -202,7 +202,7 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 			committing = err == nil
 			return err
 		})
-		if err != nil && (!began || committing) && lostAtBoundary(err) {
+		if err != nil && (!began || committing) && !IsTransient(err) && lostAtBoundary(err) {
 			// BEGIN or COMMIT failed without an answer from the server
 			// ("conn closed", "unexpected EOF"): the connection is gone. A
 			// lost COMMIT may have committed; the retry then finds the

@@ -186,6 +186,38 @@ func (c *Cluster) Stop(ctx context.Context) error {
 	return nil
 }
 
+// Restart restarts the running server with pg_ctl restart, in mode "fast"
+// (clients are disconnected with an error, then a clean shutdown) or
+// "immediate" (every server process is killed at once, and the start is a
+// crash recovery), and returns once it accepts connections again, on the
+// same port. It is for tests that inject faults.
+func (c *Cluster) Restart(ctx context.Context, mode string) error {
+	if mode != "fast" && mode != "immediate" {
+		return fmt.Errorf("pglocal: restart mode %q: want fast or immediate", mode)
+	}
+	unlock, err := lockFile(ctx, filepath.Join(c.dir, lockName))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	began := time.Now()
+	logPath := filepath.Join(c.dir, logName)
+	if _, err := c.run(ctx, "pg_ctl", "restart", "-D", c.dataDir, "-m", mode, "-l", logPath, "-w", "-t", "60", "-s"); err != nil {
+		return fmt.Errorf("pglocal: restart -m %s: %w (log tail: %s)", mode, err, tail(logPath, 1024))
+	}
+	if err := c.waitReady(ctx); err != nil {
+		return err
+	}
+	c.logger.Info("pglocal: restarted", "mode", mode, "port", c.port, "elapsed", time.Since(began))
+	return nil
+}
+
+// Port returns the TCP port the server listens on.
+func (c *Cluster) Port() int { return c.port }
+
+// LogPath returns the path of the server's log file.
+func (c *Cluster) LogPath() string { return filepath.Join(c.dir, logName) }
+
 // FindBinDir returns the directory holding the PostgreSQL server binaries
 // (initdb, pg_ctl, postgres): $PG_BIN if set, else the highest version
 // under /usr/lib/postgresql/*/bin, else the directory of pg_ctl on $PATH.

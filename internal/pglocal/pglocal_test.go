@@ -169,6 +169,38 @@ func TestStartConcurrent(t *testing.T) {
 	}
 }
 
+// TestRestart restarts a cluster in both modes: the open connection is
+// gone, committed data is kept, the port is the same.
+func TestRestart(t *testing.T) {
+	t.Parallel()
+	binDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := pglocal.Start(ctx, pglocal.Options{Dir: clusterDir(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	conn, err := pgx.Connect(ctx, c.URL())
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, `CREATE TABLE kept (n int); INSERT INTO kept VALUES (1)`)
+	require.NoError(t, err)
+	port := c.Port()
+	for _, mode := range []string{"fast", "immediate"} {
+		began := time.Now()
+		require.NoError(t, c.Restart(ctx, mode))
+		t.Logf("restart -m %s: %v", mode, time.Since(began))
+		require.Error(t, conn.Ping(ctx), "%s: the old connection is gone", mode)
+		require.Equal(t, port, c.Port())
+		conn, err = pgx.Connect(ctx, c.URL())
+		require.NoError(t, err)
+		var n int
+		require.NoError(t, conn.QueryRow(ctx, `SELECT sum(n) FROM kept`).Scan(&n))
+		require.Equal(t, 1, n)
+	}
+	require.NoError(t, conn.Close(ctx))
+	require.ErrorContains(t, c.Restart(ctx, "smart"), "want fast or immediate")
+	require.FileExists(t, c.LogPath())
+}
+
 func binDir(t *testing.T) string {
 	t.Helper()
 	dir, err := pglocal.FindBinDir()
