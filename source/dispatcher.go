@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +22,10 @@ const (
 	DefaultMaxWait    = 50 * time.Millisecond
 	DefaultMinBackoff = 100 * time.Millisecond
 	DefaultMaxBackoff = 5 * time.Second
+	// DefaultWindowBatches is how many batches per worker the default
+	// MaxInFlight allows: one in a worker's transaction, one filling behind
+	// it, and one of headroom for partitions of uneven size.
+	DefaultWindowBatches = 3
 )
 
 // Delivery is one event received from a source, with what the source needs
@@ -87,15 +90,23 @@ type Config struct {
 	BatchSize int
 
 	// MaxWait is how long a worker waits for a batch to fill after its
-	// first delivery arrived. Default 50 ms.
+	// first delivery arrived, unless the window is full (see MaxInFlight).
+	// Default 50 ms.
 	MaxWait time.Duration
 
-	// QueueSize is how many deliveries each worker's queue holds before
-	// Dispatch blocks. Default 2 × BatchSize.
-	QueueSize int
+	// MaxInFlight is the window: how many deliveries may be dispatched and
+	// not yet settled at once, over all workers. Dispatch blocks while it
+	// is full, and a full window closes every partial batch at once — no
+	// more deliveries can come until one commits, so waiting for MaxWait
+	// would only leave workers idle. Default DefaultWindowBatches (3) ×
+	// Workers × BatchSize: each worker can commit one batch while the next
+	// fills. A source whose server bounds the window itself (a persistent
+	// subscription's buffer size) sets it to that bound.
+	MaxInFlight int
 
 	// MinBackoff and MaxBackoff bound the exponential, jittered pause of
-	// a worker after a failed batch. Defaults 100 ms and 5 s.
+	// a worker after a failed batch (package internal/retry's policy).
+	// Defaults 100 ms and 5 s.
 	MinBackoff, MaxBackoff time.Duration
 
 	// BeforeCommit, if set, runs inside each batch's transaction, after the
@@ -120,16 +131,10 @@ type Dispatcher struct {
 	cfg     Config
 	log     *slog.Logger
 	workers []*worker
+	slots   chan struct{} // one per delivery in flight: the window
 	started atomic.Bool
 	done    chan struct{} // closed when Run returns
-	stats   struct {
-		dispatched, batches, committed, acked, nacked, retried, failures atomic.Int64
-	}
-}
-
-type item struct {
-	d     *Delivery
-	flush chan struct{} // non-nil: a flush marker
+	stats   dispatcherStats
 }
 
 // NewDispatcher returns a dispatcher. Start it with Run.
@@ -138,23 +143,30 @@ func NewDispatcher(cfg *Config) (*Dispatcher, error) {
 		return nil, errors.New("source: Config.Processor is required")
 	}
 	c := *cfg
-	if c.Workers < 0 || c.BatchSize < 0 || c.MaxWait < 0 || c.QueueSize < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0 {
-		return nil, errors.New("source: negative Workers, BatchSize, MaxWait, QueueSize or backoff")
+	if c.Workers < 0 || c.BatchSize < 0 || c.MaxWait < 0 || c.MaxInFlight < 0 || c.MinBackoff < 0 || c.MaxBackoff < 0 {
+		return nil, errors.New("source: negative Workers, BatchSize, MaxWait, MaxInFlight or backoff")
 	}
 	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
 	c.MaxWait = cmp.Or(c.MaxWait, DefaultMaxWait)
-	c.QueueSize = cmp.Or(c.QueueSize, 2*c.BatchSize)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, DefaultWindow(c.Workers, c.BatchSize))
 	c.MinBackoff = cmp.Or(c.MinBackoff, DefaultMinBackoff)
 	c.MaxBackoff = max(cmp.Or(c.MaxBackoff, DefaultMaxBackoff), c.MinBackoff)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	d := &Dispatcher{cfg: c, log: c.Logger, done: make(chan struct{})}
+	d := &Dispatcher{cfg: c, log: c.Logger, done: make(chan struct{}), slots: make(chan struct{}, c.MaxInFlight)}
 	for i := range c.Workers {
-		d.workers = append(d.workers, &worker{d: d, id: i, ch: make(chan item, c.QueueSize)})
+		d.workers = append(d.workers, newWorker(d, i))
 	}
 	return d, nil
+}
+
+// DefaultWindow is the default MaxInFlight of a dispatcher with the given
+// workers and batch size: DefaultWindowBatches × workers × batchSize,
+// capped at 1<<20.
+func DefaultWindow(workers, batchSize int) int {
+	return min(DefaultWindowBatches*max(workers, 1)*max(batchSize, 1), 1<<20)
 }
 
 // Run runs the workers until ctx is cancelled, then returns ctx's error.
@@ -179,8 +191,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// Dispatch queues a delivery on its worker. It blocks while that worker's
-// queue is full, until ctx is done or Run has returned (ErrStopped).
+// Dispatch queues a delivery on its worker. It blocks while the window is
+// full (MaxInFlight deliveries not settled), until ctx is done or Run has
+// returned (ErrStopped).
 func (d *Dispatcher) Dispatch(ctx context.Context, del *Delivery) error {
 	key := del.Key
 	if key == "" {
@@ -191,13 +204,40 @@ func (d *Dispatcher) Dispatch(ctx context.Context, del *Delivery) error {
 		return ErrStopped
 	}
 	select {
-	case w.ch <- item{d: del}:
-		d.stats.dispatched.Add(1)
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("source: dispatch: %w", ctx.Err())
-	case <-d.done:
-		return ErrStopped
+	case d.slots <- struct{}{}:
+	default:
+		// The window is full: partial batches must close now.
+		d.kickAll()
+		select {
+		case d.slots <- struct{}{}:
+		case <-ctx.Done():
+			return fmt.Errorf("source: dispatch: %w", ctx.Err())
+		case <-d.done:
+			return ErrStopped
+		}
+	}
+	d.stats.dispatched.Add(1)
+	w.push(item{d: del})
+	if len(d.slots) == cap(d.slots) {
+		d.kickAll()
+	}
+	return nil
+}
+
+// release frees the window slots of n settled deliveries.
+func (d *Dispatcher) release(n int) {
+	for range n {
+		<-d.slots
+	}
+}
+
+// full reports whether the window is full.
+func (d *Dispatcher) full() bool { return len(d.slots) == cap(d.slots) }
+
+// kickAll wakes every worker, to close partial batches.
+func (d *Dispatcher) kickAll() {
+	for _, w := range d.workers {
+		w.signal()
 	}
 }
 
@@ -213,13 +253,7 @@ func (d *Dispatcher) Flush(ctx context.Context) error {
 	marks := make([]chan struct{}, len(d.workers))
 	for i, w := range d.workers {
 		marks[i] = make(chan struct{})
-		select {
-		case w.ch <- item{flush: marks[i]}:
-		case <-ctx.Done():
-			return fmt.Errorf("source: flush: %w", ctx.Err())
-		case <-d.done:
-			return ErrStopped
-		}
+		w.push(item{flush: marks[i]})
 	}
 	for _, m := range marks {
 		select {
@@ -244,205 +278,6 @@ func (d *Dispatcher) stopped() bool {
 
 // ErrStopped is returned by Flush and Dispatch once Run has returned.
 var ErrStopped = errors.New("source: dispatcher stopped")
-
-// Stats are a dispatcher's cumulative counters.
-type Stats struct {
-	// Dispatched counts deliveries queued by Dispatch.
-	Dispatched int64
-	// Batches counts Process calls; Committed those that committed.
-	Batches, Committed int64
-	// Acked and Nacked count deliveries settled either way.
-	Acked, Nacked int64
-	// Retried counts deliveries a worker retried itself after a failure.
-	Retried int64
-	// Failures counts failed Process calls.
-	Failures int64
-}
-
-// Stats returns the dispatcher's counters.
-func (d *Dispatcher) Stats() Stats {
-	return Stats{
-		Dispatched: d.stats.dispatched.Load(),
-		Batches:    d.stats.batches.Load(),
-		Committed:  d.stats.committed.Load(),
-		Acked:      d.stats.acked.Load(),
-		Nacked:     d.stats.nacked.Load(),
-		Retried:    d.stats.retried.Load(),
-		Failures:   d.stats.failures.Load(),
-	}
-}
-
-type worker struct {
-	d        *Dispatcher
-	id       int
-	ch       chan item
-	failures int // consecutive failed batches, for the backoff
-}
-
-func (w *worker) run(ctx context.Context) {
-	cfg := &w.d.cfg
-	var pending []*Delivery
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	defer timer.Stop()
-	armed := false
-	// take handles one queue item; it returns false for a flush marker,
-	// after processing and settling everything pending.
-	take := func(it item) bool {
-		if it.flush == nil {
-			pending = append(pending, it.d)
-			return true
-		}
-		for len(pending) > 0 && ctx.Err() == nil {
-			pending = w.process(ctx, pending)
-		}
-		if ctx.Err() == nil {
-			close(it.flush)
-		}
-		return false
-	}
-	for {
-		var timeout <-chan time.Time
-		if armed {
-			timeout = timer.C
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case it := <-w.ch:
-			// Take what is already queued, up to a full batch.
-			for take(it) && len(pending) < cfg.BatchSize {
-				var more bool
-				select {
-				case it = <-w.ch:
-					more = true
-				default:
-				}
-				if !more {
-					break
-				}
-			}
-			if len(pending) >= cfg.BatchSize {
-				pending = w.process(ctx, pending)
-			}
-		case <-timeout:
-			armed = false
-			if len(pending) > 0 {
-				pending = w.process(ctx, pending)
-			}
-		}
-		switch {
-		case len(pending) == 0 && armed:
-			timer.Stop()
-			armed = false
-		case len(pending) > 0 && !armed:
-			timer.Reset(cfg.MaxWait)
-			armed = true
-		}
-	}
-}
-
-// process runs one batch of at most BatchSize deliveries and returns what is
-// left to process: the rest of pending, plus the deliveries of a failed
-// batch that their source did not take back.
-func (w *worker) process(ctx context.Context, pending []*Delivery) []*Delivery {
-	d := w.d
-	n := min(len(pending), d.cfg.BatchSize)
-	batch := pending[:n:n]
-	rest := pending[n:]
-
-	b := projection.Batch{Source: d.cfg.Source}
-	for _, del := range batch {
-		if del.Reject != nil {
-			b.Rejects = append(b.Rejects, projection.Reject{Event: del.Event, Err: del.Reject})
-		} else {
-			b.Events = append(b.Events, del.Event)
-		}
-	}
-	if d.cfg.BeforeCommit != nil {
-		b.BeforeCommit = func(ctx context.Context, tx pgx.Tx) error { return d.cfg.BeforeCommit(ctx, tx, batch) }
-	}
-	d.stats.batches.Add(1)
-	results, err := d.cfg.Processor.Process(ctx, b)
-	if err == nil {
-		w.failures = 0
-		d.stats.committed.Add(1)
-		d.stats.acked.Add(int64(len(batch)))
-		for acker, ds := range groupByAcker(batch) {
-			if acker != nil {
-				acker.Ack(ds)
-			}
-		}
-		if d.cfg.AfterCommit != nil {
-			d.cfg.AfterCommit(batch, results)
-		}
-		return rest
-	}
-	if ctx.Err() != nil {
-		return nil // abandoned: nothing committed, nothing settled
-	}
-	d.stats.failures.Add(1)
-	w.failures++
-	d.log.WarnContext(ctx, "inorder: batch failed", "source", d.cfg.Source, "worker", w.id, "deliveries", len(batch), "error", err)
-	var retry []*Delivery
-	for acker, ds := range groupByAcker(batch) {
-		if acker != nil && acker.Nack(ds, err) {
-			d.stats.nacked.Add(int64(len(ds)))
-			continue
-		}
-		retry = append(retry, ds...)
-	}
-	d.stats.retried.Add(int64(len(retry)))
-	w.sleep(ctx)
-	return append(retry, rest...)
-}
-
-// sleep pauses after a failed batch: MinBackoff doubled per consecutive
-// failure up to MaxBackoff, with jitter.
-func (w *worker) sleep(ctx context.Context) {
-	cfg := &w.d.cfg
-	delay := min(cfg.MinBackoff<<min(w.failures-1, 20), cfg.MaxBackoff)
-	delay = delay/2 + rand.N(delay/2+1)
-	t := time.NewTimer(delay)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
-
-// groupByAcker yields the deliveries of batch grouped by Acker, in order of
-// each Acker's first delivery (deliveries without an Acker form a group
-// with a nil Acker).
-func groupByAcker(batch []*Delivery) func(yield func(Acker, []*Delivery) bool) {
-	return func(yield func(Acker, []*Delivery) bool) {
-		first := batch[0].Acker
-		same := true
-		for _, del := range batch[1:] {
-			if del.Acker != first {
-				same = false
-				break
-			}
-		}
-		if same {
-			yield(first, batch)
-			return
-		}
-		var order []Acker
-		groups := map[Acker][]*Delivery{}
-		for _, del := range batch {
-			if _, ok := groups[del.Acker]; !ok {
-				order = append(order, del.Acker)
-			}
-			groups[del.Acker] = append(groups[del.Acker], del)
-		}
-		for _, a := range order {
-			if !yield(a, groups[a]) {
-				return
-			}
-		}
-	}
-}
 
 // fnv64 is FNV-1a, inlined to avoid an allocation per delivery.
 func fnv64(s string) uint64 {

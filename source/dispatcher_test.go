@@ -315,6 +315,50 @@ func TestDispatcher(t *testing.T) {
 		b.requireFold(t, []aggregate.Event{good})
 	})
 
+	// A full window closes every partial batch at once: nothing more can
+	// come until one commits, so no worker waits for MaxWait. Dispatch
+	// blocks while the window is full.
+	t.Run("FullWindowClosesBatches", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		events := ledger.Generate(rand.New(rand.NewPCG(6, 6)), 40, 3)
+		a := newAcker(false)
+		// Without the rule, the first 10 deliveries would wait an hour for
+		// their batches to fill and Dispatch would block behind them.
+		d, err := source.NewDispatcher(&source.Config{
+			Processor: b.proc, Workers: 4, BatchSize: 1000, MaxWait: time.Hour, MaxInFlight: 10,
+		})
+		require.NoError(t, err)
+		run(t, d)
+		dispatched := make(chan error, 1)
+		go func() {
+			for _, del := range deliveries(events, a) {
+				if err := d.Dispatch(t.Context(), del); err != nil {
+					dispatched <- err
+					return
+				}
+			}
+			dispatched <- nil
+		}()
+		waitFor(t, a.signal, func() bool { n, _ := a.counts(); return n >= len(events)-10 },
+			"all but the last window acked without Flush, though MaxWait is an hour")
+		require.NoError(t, <-dispatched)
+		require.NoError(t, d.Flush(t.Context())) // the last deliveries may not fill the window
+		st := d.Stats()
+		require.Equal(t, 10, st.MaxInFlight)
+		require.Zero(t, st.InFlight)
+		require.Positive(t, st.Closed[source.CloseWindow])
+		require.Zero(t, st.Closed[source.CloseMaxWait]+st.Closed[source.CloseFull])
+		var batches int64
+		for _, n := range st.Fill {
+			batches += n
+		}
+		require.Equal(t, st.Batches, batches, "every batch's fill counted")
+		require.Greater(t, st.FillSum, 0.0)
+		require.Positive(t, st.Filling+st.Idle, "workers waited for input at times")
+		b.requireFold(t, events)
+	})
+
 	t.Run("Validates", func(t *testing.T) {
 		t.Parallel()
 		_, err := source.NewDispatcher(nil)

@@ -8,14 +8,34 @@
 // hands them to Config.Workers goroutines by a hash of their aggregate id, so
 // every delivery of one aggregate goes to the same worker of the process and
 // is processed in arrival order. Each worker groups its deliveries into
-// batches of up to Config.BatchSize, waiting at most Config.MaxWait for a
-// batch to fill, and runs each batch through [projection.Processor.Process]
-// in one transaction — never one transaction per event.
+// batches of up to Config.BatchSize and runs each batch through
+// [projection.Processor.Process] in one transaction — never one transaction
+// per event.
+//
+// # Keeping batches full
+//
+// Config.MaxInFlight is the window: how many deliveries may be dispatched
+// and not yet settled, over all workers (Dispatch blocks while it is full).
+// For full batches it must hold, for every worker, the batch in its
+// transaction and the next one filling behind it; the default,
+// [DefaultWindowBatches] × Workers × BatchSize (3 × 4 × 500 = 6,000), adds a
+// batch of headroom for partitions of uneven size. A source whose server
+// enforces a window of its own (a persistent subscription's buffer size)
+// uses the same default there and sets MaxInFlight to it.
+//
+// A worker closes its batch when it is full; when the window is full —
+// nothing more can arrive until some batch commits, so waiting would only
+// leave workers idle while the server holds events back; when Config.MaxWait
+// has passed since its first delivery (a trickle of live events); or at a
+// Flush. [Dispatcher.Stats] shows the effect: batches by close reason and
+// by fill, the window in use, and the time workers waited for input — idle
+// with nothing to process, or holding a partial batch.
 //
 // A delivery is settled through its [Acker] only after that transaction has
 // committed: Ack when it committed, Nack when Process failed. An Acker that
 // cannot redeliver (a catch-up subscription) declines the Nack and the worker
-// retries the deliveries itself, with capped exponential backoff. The
+// retries the deliveries itself, with capped exponential backoff (the policy
+// of package internal/retry). The
 // Config.BeforeCommit hook runs inside the batch's transaction: a source
 // writes its checkpoint there, so the checkpoint and the effects it covers
 // commit or roll back together.

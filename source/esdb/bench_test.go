@@ -2,8 +2,12 @@ package esdb_test
 
 import (
 	"context"
+	"flag"
+	"fmt"
 	"hash/fnv"
 	"slices"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,66 +19,170 @@ import (
 	"github.com/inorder/inorder/source/esdb"
 )
 
+var (
+	benchPayments = flag.Int("esdb.payments", 5000, "BenchmarkESDB: payments (events = payments × esdb.versions)")
+	benchVersions = flag.Int("esdb.versions", 10, "BenchmarkESDB: versions per payment")
+	benchOnly     = flag.String("esdb.variants", "", "BenchmarkESDB: comma-separated variants to run (default all)")
+)
+
+// benchVariant is one way of processing the benchmark's events; run returns
+// the time it took and the source's figures (nil for the processor alone).
+type benchVariant struct {
+	name string
+	run  func(b *testing.B, round int) (time.Duration, *benchFigures)
+}
+
+// benchFigures are what the sources of a run report.
+type benchFigures struct {
+	batches, deliveries int64
+	idle                time.Duration // workers waiting for input (idle or filling), summed
+}
+
 // BenchmarkESDB measures the source end to end — in-process EventStoreDB,
-// real client, catch-up subscription, four partitioned workers, the ledger
-// projection — beside the processor alone fed the same events, partitioned
-// the same way, in batches of the same size. It reports both rates and their
-// ratio; the source should keep at least 70% of the processor's throughput.
+// real client, the ledger projection, four workers in all — beside the
+// processor alone fed the same events, partitioned the same way, in batches
+// of the same size, in stream order. Each round runs every variant once, one
+// after the other, on a fresh schema each:
 //
-//	go test -run '^$' -bench BenchmarkESDB -benchtime 1x ./source/esdb/
+//   - processor: Processor.Process alone, four goroutines, each with the
+//     aggregates of one hash partition, batches of 500 in stream order.
+//   - catch-up: one Source, catch-up subscription to $all, 4 workers.
+//   - persistent-1: one Source consuming a persistent subscription group
+//     (created by the source, so with its defaults), 4 workers.
+//   - persistent-2: two Sources (as two processes would be: each its own
+//     processor and connection) on one group, 2 workers each.
+//
+// It reports each variant's events/s (median over the rounds) and the
+// median over the rounds of each variant's ratio to the processor alone in
+// the same round, and of persistent-2 to catch-up. Targets: every source
+// variant ≥ 0.70× the processor alone; persistent-2 ≥ 0.9× catch-up.
+//
+//	go test -run '^$' -bench BenchmarkESDB -benchtime 3x -v ./source/esdb/
 func BenchmarkESDB(b *testing.B) {
 	const (
-		payments  = 5000
-		versions  = 10
 		workers   = 4
 		batchSize = 500
 	)
 	e := newEnv(b)
-	events := generate(42, payments, versions)
+	events := generate(42, *benchPayments, *benchVersions)
 	e.appendEvents(b, events)
 	n := len(events)
 
-	var procTime, srcTime time.Duration
-	for b.Loop() {
-		// The processor alone: each worker takes its aggregates' events,
-		// in stream order, in batches.
-		bp := setup(b)
-		parts := make([][]aggregate.Event, workers)
-		for _, ev := range events {
-			h := fnv.New64a()
-			h.Write([]byte(ev.Aggregate))
-			w := h.Sum64() % workers
-			parts[w] = append(parts[w], ev)
-		}
-		began := time.Now()
-		var wg sync.WaitGroup
-		for _, part := range parts {
-			wg.Go(func() {
-				for chunk := range slices.Chunk(part, batchSize) {
-					_, err := bp.proc.Process(context.Background(), projection.Batch{Events: chunk})
-					require.NoError(b, err)
-				}
-			})
-		}
-		wg.Wait()
-		procTime += time.Since(began)
-		require.EqualValues(b, n, bp.proc.Counts()["ledger"].Applied())
-
-		// The source.
-		bs := setup(b)
-		began = time.Now()
-		r := start(b, esdb.Config{
-			URL: e.url, Processor: bs.proc, Name: "bench", Workers: workers, BatchSize: batchSize,
-			RepairAfter: -1, Mapping: esdb.Mapping{StreamPrefix: e.prefix},
-		})
-		waitFor(b, r.commits, applied(n, bs.proc), "every event applied")
-		srcTime += time.Since(began)
-		require.NoError(b, r.stop())
+	parts := make([][]aggregate.Event, workers)
+	for _, ev := range events {
+		h := fnv.New64a()
+		h.Write([]byte(ev.Aggregate))
+		w := h.Sum64() % workers
+		parts[w] = append(parts[w], ev)
 	}
-	procRate := float64(n*b.N) / procTime.Seconds()
-	srcRate := float64(n*b.N) / srcTime.Seconds()
-	b.ReportMetric(srcRate, "events/s")
-	b.ReportMetric(procRate, "proc-events/s")
-	b.ReportMetric(srcRate/procRate, "source/proc")
+	sourceRun := func(b *testing.B, consumers int, persistent *esdb.Persistent) (time.Duration, *benchFigures) {
+		bs := setup(b)
+		procs := []*projection.Processor{bs.proc}
+		for len(procs) < consumers {
+			procs = append(procs, bs.newProcessor(b))
+		}
+		anyCommit := newSignal()
+		began := time.Now()
+		var rs []*running
+		for i, p := range procs {
+			cfg := esdb.Config{
+				URL: e.url, Processor: p, Name: fmt.Sprintf("bench-%d", i), Workers: workers / consumers, BatchSize: batchSize,
+				RepairAfter: -1, Mapping: esdb.Mapping{StreamPrefix: e.prefix},
+			}
+			if persistent != nil {
+				ps := *persistent
+				cfg.Persistent = &ps
+			}
+			rs = append(rs, start(b, cfg, anyCommit))
+		}
+		waitFor(b, anyCommit, applied(n, procs...), "every event applied")
+		took := time.Since(began)
+		f := &benchFigures{}
+		for _, r := range rs {
+			require.NoError(b, r.stop())
+			st := r.src.Stats()
+			f.batches += st.Batches
+			f.deliveries += st.Acked - st.Skipped
+			f.idle += st.Dispatch.Idle + st.Dispatch.Filling
+		}
+		b.StopTimer()
+		bs.requireFold(b, events)
+		b.StartTimer()
+		return took, f
+	}
+	variants := []benchVariant{
+		{"processor", func(b *testing.B, _ int) (time.Duration, *benchFigures) {
+			bp := setup(b)
+			began := time.Now()
+			var wg sync.WaitGroup
+			for _, part := range parts {
+				wg.Go(func() {
+					for chunk := range slices.Chunk(part, batchSize) {
+						_, err := bp.proc.Process(context.Background(), projection.Batch{Events: chunk})
+						require.NoError(b, err)
+					}
+				})
+			}
+			wg.Wait()
+			took := time.Since(began)
+			require.EqualValues(b, n, bp.proc.Counts()["ledger"].Applied())
+			return took, nil
+		}},
+		{"catch-up", func(b *testing.B, _ int) (time.Duration, *benchFigures) { return sourceRun(b, 1, nil) }},
+		{"persistent-1", func(b *testing.B, round int) (time.Duration, *benchFigures) {
+			return sourceRun(b, 1, &esdb.Persistent{Group: fmt.Sprintf("bench-p1-%d", round)})
+		}},
+		{"persistent-2", func(b *testing.B, round int) (time.Duration, *benchFigures) {
+			return sourceRun(b, 2, &esdb.Persistent{Group: fmt.Sprintf("bench-p2-%d", round)})
+		}},
+	}
+	if *benchOnly != "" {
+		keep := strings.Split(*benchOnly, ",")
+		variants = slices.DeleteFunc(variants, func(v benchVariant) bool { return !slices.Contains(keep, v.name) })
+	}
+
+	rates := map[string][]float64{}
+	round := 0
+	for b.Loop() {
+		for _, v := range variants {
+			took, f := v.run(b, round)
+			rate := float64(n) / took.Seconds()
+			rates[v.name] = append(rates[v.name], rate)
+			line := fmt.Sprintf("round %d %-13s %8.0f events/s  %6.2fs", round, v.name, rate, took.Seconds())
+			if f != nil && f.batches > 0 {
+				line += fmt.Sprintf("  batches %d, mean fill %.0f%%, workers idle %.2fs of %.2fs", f.batches,
+					100*float64(f.deliveries)/float64(f.batches)/batchSize, f.idle.Seconds(), (time.Duration(workers) * took).Seconds())
+			}
+			b.Log(line)
+		}
+		round++
+	}
+	median := func(xs []float64) float64 {
+		s := slices.Clone(xs)
+		sort.Float64s(s)
+		if len(s)%2 == 1 {
+			return s[len(s)/2]
+		}
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	ratio := func(a, base string) (float64, bool) {
+		if len(rates[a]) == 0 || len(rates[base]) == 0 {
+			return 0, false
+		}
+		var rs []float64
+		for i := range rates[a] {
+			rs = append(rs, rates[a][i]/rates[base][i])
+		}
+		return median(rs), true
+	}
+	for _, v := range variants {
+		b.ReportMetric(median(rates[v.name]), v.name+"-events/s")
+		if r, ok := ratio(v.name, "processor"); ok && v.name != "processor" {
+			b.ReportMetric(r, v.name+"/processor")
+		}
+	}
+	if r, ok := ratio("persistent-2", "catch-up"); ok {
+		b.ReportMetric(r, "persistent-2/catch-up")
+	}
 	b.ReportMetric(0, "ns/op")
 }

@@ -83,6 +83,13 @@ type Config struct {
 	BatchSize int
 	MaxWait   time.Duration
 
+	// ReadAhead is the catch-up window: how many events the source reads
+	// ahead of what is committed. It must cover a batch in each worker's
+	// transaction and the next one filling, or workers wait for input while
+	// the server has events. Default source.DefaultWindow: 3 × Workers ×
+	// BatchSize. (Persistent mode: Persistent.BufferSize.)
+	ReadAhead int
+
 	// CheckpointEvery is how often, in catch-up mode, the low watermark is
 	// saved outside batch transactions — when only skipped events or
 	// server checkpoints moved it. Default 1 s.
@@ -174,7 +181,13 @@ type Persistent struct {
 	NoCreate bool
 
 	// BufferSize is how many unacknowledged events the server sends this
-	// consumer at most. Default Workers × BatchSize.
+	// consumer at most: its window. It must cover a batch in each worker's
+	// transaction and the next one filling, or workers wait for input
+	// while the server has events. Default source.DefaultWindow: 3 ×
+	// Workers × BatchSize. An event waits at most about BufferSize divided
+	// by the consumer's throughput before it is acknowledged: keep that
+	// well below the group's MessageTimeout (30 s by default), or the
+	// server times events out and sends them again.
 	BufferSize uint32
 }
 
@@ -263,14 +276,15 @@ func newConfig(cfg *Config, noProcessor bool) (*config, error) {
 	default:
 		return nil, errors.New("esdb: Config.URL or Config.Client is required")
 	}
-	if c.Workers < 0 || c.BatchSize < 0 || c.MaxWait < 0 || c.CheckpointEvery < 0 ||
+	if c.Workers < 0 || c.BatchSize < 0 || c.MaxWait < 0 || c.ReadAhead < 0 || c.CheckpointEvery < 0 ||
 		c.ReconnectMin < 0 || c.ReconnectMax < 0 || c.RepairEvery < 0 || c.RepairLimit < 0 || c.DrainTimeout < 0 {
-		return nil, errors.New("esdb: negative Workers, BatchSize, MaxWait, CheckpointEvery, Reconnect*, RepairEvery, RepairLimit or DrainTimeout")
+		return nil, errors.New("esdb: negative Workers, BatchSize, MaxWait, ReadAhead, CheckpointEvery, Reconnect*, RepairEvery, RepairLimit or DrainTimeout")
 	}
 	c.Name = cmp.Or(c.Name, DefaultName)
 	c.Workers = cmp.Or(c.Workers, source.DefaultWorkers)
 	c.BatchSize = cmp.Or(c.BatchSize, source.DefaultBatchSize)
 	c.MaxWait = cmp.Or(c.MaxWait, source.DefaultMaxWait)
+	c.ReadAhead = cmp.Or(c.ReadAhead, source.DefaultWindow(c.Workers, c.BatchSize))
 	c.CheckpointEvery = cmp.Or(c.CheckpointEvery, DefaultCheckpointEvery)
 	c.ReconnectMin = cmp.Or(c.ReconnectMin, DefaultReconnectMin)
 	c.ReconnectMax = max(cmp.Or(c.ReconnectMax, DefaultReconnectMax), c.ReconnectMin)
@@ -293,7 +307,7 @@ func newConfig(cfg *Config, noProcessor bool) (*config, error) {
 			return nil, errors.New("esdb: Persistent.Group is required")
 		}
 		if p.BufferSize == 0 {
-			p.BufferSize = uint32(min(c.Workers*c.BatchSize, 1<<20))
+			p.BufferSize = uint32(source.DefaultWindow(c.Workers, c.BatchSize))
 		}
 		if p.Settings == nil {
 			st := esdbc.SubscriptionSettingsDefault()
@@ -324,12 +338,18 @@ func newConfig(cfg *Config, noProcessor bool) (*config, error) {
 		c.filter = esdbc.ExcludeSystemEventsFilter()
 	}
 	c.dispCfg = source.Config{
-		Processor: c.Processor,
-		Source:    c.Name,
-		Workers:   c.Workers,
-		BatchSize: c.BatchSize,
-		MaxWait:   c.MaxWait,
-		Logger:    c.Logger,
+		Processor:   c.Processor,
+		Source:      c.Name,
+		Workers:     c.Workers,
+		BatchSize:   c.BatchSize,
+		MaxWait:     c.MaxWait,
+		MaxInFlight: c.ReadAhead,
+		Logger:      c.Logger,
+	}
+	if c.Persistent != nil {
+		// The server sends at most BufferSize unacknowledged events: when
+		// that many are in flight, nothing more comes until a batch commits.
+		c.dispCfg.MaxInFlight = int(c.Persistent.BufferSize)
 	}
 	return c, nil
 }

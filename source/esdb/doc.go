@@ -40,6 +40,31 @@
 // processor and then acked: poison events never go to the server's parked
 // stream.
 //
+// # Keeping batches full
+//
+// Each mode keeps a window of events in flight — received and not yet
+// committed: [Config].ReadAhead in catch-up mode, [Persistent].BufferSize
+// (the window the server enforces) in persistent mode. Both default to
+// [source.DefaultWindow], 3 × Workers × BatchSize (6,000 with the
+// defaults): a batch in each worker's transaction, the next one filling, and
+// a batch of headroom for uneven partitions. A smaller window starves the
+// workers: with 4 workers × 50 events and a buffer of 200, batches averaged
+// 31 events and each process sat mostly waiting. A worker closes a partial
+// batch at once when the window is full, since nothing more can come until
+// a batch commits (see package [source]). [Stats].Dispatch and the metrics
+// (see RegisterMetrics) show batches by fill and close reason, the window
+// in use, and the time workers waited for input.
+//
+// The limit is time: in persistent mode an event waits unacknowledged for
+// about BufferSize ÷ the consumer's throughput (6,000 events at 15,000
+// events/s: 0.4 s), and the group's MessageTimeout (30 s by default) must
+// stay well above it, or the server times events out and sends them again
+// (the gate discards the copies, at a cost). A real node also reads a
+// group's history in ReadBatchSize pages (20 by default) into a
+// HistoryBufferSize (500) buffer, which can bound a persistent
+// subscription's rate before the window does; set them in
+// [Persistent].Settings when the source creates the group.
+//
 // # Mapping
 //
 // [Mapping] turns an EventStoreDB event into an [aggregate.Event]: the stream

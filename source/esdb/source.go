@@ -109,9 +109,13 @@ type Stats struct {
 	// mode); HasCheckpoint is false until there is one.
 	Checkpoint    esdbc.Position
 	HasCheckpoint bool
-	// InFlight counts tracked positions not yet covered by the watermark
-	// (catch-up mode).
+	// InFlight counts deliveries received and not yet settled (committed
+	// and acknowledged, or nacked).
 	InFlight int
+	// Dispatch are the workers' figures: batches by close reason and fill,
+	// the window (InFlight of MaxInFlight), the time workers waited for
+	// input.
+	Dispatch source.Stats
 }
 
 // Stats returns the source's counters.
@@ -119,6 +123,7 @@ func (s *Source) Stats() Stats {
 	s.cpMu.Lock()
 	cp, ok := s.saved, s.hasSaved
 	s.cpMu.Unlock()
+	ds := s.disp.Stats()
 	return Stats{
 		Received:      s.stats.received.Load(),
 		Skipped:       s.stats.skipped.Load(),
@@ -126,12 +131,13 @@ func (s *Source) Stats() Stats {
 		Acked:         s.stats.acked.Load(),
 		Nacked:        s.stats.nacked.Load(),
 		Reconnects:    s.stats.reconnects.Load(),
-		Batches:       s.disp.Stats().Committed,
+		Batches:       ds.Committed,
 		Repaired:      s.stats.repaired.Load(),
 		GapsMissing:   s.stats.gapsMissing.Load(),
 		Checkpoint:    cp,
 		HasCheckpoint: ok,
-		InFlight:      s.tracker.InFlight(),
+		InFlight:      ds.InFlight,
+		Dispatch:      ds,
 	}
 }
 

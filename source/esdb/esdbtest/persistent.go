@@ -53,6 +53,8 @@ type psGroup struct {
 
 	cursor      uint64               // next source key to read
 	outstanding map[uuid.UUID]*psMsg // read but not finished: in flight or queued for retry
+	byKey       map[uint64]bool      // the source keys of outstanding
+	low         uint64               // no key below it is outstanding (lowestUnfinished)
 	retry       []*psMsg             // queued for (re)delivery, sorted by key
 	consumers   []*psConsumer
 	rr          int // round robin index
@@ -127,6 +129,7 @@ func (g *psGroup) initialCursor(s *Server) uint64 {
 func (g *psGroup) reload(s *Server) {
 	g.stopTimers()
 	g.outstanding = map[uuid.UUID]*psMsg{}
+	g.byKey = map[uint64]bool{}
 	g.retry = nil
 	g.consumers = nil
 	g.rr = 0
@@ -136,6 +139,7 @@ func (g *psGroup) reload(s *Server) {
 		g.cursor = g.initialCursor(s)
 	}
 	g.cpBase = g.cursor
+	g.low = g.cursor
 	g.cpTime = time.Now()
 }
 
@@ -190,6 +194,7 @@ func (g *psGroup) nextMessage(s *Server) *psMsg {
 		}
 		m := &psMsg{ev: ev, id: id, key: key}
 		g.outstanding[id] = m
+		g.byKey[key] = true
 		return m
 	}
 }
@@ -269,8 +274,14 @@ func (g *psGroup) detach(m *psMsg) {
 
 func (g *psGroup) complete(s *Server, m *psMsg) {
 	g.detach(m)
-	delete(g.outstanding, m.id)
+	g.forget(m)
 	g.maybeCheckpoint(s, time.Now(), false)
+}
+
+// forget removes a finished message from the outstanding ones.
+func (g *psGroup) forget(m *psMsg) {
+	delete(g.outstanding, m.id)
+	delete(g.byKey, m.key)
 }
 
 // retryOrPark requeues m with retry count + 1, or parks it when it has
@@ -291,7 +302,7 @@ func (g *psGroup) retryOrPark(s *Server, m *psMsg) {
 // park writes a "$>" link to the parked stream, like EventStoreDB.
 func (g *psGroup) park(s *Server, m *psMsg, reason string) {
 	g.detach(m)
-	delete(g.outstanding, m.id)
+	g.forget(m)
 	data := string(m.ev.link.dataOrNil())
 	if m.ev.event != nil {
 		data = fmt.Sprintf("%d@%s", m.ev.event.revision, m.ev.event.stream)
@@ -314,12 +325,16 @@ func (r *record) dataOrNil() []byte {
 	return r.data
 }
 
+// lowestUnfinished returns the lowest source key read and not finished, or
+// the cursor. New messages take keys at the cursor and retries keep theirs,
+// so the answer never moves back (until a reload) and advancing g.low over
+// finished keys costs O(1) amortized.
 func (g *psGroup) lowestUnfinished() uint64 {
-	low := g.cursor
-	for _, m := range g.outstanding {
-		low = min(low, m.key)
+	g.low = max(g.low, min(g.cpBase, g.cursor))
+	for g.low < g.cursor && !g.byKey[g.low] {
+		g.low++
 	}
-	return low
+	return g.low
 }
 
 // maybeCheckpoint follows EventStoreDB's rule: checkpoint when
@@ -469,7 +484,7 @@ func (p *persistentService) Create(_ context.Context, req *persistent.CreateReq)
 	if o == nil || o.GetGroupName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "group name is required")
 	}
-	g := &psGroup{outstanding: map[uuid.UUID]*psMsg{}}
+	g := &psGroup{outstanding: map[uuid.UUID]*psMsg{}, byKey: map[uint64]bool{}}
 	switch so := o.GetStreamOption().(type) {
 	case *persistent.CreateReq_Options_Stream:
 		name, err := streamName(so.Stream.GetStreamIdentifier())
@@ -524,7 +539,7 @@ func (p *persistentService) Create(_ context.Context, req *persistent.CreateReq)
 		return nil, status.Errorf(codes.AlreadyExists, "Subscription group %s on stream %s exists.", o.GetGroupName(), g.stream)
 	}
 	g.cursor = g.initialCursor(s)
-	g.cpBase, g.cpTime = g.cursor, time.Now()
+	g.cpBase, g.cpTime, g.low = g.cursor, time.Now(), g.cursor
 	s.groups[g.key] = g
 	return &persistent.CreateResp{}, nil
 }

@@ -1,0 +1,110 @@
+package source
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Close reasons of a batch, for Stats.Closed.
+const (
+	// CloseFull: the batch reached BatchSize.
+	CloseFull = iota
+	// CloseWindow: the window was full (MaxInFlight deliveries not
+	// settled), so no more deliveries could come until one commits.
+	CloseWindow
+	// CloseMaxWait: MaxWait passed since its first delivery.
+	CloseMaxWait
+	// CloseFlush: Flush asked for it.
+	CloseFlush
+	// CloseRetry: deliveries of a failed batch retried by the worker.
+	CloseRetry
+	closeReasons
+)
+
+// CloseReasons names the close reasons, indexed like Stats.Closed: "full",
+// "window", "max_wait", "flush", "retry".
+var CloseReasons = [closeReasons]string{"full", "window", "max_wait", "flush", "retry"}
+
+// FillBuckets are the upper bounds of Stats.Fill's buckets: the share of
+// BatchSize a batch filled.
+var FillBuckets = [...]float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1}
+
+// Stats are a dispatcher's counters, cumulative since it was made, and its
+// current window.
+type Stats struct {
+	// Dispatched counts deliveries queued by Dispatch.
+	Dispatched int64
+	// Batches counts Process calls; Committed those that committed.
+	Batches, Committed int64
+	// Acked and Nacked count deliveries settled either way.
+	Acked, Nacked int64
+	// Retried counts deliveries a worker retried itself after a failure.
+	Retried int64
+	// Failures counts failed Process calls.
+	Failures int64
+
+	// InFlight is how many deliveries are dispatched and not settled now;
+	// MaxInFlight the window (Config.MaxInFlight).
+	InFlight, MaxInFlight int
+	// BatchSize is Config.BatchSize, the denominator of Fill.
+	BatchSize int
+	// Closed counts batches by why they were closed, indexed by the Close…
+	// constants (names in CloseReasons).
+	Closed [closeReasons]int64
+	// Fill counts batches by the share of BatchSize they filled:
+	// Fill[i] those with a share in (FillBuckets[i-1], FillBuckets[i]].
+	// FillSum is the sum of the shares.
+	Fill    [len(FillBuckets)]int64
+	FillSum float64
+	// Idle is the time workers spent waiting for input with nothing to
+	// process, summed over workers; Filling the time they spent holding a
+	// partial batch, waiting for it to fill. Both grow while a worker is
+	// starved: Filling when it waits for MaxWait, Idle when nothing comes.
+	Idle, Filling time.Duration
+}
+
+type dispatcherStats struct {
+	dispatched, batches, committed, acked, nacked, retried, failures atomic.Int64
+	closed                                                           [closeReasons]atomic.Int64
+	fill                                                             [len(FillBuckets)]atomic.Int64
+	fillSumMicros                                                    atomic.Int64 // sum of fill shares, in millionths
+	idle, filling                                                    atomic.Int64 // nanoseconds
+}
+
+// observeBatch counts a batch of n deliveries closed for reason.
+func (s *dispatcherStats) observeBatch(reason, n, batchSize int) {
+	s.closed[reason].Add(1)
+	share := float64(n) / float64(batchSize)
+	i := 0
+	for i < len(FillBuckets)-1 && share > FillBuckets[i] {
+		i++
+	}
+	s.fill[i].Add(1)
+	s.fillSumMicros.Add(int64(share * 1e6))
+}
+
+// Stats returns the dispatcher's counters.
+func (d *Dispatcher) Stats() Stats {
+	st := Stats{
+		Dispatched:  d.stats.dispatched.Load(),
+		Batches:     d.stats.batches.Load(),
+		Committed:   d.stats.committed.Load(),
+		Acked:       d.stats.acked.Load(),
+		Nacked:      d.stats.nacked.Load(),
+		Retried:     d.stats.retried.Load(),
+		Failures:    d.stats.failures.Load(),
+		InFlight:    len(d.slots),
+		MaxInFlight: cap(d.slots),
+		BatchSize:   d.cfg.BatchSize,
+		FillSum:     float64(d.stats.fillSumMicros.Load()) / 1e6,
+		Idle:        time.Duration(d.stats.idle.Load()),
+		Filling:     time.Duration(d.stats.filling.Load()),
+	}
+	for i := range st.Closed {
+		st.Closed[i] = d.stats.closed[i].Load()
+	}
+	for i := range st.Fill {
+		st.Fill[i] = d.stats.fill[i].Load()
+	}
+	return st
+}
