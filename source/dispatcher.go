@@ -128,13 +128,14 @@ type Config struct {
 // Dispatcher batches deliveries for a processor on partitioned workers. See
 // the package documentation.
 type Dispatcher struct {
-	cfg     Config
-	log     *slog.Logger
-	workers []*worker
-	slots   chan struct{} // one per delivery in flight: the window
-	started atomic.Bool
-	done    chan struct{} // closed when Run returns
-	stats   dispatcherStats
+	cfg      Config
+	log      *slog.Logger
+	workers  []*worker
+	inFlight atomic.Int64  // deliveries dispatched and not settled
+	slots    chan struct{} // one per delivery in flight: the window
+	started  atomic.Bool
+	done     chan struct{} // closed when Run returns
+	stats    dispatcherStats
 }
 
 // NewDispatcher returns a dispatcher. Start it with Run.
@@ -216,23 +217,25 @@ func (d *Dispatcher) Dispatch(ctx context.Context, del *Delivery) error {
 			return ErrStopped
 		}
 	}
+	n := d.inFlight.Add(1)
 	d.stats.dispatched.Add(1)
 	w.push(item{d: del})
-	if len(d.slots) == cap(d.slots) {
+	if n == int64(d.cfg.MaxInFlight) {
 		d.kickAll()
 	}
 	return nil
 }
 
-// release frees the window slots of n settled deliveries.
+// release frees the window of n settled deliveries.
 func (d *Dispatcher) release(n int) {
+	d.inFlight.Add(-int64(n))
 	for range n {
 		<-d.slots
 	}
 }
 
 // full reports whether the window is full.
-func (d *Dispatcher) full() bool { return len(d.slots) == cap(d.slots) }
+func (d *Dispatcher) full() bool { return d.inFlight.Load() >= int64(d.cfg.MaxInFlight) }
 
 // kickAll wakes every worker, to close partial batches.
 func (d *Dispatcher) kickAll() {

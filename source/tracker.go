@@ -22,6 +22,9 @@ type Tracker[P any] struct {
 	entries []trackEntry[P]
 	mark    P
 	hasMark bool
+	last    P     // the last position tracked or passed
+	hasLast bool  // false until one was, and after Reset
+	tracked int64 // Track calls ever
 }
 
 type trackEntry[P any] struct {
@@ -43,6 +46,7 @@ func (t *Tracker[P]) Reset(mark P, ok bool) {
 	t.entries = nil
 	t.head = t.next
 	t.mark, t.hasMark = mark, ok
+	t.last, t.hasLast = mark, ok
 }
 
 // Track records a position that is now in flight and returns its ticket, to
@@ -53,6 +57,8 @@ func (t *Tracker[P]) Track(p P) Ticket {
 	tk := t.next
 	t.next++
 	t.entries = append(t.entries, trackEntry[P]{pos: p})
+	t.last, t.hasLast = p, true
+	t.tracked++
 	return tk
 }
 
@@ -62,6 +68,7 @@ func (t *Tracker[P]) Track(p P) Ticket {
 func (t *Tracker[P]) Pass(p P) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.last, t.hasLast = p, true
 	if len(t.entries) == 0 {
 		t.mark, t.hasMark = p, true
 		return
@@ -133,4 +140,27 @@ func (t *Tracker[P]) InFlight() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.entries)
+}
+
+// Oldest returns the earliest tracked position that is not done, and false
+// when every tracked position is done.
+func (t *Tracker[P]) Oldest() (p P, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range t.entries {
+		if !e.done {
+			return e.pos, true
+		}
+	}
+	return p, false
+}
+
+// Last returns the last position tracked or passed since the last Reset (or
+// the mark Reset set; ok is false when there is none), and how many
+// positions Track ever recorded: a source reading ahead compares the count
+// over time to tell how far it got.
+func (t *Tracker[P]) Last() (p P, tracked int64, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.last, t.tracked, t.hasLast
 }

@@ -147,3 +147,36 @@ func TestTracker(t *testing.T) {
 		}
 	})
 }
+
+func TestTrackerOldestAndLast(t *testing.T) {
+	t.Parallel()
+	tr := source.NewTracker[int]()
+	_, ok := tr.Oldest()
+	require.False(t, ok)
+	_, n, ok := tr.Last()
+	require.False(t, ok)
+	require.Zero(t, n)
+
+	a, b := tr.Track(10), tr.Track(20)
+	tr.Pass(25)
+	p, ok := tr.Oldest()
+	require.True(t, ok)
+	require.Equal(t, 10, p)
+	p, n, ok = tr.Last()
+	require.True(t, ok)
+	require.Equal(t, 25, p, "a passed position is the last one too")
+	require.EqualValues(t, 2, n, "passes are not counted")
+
+	tr.Done(b)
+	p, _ = tr.Oldest()
+	require.Equal(t, 10, p, "the earliest not done, whatever came after")
+	tr.Done(a)
+	_, ok = tr.Oldest()
+	require.False(t, ok)
+
+	tr.Reset(5, true)
+	p, n, ok = tr.Last()
+	require.True(t, ok)
+	require.Equal(t, 5, p, "Reset's mark")
+	require.EqualValues(t, 2, n, "the count never goes back")
+}

@@ -128,6 +128,11 @@ type Config struct {
 	// RepairLimit caps the aggregates repaired per round. Default 100.
 	RepairLimit int
 
+	// LagEvery is how often Run measures the source's lag (Source.Lag):
+	// one or two reads of at most a few hundred events from the server.
+	// Default 5 s; negative disables it (Source.MeasureLag still works).
+	LagEvery time.Duration
+
 	// DrainTimeout bounds the graceful stop of Run once its context is
 	// cancelled; then in-flight batches are abandoned (rolled back, and
 	// delivered again on the next run). Default 30 s.
@@ -292,6 +297,7 @@ func newConfig(cfg *Config, noProcessor bool) (*config, error) {
 	c.RepairEvery = cmp.Or(c.RepairEvery, min(DefaultRepairEvery, max(c.RepairAfter, time.Millisecond)))
 	c.RepairLimit = cmp.Or(c.RepairLimit, DefaultRepairLimit)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultDrainTimeout)
+	c.LagEvery = cmp.Or(c.LagEvery, DefaultLagEvery)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -119,6 +119,48 @@
 // Run drains and returns an error wrapping [ErrRejected] that says what to
 // fix.
 //
+// # Lag
+//
+// [Source.Lag] says how far the source is behind the head of what it reads,
+// per source and per projection: events not committed yet (received and in
+// flight, plus not yet received) and the age of the oldest of them, the
+// newest event matching the filter, and each projection's last applied
+// event (position and creation time). Run measures it every
+// [Config].LagEvery (5 s); [Source.MeasureLag] measures it now, with or
+// without Run — from the committed checkpoint in catch-up mode, from the
+// group's statistics in persistent mode (GetPersistentSubscriptionInfo,
+// which esdbtest serves too) — so 'inorder status' and readiness checks can
+// ask a Source that is not running. Lag.Behind is 0 when nothing is behind,
+// so an idle stream shows no lag, and it grows while events wait.
+//
+// # Metrics
+//
+// [Source.RegisterMetrics] registers the source's collectors on a
+// prometheus.Registerer, read at scrape time; every series has the label
+// source=<Config.Name>:
+//
+//	inorder_source_received_total                       events received, redeliveries included
+//	inorder_source_skipped_total                        events acknowledged without processing
+//	inorder_source_acked_total                          deliveries settled after their batch committed
+//	inorder_source_nacked_total                         deliveries nacked for a retry (persistent mode)
+//	inorder_source_reconnects_total                     connection attempts after the first
+//	inorder_source_repaired_total                       events read and processed by gap repair
+//	inorder_source_gaps_missing_total                   gaps recorded as missing at the source
+//	inorder_source_in_flight_events                     events received and not settled
+//	inorder_source_window_events                        the window (ReadAhead or BufferSize)
+//	inorder_source_batches_total{reason}                batches closed: full, window, max_wait, flush, retry
+//	inorder_source_batch_fill_ratio                     histogram of batch size ÷ BatchSize
+//	inorder_source_worker_wait_seconds_total{state}     workers waiting for input: idle, filling
+//	inorder_source_lag_events                           events behind (absent until measured)
+//	inorder_source_lag_seconds                          age of the oldest event behind (0 when none)
+//	inorder_projection_lag_events{projection}           the same, per projection
+//	inorder_projection_lag_seconds{projection}
+//	inorder_projection_last_applied_commit_position{projection}
+//	inorder_projection_last_applied_timestamp_seconds{projection}
+//
+// A low fill ratio with many window closes and little idle time means the
+// window is too small; much idle time means the server sends too slowly.
+//
 // # Lifecycle
 //
 // [Source.Run] runs until its context is cancelled, then drains: it stops

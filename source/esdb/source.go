@@ -17,6 +17,13 @@ import (
 	"github.com/inorder/inorder/source"
 )
 
+// tpos is a catch-up position in the tracker, with the creation time of its
+// event (zero for positions that were passed).
+type tpos struct {
+	esdbc.Position
+	at time.Time
+}
+
 // ErrAborted is returned by Run when its drain was cut short by Abort or
 // Config.DrainTimeout: the batches in flight were rolled back, and their
 // events are delivered again on the next run.
@@ -29,7 +36,7 @@ type Source struct {
 	cfg     *config
 	log     *slog.Logger
 	disp    *source.Dispatcher
-	tracker *source.Tracker[esdbc.Position]
+	tracker *source.Tracker[tpos]
 	ran     atomic.Bool
 
 	abort     chan struct{}
@@ -43,6 +50,11 @@ type Source struct {
 	// knownMissing holds the gaps gap repair recorded as missing at the
 	// source (owned by the repair goroutine).
 	knownMissing map[string]bool
+
+	running atomic.Bool // Run is consuming
+	lagMu   sync.Mutex
+	probe   lagProbe          // the last lag measurement
+	applied map[string]*Point // per projection, the newest event applied
 
 	stats struct {
 		received, skipped, rejected, acked, nacked, reconnects, repaired, gapsMissing atomic.Int64
@@ -59,11 +71,12 @@ func New(cfg *Config) (*Source, error) {
 	s := &Source{
 		cfg:     c,
 		log:     c.Logger,
-		tracker: source.NewTracker[esdbc.Position](),
+		tracker: source.NewTracker[tpos](),
 		abort:   make(chan struct{}),
 		batchCP: map[*source.Delivery]esdbc.Position{},
 
 		knownMissing: map[string]bool{},
+		applied:      map[string]*Point{},
 	}
 	dc := c.dispCfg
 	dc.AfterCommit = s.afterCommit
@@ -196,6 +209,11 @@ func (s *Source) Run(ctx context.Context) error {
 	if s.cfg.RepairAfter > 0 {
 		bg.Go(func() { s.repairLoop(soft) })
 	}
+	s.running.Store(true)
+	defer s.running.Store(false)
+	if s.cfg.LagEvery > 0 {
+		bg.Go(func() { s.lagLoop(soft) })
+	}
 	s.log.Info("inorder: esdb source starting", "name", s.cfg.Name, "mode", s.mode())
 
 	rejected := s.consume(soft, hard)
@@ -276,7 +294,7 @@ func (s *Source) catchUpSession(soft, hard context.Context, client *esdbc.Client
 	if err != nil {
 		return false, err
 	}
-	s.tracker.Reset(cp, ok)
+	s.tracker.Reset(tpos{Position: cp}, ok)
 	var from esdbc.AllPosition = esdbc.Start{}
 	switch {
 	case ok:
@@ -331,7 +349,7 @@ func (s *Source) catchUpSession(soft, hard context.Context, client *esdbc.Client
 			}
 		case m.CheckPointReached != nil:
 			if s.cfg.TrustServerCheckpoints {
-				s.tracker.Pass(*m.CheckPointReached)
+				s.tracker.Pass(tpos{Position: *m.CheckPointReached})
 			}
 		case m.CaughtUp != nil:
 			s.log.Debug("inorder: esdb caught up", "name", s.cfg.Name)
@@ -353,10 +371,10 @@ func (s *Source) catchUpEvent(ctx context.Context, ev *esdbc.ResolvedEvent, acke
 	if errors.Is(err, ErrSkipped) {
 		s.stats.skipped.Add(1)
 		s.stats.acked.Add(1)
-		s.tracker.Pass(pos)
+		s.tracker.Pass(tpos{Position: pos})
 		return nil
 	}
-	d := &source.Delivery{Event: e, Acker: acker, Ticket: s.tracker.Track(pos)}
+	d := &source.Delivery{Event: e, Acker: acker, Ticket: s.tracker.Track(tpos{pos, orig.CreatedDate}), Handle: ev}
 	if err != nil {
 		d.Reject = err
 	}
@@ -387,7 +405,8 @@ func (s *Source) beforeCommit(ctx context.Context, tx pgx.Tx, batch []*source.De
 			tickets = append(tickets, d.Ticket)
 		}
 	}
-	p, ok := s.tracker.WatermarkWith(tickets)
+	tp, ok := s.tracker.WatermarkWith(tickets)
+	p := tp.Position
 	if !ok || s.covered(p) {
 		return nil
 	}
@@ -414,6 +433,7 @@ func (s *Source) afterCommit(batch []*source.Delivery, results []projection.Resu
 		outcomes[r.Outcome]++
 	}
 	s.stats.rejected.Add(int64(outcomes[projection.Rejected]))
+	s.noteApplied(batch, results)
 	var cp *esdbc.Position
 	if s.cfg.Persistent == nil {
 		s.cpMu.Lock()
@@ -471,7 +491,8 @@ func (s *Source) saveLoop(ctx context.Context) {
 // saveWatermark saves the tracker's watermark if it is ahead of the saved
 // checkpoint.
 func (s *Source) saveWatermark(ctx context.Context) error {
-	p, ok := s.tracker.Watermark()
+	tp, ok := s.tracker.Watermark()
+	p := tp.Position
 	if !ok || s.covered(p) {
 		return nil
 	}

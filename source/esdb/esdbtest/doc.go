@@ -33,9 +33,10 @@
 //     $metadata events written to "$$<stream>" apply their "$tb".
 //   - Persistent subscriptions: see below.
 //
-// Everything else (BatchAppend, gossip, projections, users, operations,
-// persistent GetInfo/List/ReplayParked/RestartSubsystem) answers
-// codes.Unimplemented. $maxCount/$maxAge and ACLs are not enforced.
+// Persistent GetInfo answers a group's statistics (see
+// [Server]'s persistent subscriptions below). Everything else (BatchAppend,
+// gossip, projections, users, operations, persistent
+// List/ReplayParked/RestartSubsystem) answers codes.Unimplemented. $maxCount/$maxAge and ACLs are not enforced.
 //
 // # Positions
 //

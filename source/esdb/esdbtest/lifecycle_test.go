@@ -150,7 +150,7 @@ func TestUnimplemented(t *testing.T) {
 	_, err = ba.Recv()
 	require.Equal(t, codes.Unimplemented, status.Code(err))
 
-	_, err = persistent.NewPersistentSubscriptionsClient(conn).GetInfo(ctx, &persistent.GetInfoReq{})
+	_, err = persistent.NewPersistentSubscriptionsClient(conn).List(ctx, &persistent.ListReq{})
 	require.Equal(t, codes.Unimplemented, status.Code(err))
 
 	s.SetUnavailable(true)

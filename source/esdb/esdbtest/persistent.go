@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/persistent"
@@ -54,6 +55,7 @@ type psGroup struct {
 	cursor      uint64               // next source key to read
 	outstanding map[uuid.UUID]*psMsg // read but not finished: in flight or queued for retry
 	byKey       map[uint64]bool      // the source keys of outstanding
+	lastRead    *uint64              // key of the last source record read (GetInfo's last known event)
 	low         uint64               // no key below it is outstanding (lowestUnfinished)
 	retry       []*psMsg             // queued for (re)delivery, sorted by key
 	consumers   []*psConsumer
@@ -130,6 +132,7 @@ func (g *psGroup) reload(s *Server) {
 	g.stopTimers()
 	g.outstanding = map[uuid.UUID]*psMsg{}
 	g.byKey = map[uint64]bool{}
+	g.lastRead = nil
 	g.retry = nil
 	g.consumers = nil
 	g.rr = 0
@@ -187,6 +190,7 @@ func (g *psGroup) nextMessage(s *Server) *psMsg {
 		if !ok {
 			return nil
 		}
+		g.lastRead = &key
 		ev := s.resolveIfLocked(r, g.settings.resolveLinks)
 		id := ev.original().id
 		if _, dup := g.outstanding[id]; dup {
@@ -701,4 +705,83 @@ func (p *persistentService) Read(srv persistent.PersistentSubscriptions_ReadServ
 			}
 		}
 	}
+}
+
+// GetInfo answers the group's statistics like EventStoreDB: positions as
+// "C:<commit>/P:<prepare>" for $all and revisions for streams. The last
+// known event is the last one the group read from its source; the
+// checkpointed one is the last before the group's checkpoint (every event at
+// or before it is finished). Events are read on demand, so the read and live
+// buffers are always empty: what is read and not finished is in flight
+// (outstanding) or waits for a retry.
+func (p *persistentService) GetInfo(_ context.Context, req *persistent.GetInfoReq) (*persistent.GetInfoResp, error) {
+	s := p.s
+	o := req.GetOptions()
+	stream := "$all"
+	if id := o.GetStreamIdentifier(); id != nil {
+		stream = string(id.GetStreamName())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := s.groups[stream+"::"+o.GetGroupName()]
+	if g == nil {
+		return nil, groupNotFound(o.GetGroupName(), stream)
+	}
+	pos := func(key uint64) string {
+		if !g.all {
+			return strconv.FormatUint(key, 10)
+		}
+		if key < uint64(len(s.log)) {
+			return fmt.Sprintf("C:%d/P:%d", s.log[key].pos, s.log[key].pos)
+		}
+		return ""
+	}
+	info := &persistent.SubscriptionInfo{
+		EventSource:                   stream,
+		GroupName:                     o.GetGroupName(),
+		Status:                        "Live",
+		ResolveLinkTos:                g.settings.resolveLinks,
+		MessageTimeoutMilliseconds:    int32(g.settings.msgTimeout / time.Millisecond),
+		MaxRetryCount:                 int32(g.settings.maxRetry),
+		CheckPointAfterMilliseconds:   int32(g.settings.cpAfter / time.Millisecond),
+		MinCheckPointCount:            int32(g.settings.minCP),
+		MaxCheckPointCount:            int32(g.settings.maxCP),
+		NamedConsumerStrategy:         g.settings.strategy,
+		MaxSubscriberCount:            int32(g.settings.maxSubscribers),
+		RetryBufferCount:              int32(len(g.retry)),
+		OutstandingMessagesCount:      int32(len(g.outstanding) - len(g.retry)),
+		LastKnownEventPosition:        "",
+		LastCheckpointedEventPosition: "",
+	}
+	switch {
+	case g.startKind == startEnd && g.all:
+		info.StartFrom = "C:-1/P:-1"
+	case g.startKind == startEnd:
+		info.StartFrom = "-1"
+	case g.startKind == startAt && g.all:
+		info.StartFrom = fmt.Sprintf("C:%d/P:%d", g.startAt, g.startAt)
+	case g.startKind == startAt:
+		info.StartFrom = strconv.FormatUint(g.startAt, 10)
+	case g.all:
+		info.StartFrom = "C:0/P:0"
+	default:
+		info.StartFrom = "0"
+	}
+	if g.lastRead != nil {
+		info.LastKnownEventPosition = pos(*g.lastRead)
+	}
+	if g.cp != nil && *g.cp > 0 {
+		info.LastCheckpointedEventPosition = pos(*g.cp - 1)
+	}
+	for i, c := range g.consumers {
+		info.TotalInFlightMessages += int32(c.inflight)
+		info.Connections = append(info.Connections, &persistent.SubscriptionInfo_ConnectionInfo{
+			From: "127.0.0.1", ConnectionName: fmt.Sprintf("consumer-%d", i+1),
+			InFlightMessages: int32(c.inflight), AvailableSlots: int32(max(c.bufSize-c.inflight, 0)),
+		})
+	}
+	if st := s.streams[g.parkedStream()]; st != nil {
+		info.ParkedMessageCount = int64(len(st.events))
+	}
+	return &persistent.GetInfoResp{SubscriptionInfo: info}, nil
 }

@@ -212,3 +212,67 @@ func TestPersistentBufferSize(t *testing.T) {
 	seed(t, s, "order-1", 1)
 	require.EqualValues(t, 5, nextPS(t, ch2).Event.Event.EventNumber)
 }
+
+// GetInfo reports what a group read, holds in flight and checkpointed, for
+// $all (positions) and for streams (revisions).
+func TestPersistentGetInfo(t *testing.T) {
+	t.Parallel()
+	s := esdbtest.New(t)
+	c := newClient(t, s)
+	ctx := ctxT(t)
+	seed(t, s, "noise", 2)
+	seed(t, s, "order-1", 5)
+	cpEvery := settings(func(st *esdb.PersistentSubscriptionSettings) {
+		st.CheckpointLowerBound, st.CheckpointUpperBound = 1, 1
+	})
+
+	t.Run("All", func(t *testing.T) {
+		require.NoError(t, c.CreatePersistentSubscriptionToAll(ctx, "info", esdb.PersistentAllSubscriptionOptions{StartFrom: esdb.Start{}, Filter: orderFilter(), Settings: cpEvery}))
+		info, err := c.GetPersistentSubscriptionInfoToAll(ctx, "info", esdb.GetPersistentSubscriptionOptions{})
+		require.NoError(t, err)
+		require.Equal(t, "$all", info.EventSource)
+		require.Equal(t, "info", info.GroupName)
+		require.Nil(t, info.Stats.LastKnownPosition, "nothing read yet")
+		require.Nil(t, info.Stats.LastCheckpointedPosition)
+		require.Equal(t, esdb.Start{}, info.Settings.StartFrom)
+
+		sub, ch := subscribeAll(t, c, "info", 2)
+		first, second := nextPS(t, ch), nextPS(t, ch)
+		info, err = c.GetPersistentSubscriptionInfoToAll(ctx, "info", esdb.GetPersistentSubscriptionOptions{})
+		require.NoError(t, err)
+		require.Equal(t, second.Event.OriginalEvent().Position, *info.Stats.LastKnownPosition)
+		require.EqualValues(t, 2, info.Stats.OutstandingMessagesCount)
+		require.EqualValues(t, 2, info.Stats.TotalInFlightMessages)
+		require.Len(t, info.Connections, 1)
+		require.EqualValues(t, 0, info.Connections[0].AvailableSlots)
+
+		require.NoError(t, sub.Ack(first.Event, second.Event))
+		eventually(t, func() bool {
+			info, err = c.GetPersistentSubscriptionInfoToAll(ctx, "info", esdb.GetPersistentSubscriptionOptions{})
+			require.NoError(t, err)
+			return info.Stats.LastCheckpointedPosition != nil && *info.Stats.LastCheckpointedPosition == second.Event.OriginalEvent().Position
+		}, "checkpoint after the acked events")
+
+		_, err = c.GetPersistentSubscriptionInfoToAll(ctx, "missing", esdb.GetPersistentSubscriptionOptions{})
+		require.Equal(t, esdb.ErrorCodeResourceNotFound, esdbCode(t, err))
+	})
+
+	t.Run("Stream", func(t *testing.T) {
+		require.NoError(t, c.CreatePersistentSubscription(ctx, "order-1", "info", esdb.PersistentStreamSubscriptionOptions{StartFrom: esdb.Start{}, Settings: cpEvery}))
+		sub, err := c.SubscribeToPersistentSubscription(ctx, "order-1", "info", esdb.SubscribeToPersistentSubscriptionOptions{BufferSize: 3})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Close() })
+		ch := psEvents(sub)
+		var got []*esdb.ResolvedEvent
+		for range 3 {
+			got = append(got, nextPS(t, ch).Event)
+		}
+		require.NoError(t, sub.Ack(got[0]))
+		eventually(t, func() bool {
+			info, err := c.GetPersistentSubscriptionInfo(ctx, "order-1", "info", esdb.GetPersistentSubscriptionOptions{})
+			require.NoError(t, err)
+			return info.Stats.LastCheckpointedEventRevision != nil && *info.Stats.LastCheckpointedEventRevision == 0 &&
+				*info.Stats.LastKnownEventRevision == 3 && info.Stats.OutstandingMessagesCount == 3
+		}, "revision 0 checkpointed; the ack made room for 3, now read; 1, 2 and 3 outstanding")
+	})
+}

@@ -427,6 +427,7 @@ func (*featuresService) GetSupportedMethods(context.Context, *shared.Empty) (*se
 			m(persistentSvc, "update", "stream", "all"),
 			m(persistentSvc, "delete", "stream", "all"),
 			m(persistentSvc, "read", "stream", "all"),
+			m(persistentSvc, "getinfo", "stream", "all"),
 			m(featuresSvc, "getsupportedmethods"),
 		},
 	}, nil
