@@ -69,22 +69,25 @@ func (o *esdbOptions) config(cfg esdb.Config) *esdb.Config {
 
 // runOptions configures run.
 type runOptions struct {
-	log          clikit.LogOptions
-	db           clikit.DBOptions
-	es           esdbOptions
-	http         clikit.HTTPOptions
-	Mode         string
-	Name         string
-	Group        string
-	Stream       string
-	Workers      int
-	BatchSize    int
-	MaxWait      time.Duration
-	BufferSize   int
-	FromEnd      bool
-	RepairAfter  time.Duration
-	DrainTimeout time.Duration
-	Migrate      bool
+	log        clikit.LogOptions
+	db         clikit.DBOptions
+	es         esdbOptions
+	http       clikit.HTTPOptions
+	Mode       string
+	Name       string
+	Group      string
+	Stream     string
+	Workers    int
+	BatchSize  int
+	MaxWait    time.Duration
+	BufferSize int
+	ReadAhead  int
+	// TrustServerCheckpoints: see esdb.Config.TrustServerCheckpoints.
+	TrustServerCheckpoints bool
+	FromEnd                bool
+	RepairAfter            time.Duration
+	DrainTimeout           time.Duration
+	Migrate                bool
 	// EffectsWorkers is how many effects this process performs at once; 0
 	// records intents without performing them (an 'effects work' process
 	// does).
@@ -123,6 +126,8 @@ func (o *runOptions) validate(args []string) error {
 		return clikit.Usagef("--max-wait must be positive")
 	case o.BufferSize < 0:
 		return clikit.Usagef("--buffer-size must not be negative")
+	case o.ReadAhead < 0:
+		return clikit.Usagef("--read-ahead must not be negative")
 	case o.DrainTimeout <= 0:
 		return clikit.Usagef("--drain-timeout must be positive")
 	case o.EffectsWorkers < 0:
@@ -190,7 +195,9 @@ may create the subscription group. It calls the effects' other sides.`,
 			fs.IntVar(&o.Workers, "workers", 4, "workers of this process; aggregates are partitioned across them by hash")
 			fs.IntVar(&o.BatchSize, "batch-size", 500, "events per transaction, at most")
 			fs.DurationVar(&o.MaxWait, "max-wait", 50*time.Millisecond, "longest wait for a batch to fill")
-			fs.IntVar(&o.BufferSize, "buffer-size", 0, "persistent mode: unacknowledged events the server may send this process (default workers × batch size)")
+			fs.IntVar(&o.BufferSize, "buffer-size", 0, "persistent mode: unacknowledged events the server may send this process (default 3 × workers × batch size)")
+			fs.IntVar(&o.ReadAhead, "read-ahead", 0, "catch-up mode: events read ahead of the commits (default 3 × workers × batch size)")
+			fs.BoolVar(&o.TrustServerCheckpoints, "trust-server-checkpoints", false, "catch-up mode: let the server's checkpoints move the saved position past filtered-out events (only on server releases without KurrentDB#4970; see the esdb package documentation)")
 			fs.BoolVar(&o.FromEnd, "from-end", false, "start at the end of the stream, not its beginning (when there is no checkpoint yet / when creating the group)")
 			fs.DurationVar(&o.RepairAfter, "repair-after", esdb.DefaultRepairAfter, "gap repair: read the missing versions of aggregates parked this long from their stream (negative disables)")
 			fs.DurationVar(&o.DrainTimeout, "drain-timeout", esdb.DefaultDrainTimeout, "longest graceful drain after the first signal")
@@ -254,9 +261,12 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 		Workers:      o.Workers,
 		BatchSize:    o.BatchSize,
 		MaxWait:      o.MaxWait,
+		ReadAhead:    o.ReadAhead,
 		RepairAfter:  o.RepairAfter,
 		DrainTimeout: o.DrainTimeout,
 		Logger:       logger,
+
+		TrustServerCheckpoints: o.TrustServerCheckpoints,
 	}
 	if o.Mode == ModePersistent {
 		cfg.Persistent = &esdb.Persistent{Group: o.Group, Stream: o.Stream, BufferSize: uint32(o.BufferSize)}
@@ -268,7 +278,9 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	if err != nil {
 		return err
 	}
-	clikit.RegisterSourceMetrics(m, o.Name, src.Stats)
+	if err := src.RegisterMetrics(m.Registry()); err != nil {
+		return err
+	}
 
 	var srv *clikit.Server
 	if o.http.Addr != "" {

@@ -29,6 +29,8 @@ const (
 	EnvBatchSize      = "INORDER_BATCH_SIZE"
 	EnvMaxWait        = "INORDER_MAX_WAIT"
 	EnvBufferSize     = "INORDER_BUFFER_SIZE"
+	EnvReadAhead      = "INORDER_READ_AHEAD"
+	EnvTrustServerCP  = "INORDER_TRUST_SERVER_CHECKPOINTS"
 	EnvFromEnd        = "INORDER_FROM_END"
 	EnvRepairAfter    = "INORDER_REPAIR_AFTER"
 	EnvDrainTimeout   = "INORDER_DRAIN_TIMEOUT"
@@ -41,32 +43,34 @@ const (
 // EnvVars maps flag names to their environment variables.
 func EnvVars() map[string]string {
 	return map[string]string{
-		"database-url":    EnvDatabaseURL,
-		"esdb-url":        EnvESDBURL,
-		"schema":          EnvSchema,
-		"http-addr":       EnvHTTPAddr,
-		"http-token":      EnvHTTPToken,
-		"http-max-wait":   EnvHTTPMaxWait,
-		"log-format":      EnvLogFormat,
-		"log-level":       EnvLogLevel,
-		"mode":            EnvMode,
-		"name":            EnvSourceName,
-		"group":           EnvGroup,
-		"stream":          EnvStream,
-		"stream-prefix":   EnvStreamPrefix,
-		"type-regex":      EnvTypeRegex,
-		"version-field":   EnvVersionField,
-		"workers":         EnvWorkers,
-		"batch-size":      EnvBatchSize,
-		"max-wait":        EnvMaxWait,
-		"buffer-size":     EnvBufferSize,
-		"from-end":        EnvFromEnd,
-		"repair-after":    EnvRepairAfter,
-		"drain-timeout":   EnvDrainTimeout,
-		"migrate":         EnvMigrate,
-		"ready-max-lag":   EnvReadyMaxLag,
-		"river-schema":    EnvRiverSchema,
-		"effects-workers": EnvEffectsWorkers,
+		"database-url":             EnvDatabaseURL,
+		"esdb-url":                 EnvESDBURL,
+		"schema":                   EnvSchema,
+		"http-addr":                EnvHTTPAddr,
+		"http-token":               EnvHTTPToken,
+		"http-max-wait":            EnvHTTPMaxWait,
+		"log-format":               EnvLogFormat,
+		"log-level":                EnvLogLevel,
+		"mode":                     EnvMode,
+		"name":                     EnvSourceName,
+		"group":                    EnvGroup,
+		"stream":                   EnvStream,
+		"stream-prefix":            EnvStreamPrefix,
+		"type-regex":               EnvTypeRegex,
+		"version-field":            EnvVersionField,
+		"workers":                  EnvWorkers,
+		"batch-size":               EnvBatchSize,
+		"max-wait":                 EnvMaxWait,
+		"buffer-size":              EnvBufferSize,
+		"read-ahead":               EnvReadAhead,
+		"trust-server-checkpoints": EnvTrustServerCP,
+		"from-end":                 EnvFromEnd,
+		"repair-after":             EnvRepairAfter,
+		"drain-timeout":            EnvDrainTimeout,
+		"migrate":                  EnvMigrate,
+		"ready-max-lag":            EnvReadyMaxLag,
+		"river-schema":             EnvRiverSchema,
+		"effects-workers":          EnvEffectsWorkers,
 	}
 }
 

@@ -46,7 +46,11 @@ func (d *demoRun) consume(ctx context.Context) (demoStats, error) {
 			return demoStats{}, fmt.Errorf("demo: consumer: %w", err)
 		}
 	}
-	clikit.RegisterSourceMetrics(d.metrics, "demo", clikit.SumStats(srcs))
+	for _, s := range srcs {
+		if err := s.RegisterMetrics(d.metrics.Registry()); err != nil {
+			return demoStats{}, fmt.Errorf("demo: %w", err)
+		}
+	}
 
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
@@ -106,7 +110,11 @@ func (d *demoRun) consume(ctx context.Context) (demoStats, error) {
 	if err := stopAll(); err != nil {
 		return demoStats{}, fmt.Errorf("demo: stop the consumers: %w", err)
 	}
-	return demoStats{elapsed: elapsed, counts: d.proc.Counts()[d.proj], received: clikit.SumStats(srcs)().Received}, nil
+	var received int64
+	for _, s := range srcs {
+		received += s.Stats().Received
+	}
+	return demoStats{elapsed: elapsed, counts: d.proc.Counts()[d.proj], received: received}, nil
 }
 
 // serve serves the HTTP API until the first signal and prints examples.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source"
 	"github.com/inorder/inorder/source/esdb"
 )
 
@@ -272,4 +273,24 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// Several sources register on one registry when their names differ.
+func TestRegisterMetrics(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	reg := prometheus.NewRegistry()
+	for _, name := range []string{"a", "b"} {
+		src, err := esdb.New(&esdb.Config{URL: "esdb://127.0.0.1:1?tls=false", Processor: b.proc, Name: name})
+		require.NoError(t, err)
+		require.NoError(t, src.RegisterMetrics(reg))
+	}
+	again, err := esdb.New(&esdb.Config{URL: "esdb://127.0.0.1:1?tls=false", Processor: b.proc, Name: "a"})
+	require.NoError(t, err)
+	require.Error(t, again.RegisterMetrics(reg), "the same name twice")
+	got := gather(t, reg)
+	require.Contains(t, got, `inorder_source_received_total{source="a"}`)
+	require.Contains(t, got, `inorder_source_received_total{source="b"}`)
+	require.Equal(t, float64(source.DefaultWindow(source.DefaultWorkers, source.DefaultBatchSize)), got[`inorder_source_window_events{source="b"}`])
+	require.NotContains(t, got, `inorder_source_lag_events{source="a"}`, "no lag before it is measured")
 }
