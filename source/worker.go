@@ -181,7 +181,7 @@ func (w *worker) process(ctx context.Context, pending []*Delivery, reason int) [
 	}
 	d.stats.failures.Add(1)
 	w.failures++
-	d.log.WarnContext(ctx, "inorder: batch failed", "source", d.cfg.Source, "worker", w.id, "deliveries", len(batch), "error", err)
+	d.log.WarnContext(ctx, "batch failed", "source", d.cfg.Source, "worker", w.id, "deliveries", len(batch), "error", err)
 	var again []*Delivery
 	for acker, ds := range groupByAcker(batch) {
 		if acker != nil && acker.Nack(ds, err) {

@@ -34,7 +34,7 @@ func (s *Source) repairLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			if err := s.repairRound(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("inorder: esdb gap repair round failed", "name", s.cfg.Name, "error", err)
+				s.log.Warn("esdb gap repair round failed", "name", s.cfg.Name, "error", err)
 			}
 		}
 	}
@@ -281,12 +281,12 @@ func (s *Source) repair(ctx context.Context, client *esdbc.Client, g *gap) (r Re
 		missing = append(missing, w)
 		if inserted {
 			s.stats.gapsMissing.Add(1)
-			s.log.Warn("inorder: esdb gap missing at source; an operator must declare it", "name", s.cfg.Name,
+			s.log.Warn("esdb gap missing at source; an operator must declare it", "name", s.cfg.Name,
 				"projection", w.Projection, "aggregate", g.agg, "from", from, "to", end, "reason", reason)
 		}
 	}
 	if r.Fed > 0 {
-		s.log.Info("inorder: esdb gap repaired", "name", s.cfg.Name, "aggregate", g.agg, "from", g.from, "to", g.to, "fed", r.Fed)
+		s.log.Info("esdb gap repaired", "name", s.cfg.Name, "aggregate", g.agg, "from", g.from, "to", g.to, "fed", r.Fed)
 	}
 	return r, missing
 }

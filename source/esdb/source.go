@@ -186,7 +186,7 @@ func (s *Source) Run(ctx context.Context) error {
 		defer t.Stop()
 		select {
 		case <-t.C:
-			s.log.Warn("inorder: esdb drain timed out, aborting", "name", s.cfg.Name, "timeout", s.cfg.DrainTimeout)
+			s.log.Warn("esdb drain timed out, aborting", "name", s.cfg.Name, "timeout", s.cfg.DrainTimeout)
 			cancelHard()
 		case <-hard.Done():
 		}
@@ -214,14 +214,14 @@ func (s *Source) Run(ctx context.Context) error {
 	if s.cfg.LagEvery > 0 {
 		bg.Go(func() { s.lagLoop(soft) })
 	}
-	s.log.Info("inorder: esdb source starting", "name", s.cfg.Name, "mode", s.mode())
+	s.log.Info("esdb source starting", "name", s.cfg.Name, "mode", s.mode())
 
 	rejected := s.consume(soft, hard)
 	cancelSoft() // the background loops stop too when the server rejected us
 
 	if s.cfg.Persistent == nil && hard.Err() == nil {
 		if err := s.saveWatermark(hard); err != nil {
-			s.log.Warn("inorder: esdb final checkpoint not saved", "name", s.cfg.Name, "error", err)
+			s.log.Warn("esdb final checkpoint not saved", "name", s.cfg.Name, "error", err)
 		}
 	}
 	stopWork()
@@ -233,7 +233,7 @@ func (s *Source) Run(ctx context.Context) error {
 	if hard.Err() != nil {
 		return ErrAborted
 	}
-	s.log.Info("inorder: esdb source stopped", "name", s.cfg.Name)
+	s.log.Info("esdb source stopped", "name", s.cfg.Name)
 	return nil
 }
 
@@ -259,14 +259,14 @@ func (s *Source) consume(soft, hard context.Context) error {
 			return nil
 		}
 		if rej := s.rejected(err); rej != nil {
-			s.log.Error("inorder: esdb subscription rejected, stopping", "name", s.cfg.Name, "error", rej)
+			s.log.Error("esdb subscription rejected, stopping", "name", s.cfg.Name, "error", rej)
 			return rej
 		}
 		if progressed {
 			backoff.Reset()
 		}
 		wait, _ := backoff.Next()
-		s.log.Warn("inorder: esdb subscription lost, reconnecting", "name", s.cfg.Name, "error", err, "in", wait)
+		s.log.Warn("esdb subscription lost, reconnecting", "name", s.cfg.Name, "error", err, "in", wait)
 		_ = retry.Sleep(soft, wait)
 	}
 	return nil
@@ -318,14 +318,14 @@ func (s *Source) catchUpSession(soft, hard context.Context, client *esdbc.Client
 		// Settle what was dispatched and save the watermark, so that the
 		// next session starts from a checkpoint that covers it.
 		if err := s.disp.Flush(hard); err != nil {
-			s.log.Debug("inorder: esdb flush cut short", "name", s.cfg.Name, "error", err)
+			s.log.Debug("esdb flush cut short", "name", s.cfg.Name, "error", err)
 			return
 		}
 		if err := s.saveWatermark(hard); err != nil {
-			s.log.Warn("inorder: esdb checkpoint not saved", "name", s.cfg.Name, "error", err)
+			s.log.Warn("esdb checkpoint not saved", "name", s.cfg.Name, "error", err)
 		}
 	}()
-	s.log.Info("inorder: esdb subscribed to $all", "name", s.cfg.Name, "from", fmtPosition(from))
+	s.log.Info("esdb subscribed to $all", "name", s.cfg.Name, "from", fmtPosition(from))
 	if s.cfg.OnSubscribed != nil {
 		s.cfg.OnSubscribed()
 	}
@@ -352,7 +352,7 @@ func (s *Source) catchUpSession(soft, hard context.Context, client *esdbc.Client
 				s.tracker.Pass(tpos{Position: *m.CheckPointReached})
 			}
 		case m.CaughtUp != nil:
-			s.log.Debug("inorder: esdb caught up", "name", s.cfg.Name)
+			s.log.Debug("esdb caught up", "name", s.cfg.Name)
 			if s.cfg.OnCaughtUp != nil {
 				s.cfg.OnCaughtUp()
 			}
@@ -482,7 +482,7 @@ func (s *Source) saveLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			if err := s.saveWatermark(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("inorder: esdb checkpoint not saved", "name", s.cfg.Name, "error", err)
+				s.log.Warn("esdb checkpoint not saved", "name", s.cfg.Name, "error", err)
 			}
 		}
 	}
@@ -541,12 +541,12 @@ func (s *Source) persistentSession(soft, hard context.Context, client *esdbc.Cli
 		// Stop reading, but keep the subscription open until the batches
 		// in flight are acknowledged.
 		if err := s.disp.Flush(hard); err != nil {
-			s.log.Debug("inorder: esdb flush cut short", "name", s.cfg.Name, "error", err)
+			s.log.Debug("esdb flush cut short", "name", s.cfg.Name, "error", err)
 		}
 		acker.close()
 		stopPump()
 	}()
-	s.log.Info("inorder: esdb subscribed to persistent group", "name", s.cfg.Name, "group", s.cfg.Persistent.Group, "stream", streamOrAll(s.cfg.Persistent.Stream))
+	s.log.Info("esdb subscribed to persistent group", "name", s.cfg.Name, "group", s.cfg.Persistent.Group, "stream", streamOrAll(s.cfg.Persistent.Stream))
 	if s.cfg.OnSubscribed != nil {
 		s.cfg.OnSubscribed()
 	}
@@ -603,7 +603,7 @@ func (s *Source) subscribePersistent(ctx context.Context, client *esdbc.Client) 
 	if err := s.createGroup(ctx, client); err != nil && !hasCode(err, esdbc.ErrorCodeResourceAlreadyExists) {
 		return nil, fmt.Errorf("esdb: create group %s: %w", p.Group, err)
 	}
-	s.log.Info("inorder: esdb created persistent subscription group", "name", s.cfg.Name, "group", p.Group, "stream", streamOrAll(p.Stream))
+	s.log.Info("esdb created persistent subscription group", "name", s.cfg.Name, "group", p.Group, "stream", streamOrAll(p.Stream))
 	sub, err = connect()
 	if err != nil {
 		return nil, fmt.Errorf("esdb: subscribe to group %s: %w", p.Group, err)
@@ -659,7 +659,7 @@ func (a *psAcker) ack(evs []*esdbc.ResolvedEvent) {
 		return
 	}
 	if err := a.sub.Ack(evs...); err != nil {
-		a.s.log.Debug("inorder: esdb ack not sent", "name", a.s.cfg.Name, "error", err)
+		a.s.log.Debug("esdb ack not sent", "name", a.s.cfg.Name, "error", err)
 		return
 	}
 	a.s.stats.acked.Add(int64(len(evs)))
@@ -676,7 +676,7 @@ func (a *psAcker) Nack(ds []*source.Delivery, cause error) bool {
 		return true // the server redelivers what a closed consumer held
 	}
 	if err := a.sub.Nack(reason, esdbc.NackActionRetry, handles(ds)...); err != nil {
-		a.s.log.Debug("inorder: esdb nack not sent", "name", a.s.cfg.Name, "error", err)
+		a.s.log.Debug("esdb nack not sent", "name", a.s.cfg.Name, "error", err)
 		return true
 	}
 	a.s.stats.nacked.Add(int64(len(ds)))
