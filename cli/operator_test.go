@@ -207,6 +207,8 @@ func TestOperatorCommands(t *testing.T) {
 		// Still failing: the retry fails and the event stays.
 		_, _, err := b.run(t, "quarantine", "retry", "bad-1", "--projection", "toggle")
 		require.ErrorContains(t, err, "still fails")
+		require.Equal(t, "the event still fails and stays quarantined: projection toggle: aggregate bad-1 version 1: toggle: refusing bad-1 v1",
+			err.Error(), "each layer says only what it knows, once")
 		var herr *projection.HandlerError
 		require.ErrorAs(t, err, &herr)
 

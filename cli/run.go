@@ -215,6 +215,12 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	if len(c.a.cfg.Effects) > 0 && o.EffectsWorkers > 0 {
 		conns += effectsConns(o.EffectsWorkers)
 	}
+	// Tracing first: a bad OTEL_* variable is a usage error, before connecting.
+	tracing, err := c.a.tracing(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tracing, logger)
 	pool, err := clikit.Connect(ctx, &o.db, int32(conns), logger)
 	if err != nil {
 		return err
@@ -229,11 +235,6 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	if err != nil {
 		return err
 	}
-	tracing, err := c.a.tracing(ctx, logger)
-	if err != nil {
-		return err
-	}
-	defer shutdownTracing(tracing, logger)
 	pc := c.a.cfg.Processor
 	if pc.TracerProvider == nil {
 		pc.TracerProvider = tracing.Provider // a span per batch, with the HTTP API's exporter

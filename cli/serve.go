@@ -58,6 +58,12 @@ drains the requests in flight, a second one exits at once.`,
 // Run serves until the first signal.
 func (c *serveCmd) Run(ctx context.Context, o *serveOptions) error {
 	logger := o.log.Logger(c.a.stderr)
+	// Tracing first: a bad OTEL_* variable is a usage error, before connecting.
+	tracing, err := c.a.tracing(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(tracing, logger)
 	pool, err := clikit.Connect(ctx, &o.db, 16, logger)
 	if err != nil {
 		return err
@@ -74,11 +80,6 @@ func (c *serveCmd) Run(ctx context.Context, o *serveOptions) error {
 			return fmt.Errorf("effects metrics: %w", err)
 		}
 	}
-	tracing, err := c.a.tracing(ctx, logger)
-	if err != nil {
-		return err
-	}
-	defer shutdownTracing(tracing, logger)
 	ready := clikit.NewReadiness(pool, o.db.Schema)
 	if err := ready.Check(ctx); err != nil {
 		// Serve anyway (the schema may be migrated later), but say so:

@@ -142,7 +142,11 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 			}
 		}
 		if first != nil && pl.cut == 0 {
-			retryErr = &HandlerError{Projection: projection, Aggregate: agg, Version: first.ev.Version, Err: pl.err}
+			retryErr = pl.err
+			var herr *HandlerError
+			if !errors.As(pl.err, &herr) { // wrap once: applying already names the event
+				retryErr = &HandlerError{Projection: projection, Aggregate: agg, Version: first.ev.Version, Err: pl.err}
+			}
 		}
 		var tally counts
 		wb := &pgx.Batch{}
