@@ -87,6 +87,7 @@ type runOptions struct {
 	FromEnd                bool
 	RepairAfter            time.Duration
 	DrainTimeout           time.Duration
+	ReadyMaxLag            time.Duration
 	Migrate                bool
 	// EffectsWorkers is how many effects this process performs at once; 0
 	// records intents without performing them (an 'effects work' process
@@ -128,6 +129,8 @@ func (o *runOptions) validate(args []string) error {
 		return clikit.Usagef("--buffer-size must not be negative")
 	case o.ReadAhead < 0:
 		return clikit.Usagef("--read-ahead must not be negative")
+	case o.ReadyMaxLag < 0:
+		return clikit.Usagef("--ready-max-lag must not be negative")
 	case o.DrainTimeout <= 0:
 		return clikit.Usagef("--drain-timeout must be positive")
 	case o.EffectsWorkers < 0:
@@ -163,8 +166,9 @@ the gate serialises them per aggregate. (Two catch-up processes with the same
 Gap repair: aggregates whose parked events waited longer than
 --repair-after get their missing versions read from their stream.
 
-It serves /healthz, /readyz (ready once the workers run), /metrics and the
-read-model HTTP API on --http-addr.
+It serves /healthz, /readyz (ready once the workers run, while the database
+answers, the schema is migrated and — with --ready-max-lag — the lag is
+within bounds), /metrics and the read-model HTTP API on --http-addr.
 
 Effects: in a binary with effect handlers, it also performs the effect
 intents the projections record (webhooks, e-mails, API calls), with
@@ -201,6 +205,7 @@ may create the subscription group. It calls the effects' other sides.`,
 			fs.BoolVar(&o.FromEnd, "from-end", false, "start at the end of the stream, not its beginning (when there is no checkpoint yet / when creating the group)")
 			fs.DurationVar(&o.RepairAfter, "repair-after", esdb.DefaultRepairAfter, "gap repair: read the missing versions of aggregates parked this long from their stream (negative disables)")
 			fs.DurationVar(&o.DrainTimeout, "drain-timeout", esdb.DefaultDrainTimeout, "longest graceful drain after the first signal")
+			fs.DurationVar(&o.ReadyMaxLag, "ready-max-lag", 0, "/readyz fails while the source's lag (the age of the oldest event not committed yet) exceeds this `duration`; 0: lag does not affect readiness")
 			fs.BoolVar(&o.Migrate, "migrate", false, "apply pending migrations and create the read-model tables before starting")
 			fs.IntVar(&o.EffectsWorkers, "effects-workers", DefaultEffectsWorkers, "effects performed at once by this process (0: only record them, for 'effects work' processes)")
 			return o
@@ -278,6 +283,13 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	src, err := esdb.New(cfg)
 	if err != nil {
 		return err
+	}
+	if o.ReadyMaxLag > 0 {
+		ready.MaxLag = o.ReadyMaxLag
+		ready.Lag = func() (time.Duration, bool) {
+			l := src.Lag()
+			return l.Behind, l.Known
+		}
 	}
 	if err := src.RegisterMetrics(m.Registry()); err != nil {
 		return err

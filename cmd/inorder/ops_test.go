@@ -209,3 +209,50 @@ func event(t *testing.T, agg string, version int64, typ string, d ledger.Data) a
 	require.NoError(t, err)
 	return ev
 }
+
+// TestReadyMaxLag: with --ready-max-lag, /readyz fails while the workers
+// cannot commit (the lag grows past it) and passes again once they have.
+func TestReadyMaxLag(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	_, errOut, err := e.exec(t, "run", "--ready-max-lag", "-1s")
+	require.Equal(t, 2, exitCode(t, err), errOut)
+	require.Contains(t, errOut, "--ready-max-lag must not be negative")
+
+	e.run(t, "migrate")
+	w := e.workload(t, 21, 0, 20, 3)
+	run := e.start(t, "run", "--http-addr", "127.0.0.1:0", "--ready-max-lag", "300ms")
+	base := run.baseURL(t)
+	e.waitApplied(t, int64(len(w)), time.Minute)
+	waitReady := func(want int, contains string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			var body struct {
+				Status string `json:"status"`
+				Error  struct{ Message string }
+			}
+			resp := getJSON(t, base+"/readyz", &body)
+			if resp.StatusCode == want && strings.Contains(body.Status+body.Error.Message, contains) {
+				return
+			}
+			require.True(t, time.Now().Before(deadline), "/readyz: %d %q, want %d %q", resp.StatusCode, body.Status+body.Error.Message, want, contains)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitReady(http.StatusOK, "ready")
+
+	// Hold the version rows: new events cannot commit, their age grows.
+	tx, err := e.db.Pool.Begin(t.Context())
+	require.NoError(t, err)
+	_, err = tx.Exec(t.Context(), `LOCK TABLE versions IN EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	more := e.workload(t, 22, 1000, 5, 2)
+	waitReady(http.StatusServiceUnavailable, "exceeds --ready-max-lag 300ms")
+	require.NoError(t, tx.Rollback(t.Context()))
+	e.waitApplied(t, int64(len(w)+len(more)), time.Minute)
+	waitReady(http.StatusOK, "ready")
+
+	run.signal(t, syscall.SIGTERM)
+	require.NoError(t, run.wait(t, time.Minute))
+}
