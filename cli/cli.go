@@ -188,6 +188,8 @@ func newApp(cfg Config, drain context.Context) *App {
 	if a.stderr == nil {
 		a.stderr = os.Stderr
 	}
+	// Logs, notes and progress of one command share the outputs.
+	a.stdout, a.stderr = clikit.NewSyncWriter(a.stdout), clikit.NewSyncWriter(a.stderr)
 	if a.getenv == nil {
 		a.getenv = os.Getenv
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -122,9 +123,29 @@ func BindOutput(fs *pflag.FlagSet, o *OutputOptions) {
 	fs.BoolVar(&o.JSON, "json", false, "print JSON instead of a table")
 }
 
-// IsTerminal reports whether v is a terminal (not a pipe, a file or
-// /dev/null).
+// IsTerminal reports whether v (or the writer a SyncWriter wraps) is a
+// terminal (not a pipe, a file or /dev/null).
 func IsTerminal(v any) bool {
+	if s, ok := v.(*SyncWriter); ok {
+		v = s.w
+	}
 	f, ok := v.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// SyncWriter serialises the writes of the loggers, consoles and progress
+// bars that share one output, so that their lines never interleave.
+type SyncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// NewSyncWriter returns w, serialised.
+func NewSyncWriter(w io.Writer) *SyncWriter { return &SyncWriter{w: w} }
+
+// Write writes p in one piece.
+func (s *SyncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
