@@ -89,7 +89,7 @@ func (c *conflictsAckCmd) command() *cobra.Command {
 		`Acknowledges the recorded conflict with the given id (see 'conflicts list'):
 an operator looked at it and fixed the source, or decided it needs nothing.
 It stays listed (with its acknowledgement), no longer counts as open in
-'status', /v1/status and the inorder_conflicts gauge, and a new delivery of
+'status', /v1/status and the inorder_open_conflicts gauge, and a new delivery of
 the same conflicting event does not reopen it.
 
 Changes: the conflict's acknowledgement and the operator log (with
