@@ -276,6 +276,11 @@ func TestOperatorCommands(t *testing.T) {
 		require.Len(t, cs, 1)
 		require.Equal(t, "toggle", cs[0].Projection)
 
+		// The same conflicting event again: counted, not reopened.
+		b.process(t, other)
+		b.runJSON(t, &st, "status")
+		require.Equal(t, int64(0), st.Projections[0].Conflicts, "still acknowledged")
+
 		// The operator log has the decision.
 		var log []projection.OperatorLogEntry
 		b.runJSON(t, &log, "oplog", "--action", "ack-conflict")
