@@ -1,0 +1,370 @@
+// Command esdbe2e measures inorder end to end against EventStoreDB's
+// protocol: an in-memory EventStoreDB server (package esdbtest) in a process
+// of its own holding a ledger workload, and one or more 'inorder run'
+// processes consuming it into a fresh schema, in catch-up or persistent
+// mode. It reports the time from the start of the workers until every
+// event is applied, events per second, and the peak RSS of each process,
+// then checks that the read model equals the in-order fold of the workload
+// (exit status 1 if not).
+//
+//	go build -o /tmp/inorder ./cmd/inorder
+//	go run ./internal/esdbe2e -inorder /tmp/inorder -events 100000 -mode persistent -consumers 2
+//
+// The schema is dropped at the end (-keep keeps it). Progress is read from
+// the workers' /metrics (inorder_events_total and inorder_drained_total), so
+// measuring costs the database nothing. See docs/benchmarks.md.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"reflect"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/source/esdb/esdbtest"
+)
+
+const streamPrefix = "payment-"
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		os.Exit(serve(os.Args[2:]))
+	}
+	os.Exit(orchestrate(os.Args[1:]))
+}
+
+// workload returns the ledger events of a run: versions per payment, about
+// events in all.
+func workload(seed uint64, events, versions int) []aggregate.Event {
+	return ledger.Generate(rand.New(rand.NewPCG(seed, seed*7+1)), max(events/versions, 1), versions)
+}
+
+// serve runs the EventStoreDB server with the workload appended, prints
+// "url <connection string>" once it is ready, and serves until SIGTERM or
+// SIGINT.
+func serve(args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	events := fs.Int("events", 100000, "events")
+	versions := fs.Int("versions", 8, "versions per payment")
+	seed := fs.Uint64("seed", 1, "workload seed")
+	_ = fs.Parse(args)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	srv, err := esdbtest.Start(&esdbtest.Options{MessageTimeout: 30 * time.Second})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer srv.Close()
+	for _, ev := range workload(*seed, *events, *versions) {
+		if _, err := srv.Append(streamPrefix+ev.Aggregate, esdbtest.Event{Type: ev.Type, Data: ev.Data, Metadata: ev.Metadata}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	fmt.Printf("url %s\n", srv.URL())
+	<-ctx.Done()
+	return 0
+}
+
+type options struct {
+	inorder, databaseURL, mode, extra string
+	events, versions, consumers       int
+	workers, batchSize                int
+	seed                              uint64
+	timeout                           time.Duration
+	keep                              bool
+}
+
+func orchestrate(args []string) int {
+	var o options
+	fs := flag.NewFlagSet("esdbe2e", flag.ExitOnError)
+	fs.StringVar(&o.inorder, "inorder", "", "the inorder binary (go build -o … ./cmd/inorder); required")
+	fs.StringVar(&o.databaseURL, "database-url", cmpOr(os.Getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL")
+	fs.StringVar(&o.mode, "mode", "catch-up", "catch-up or persistent")
+	fs.IntVar(&o.consumers, "consumers", 1, "inorder run processes (persistent mode: competing consumers of one group)")
+	fs.IntVar(&o.events, "events", 100000, "events (payments × versions)")
+	fs.IntVar(&o.versions, "versions", 8, "versions per payment")
+	fs.IntVar(&o.workers, "workers", 4, "--workers of each process")
+	fs.IntVar(&o.batchSize, "batch-size", 500, "--batch-size of each process")
+	fs.StringVar(&o.extra, "args", "", "more flags for 'inorder run', space separated (--buffer-size 2000 …)")
+	fs.Uint64Var(&o.seed, "seed", 1, "workload seed")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up after")
+	fs.BoolVar(&o.keep, "keep", false, "keep the schema")
+	_ = fs.Parse(args)
+	if o.inorder == "" {
+		fmt.Fprintln(os.Stderr, "esdbe2e: -inorder is required")
+		return 2
+	}
+	if err := run(&o); err != nil {
+		fmt.Fprintln(os.Stderr, "esdbe2e:", err)
+		return 1
+	}
+	return 0
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// proc is a child process.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func start(name string, cmd *exec.Cmd) (*proc, error) {
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	return p, nil
+}
+
+// stop sends SIGTERM, waits, and returns the peak RSS in MiB.
+func (p *proc) stop() (float64, error) {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", p.name, err)
+		}
+	case <-time.After(time.Minute):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return 0, fmt.Errorf("%s did not stop", p.name)
+	}
+	ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		return 0, nil
+	}
+	return float64(ru.Maxrss) / 1024, nil // KiB on Linux
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func run(o *options) error {
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	schema := fmt.Sprintf("e2e_%d", time.Now().UnixNano())
+	pool, err := pgxpool.New(ctx, o.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return err
+	}
+	if !o.keep {
+		defer func() {
+			_, _ = pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		}()
+	}
+	u, err := url.Parse(o.databaseURL)
+	if err != nil {
+		return err
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	dbURL := u.String()
+
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "esdbe2e: appending %d events to the server process…\n", o.events)
+	srvCmd := exec.Command(self, "serve", "-events", strconv.Itoa(o.events), "-versions", strconv.Itoa(o.versions), "-seed", strconv.FormatUint(o.seed, 10))
+	out, err := srvCmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	server, err := start("server", srvCmd)
+	if err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("server: %w", err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	esdbURL := strings.TrimSpace(strings.TrimPrefix(line, "url "))
+
+	env := append(os.Environ(), "DATABASE_URL="+dbURL, "INORDER_SCHEMA="+schema, "ESDB_URL="+esdbURL,
+		"INORDER_STREAM_PREFIX="+streamPrefix, "INORDER_LOG_LEVEL=warn")
+	migrate := exec.Command(o.inorder, "migrate")
+	migrate.Env, migrate.Stdout, migrate.Stderr = env, io.Discard, os.Stderr
+	if err := migrate.Run(); err != nil {
+		_, _ = server.stop()
+		return fmt.Errorf("inorder migrate: %w", err)
+	}
+
+	group := "e2e-" + schema
+	var workers []*proc
+	var metricsURLs []string
+	began := time.Now()
+	for i := range o.consumers {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		args := []string{"run", "--migrate", "--mode", o.mode, "--workers", strconv.Itoa(o.workers), "--batch-size", strconv.Itoa(o.batchSize),
+			"--http-addr", fmt.Sprintf("127.0.0.1:%d", port), "--name", fmt.Sprintf("e2e-%d", i), "--group", group, "--repair-after", "-1s"}
+		args = append(args, strings.Fields(o.extra)...)
+		cmd := exec.Command(o.inorder, args...)
+		cmd.Env, cmd.Stdout = env, io.Discard
+		p, err := start(fmt.Sprintf("inorder run %d", i), cmd)
+		if err != nil {
+			return err
+		}
+		workers = append(workers, p)
+		metricsURLs = append(metricsURLs, fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	}
+	stopAll := func() ([]float64, error) {
+		var rss []float64
+		var errs []error
+		for _, p := range workers {
+			r, err := p.stop()
+			rss = append(rss, r)
+			errs = append(errs, err)
+		}
+		return rss, errors.Join(errs...)
+	}
+
+	// Wait until every event is applied.
+	want := float64(len(workload(o.seed, o.events, o.versions)))
+	var took time.Duration
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for took == 0 {
+		select {
+		case <-ctx.Done():
+			_, _ = stopAll()
+			_, _ = server.stop()
+			return fmt.Errorf("timed out")
+		case <-tick.C:
+		}
+		for _, p := range workers {
+			select {
+			case err := <-p.done:
+				_, _ = stopAll()
+				_, _ = server.stop()
+				return fmt.Errorf("%s exited: %v", p.name, err)
+			default:
+			}
+		}
+		var applied float64
+		for _, u := range metricsURLs {
+			applied += scrapeApplied(u)
+		}
+		if applied >= want {
+			took = time.Since(began)
+		}
+	}
+	rss, err := stopAll()
+	if err != nil {
+		_, _ = server.stop()
+		return err
+	}
+	serverRSS, err := server.stop()
+	if err != nil {
+		return err
+	}
+
+	// The read model must be the in-order fold.
+	events := workload(o.seed, o.events, o.versions)
+	wantModel, err := ledger.Fold(events)
+	if err != nil {
+		return err
+	}
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return err
+	}
+	vpool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer vpool.Close()
+	got, err := ledger.New(nil).Load(ctx, vpool)
+	if err != nil {
+		return err
+	}
+	verified := reflect.DeepEqual(wantModel, got)
+	rssText := make([]string, len(rss))
+	for i, r := range rss {
+		rssText[i] = fmt.Sprintf("%.0f", r)
+	}
+	fmt.Printf("mode=%s consumers=%d workers=%d batch=%d events=%d seconds=%.2f events/s=%.0f peak-rss-MiB=%s server-rss-MiB=%.0f verified=%v\n",
+		o.mode, o.consumers, o.workers, o.batchSize, len(events), took.Seconds(), float64(len(events))/took.Seconds(),
+		strings.Join(rssText, "/"), serverRSS, verified)
+	if !verified {
+		return errors.New("the read model differs from the in-order fold")
+	}
+	return nil
+}
+
+// scrapeApplied returns applied + drained events of the ledger projection
+// from a worker's /metrics, 0 while it does not answer.
+func scrapeApplied(u string) float64 {
+	resp, err := http.Get(u)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0
+	}
+	var n float64
+	if f := fams["inorder_events_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == "applied" {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if f := fams["inorder_drained_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			n += m.GetCounter().GetValue()
+		}
+	}
+	return n
+}
