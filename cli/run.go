@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,6 +20,11 @@ import (
 	"github.com/inorder/inorder/migrations"
 	"github.com/inorder/inorder/source/esdb"
 )
+
+// consumerStrategies are the values of --consumer-strategy.
+var consumerStrategies = []string{
+	string(esdbc.ConsumerStrategyRoundRobin), string(esdbc.ConsumerStrategyDispatchToSingle), string(esdbc.ConsumerStrategyPinned),
+}
 
 // Modes of run.
 const (
@@ -82,6 +88,7 @@ type runOptions struct {
 	MaxWait    time.Duration
 	BufferSize int
 	ReadAhead  int
+	Strategy   string
 	// TrustServerCheckpoints: see esdb.Config.TrustServerCheckpoints.
 	TrustServerCheckpoints bool
 	FromEnd                bool
@@ -131,6 +138,8 @@ func (o *runOptions) validate(args []string) error {
 		return clikit.Usagef("--read-ahead must not be negative")
 	case o.ReadyMaxLag < 0:
 		return clikit.Usagef("--ready-max-lag must not be negative")
+	case !slices.Contains(consumerStrategies, o.Strategy):
+		return clikit.Usagef("--consumer-strategy must be one of %s, not %q", strings.Join(consumerStrategies, ", "), o.Strategy)
 	case o.DrainTimeout <= 0:
 		return clikit.Usagef("--drain-timeout must be positive")
 	case o.EffectsWorkers < 0:
@@ -200,6 +209,7 @@ may create the subscription group. It calls the effects' other sides.`,
 			fs.IntVar(&o.BatchSize, "batch-size", 500, "events per transaction, at most")
 			fs.DurationVar(&o.MaxWait, "max-wait", 50*time.Millisecond, "longest wait for a batch to fill")
 			fs.IntVar(&o.BufferSize, "buffer-size", 0, "persistent mode: unacknowledged events the server may send this process (default 3 × workers × batch size)")
+			fs.StringVar(&o.Strategy, "consumer-strategy", string(esdbc.ConsumerStrategyRoundRobin), "persistent mode, when the group is created: RoundRobin, DispatchToSingle or Pinned (each stream's events to one consumer: fewer parked events; see the esdb package documentation for the server releases it needs)")
 			fs.IntVar(&o.ReadAhead, "read-ahead", 0, "catch-up mode: events read ahead of the commits (default 3 × workers × batch size)")
 			fs.BoolVar(&o.TrustServerCheckpoints, "trust-server-checkpoints", false, "catch-up mode: let the server's checkpoints move the saved position past filtered-out events (only on server releases without KurrentDB#4970; see the esdb package documentation)")
 			fs.BoolVar(&o.FromEnd, "from-end", false, "start at the end of the stream, not its beginning (when there is no checkpoint yet / when creating the group)")
@@ -276,6 +286,11 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	}
 	if o.Mode == ModePersistent {
 		cfg.Persistent = &esdb.Persistent{Group: o.Group, Stream: o.Stream, BufferSize: uint32(o.BufferSize)}
+		if o.Strategy != string(esdbc.ConsumerStrategyRoundRobin) {
+			st := esdb.DefaultSettings(o.Stream)
+			st.ConsumerStrategyName = esdbc.ConsumerStrategy(o.Strategy)
+			cfg.Persistent.Settings = &st
+		}
 	}
 	ready := clikit.NewReadiness(pool, o.db.Schema)
 	ready.Set(false, "the workers have not subscribed yet")

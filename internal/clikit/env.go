@@ -30,6 +30,7 @@ const (
 	EnvMaxWait        = "INORDER_MAX_WAIT"
 	EnvBufferSize     = "INORDER_BUFFER_SIZE"
 	EnvReadAhead      = "INORDER_READ_AHEAD"
+	EnvStrategy       = "INORDER_CONSUMER_STRATEGY"
 	EnvTrustServerCP  = "INORDER_TRUST_SERVER_CHECKPOINTS"
 	EnvFromEnd        = "INORDER_FROM_END"
 	EnvRepairAfter    = "INORDER_REPAIR_AFTER"
@@ -63,6 +64,7 @@ func EnvVars() map[string]string {
 		"max-wait":                 EnvMaxWait,
 		"buffer-size":              EnvBufferSize,
 		"read-ahead":               EnvReadAhead,
+		"consumer-strategy":        EnvStrategy,
 		"trust-server-checkpoints": EnvTrustServerCP,
 		"from-end":                 EnvFromEnd,
 		"repair-after":             EnvRepairAfter,

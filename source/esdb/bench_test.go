@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/aggregate"
@@ -36,6 +37,7 @@ type benchVariant struct {
 type benchFigures struct {
 	batches, deliveries int64
 	idle                time.Duration // workers waiting for input (idle or filling), summed
+	parked, duplicates  int64
 }
 
 // BenchmarkESDB measures the source end to end — in-process EventStoreDB,
@@ -50,7 +52,11 @@ type benchFigures struct {
 //   - persistent-1: one Source consuming a persistent subscription group
 //     (created by the source, so with its defaults), 4 workers.
 //   - persistent-2: two Sources (as two processes would be: each its own
-//     processor and connection) on one group, 2 workers each.
+//     processor and connection) on one group, 2 workers each; the group's
+//     default RoundRobin strategy deals one aggregate's events to both, so
+//     many arrive before their predecessors and park.
+//   - persistent-2-pinned: the same with the Pinned strategy: each stream's
+//     events go to one consumer.
 //
 // It reports each variant's events/s (median over the rounds) and the
 // median over the rounds of each variant's ratio to the processor alone in
@@ -105,6 +111,11 @@ func BenchmarkESDB(b *testing.B) {
 			f.deliveries += st.Acked - st.Skipped
 			f.idle += st.Dispatch.Idle + st.Dispatch.Filling
 		}
+		for _, p := range procs {
+			c := p.Counts()["ledger"]
+			f.parked += c.Deliveries[projection.Parked]
+			f.duplicates += c.Deliveries[projection.Duplicate]
+		}
 		b.StopTimer()
 		bs.requireFold(b, events)
 		b.StartTimer()
@@ -135,6 +146,11 @@ func BenchmarkESDB(b *testing.B) {
 		{"persistent-2", func(b *testing.B, round int) (time.Duration, *benchFigures) {
 			return sourceRun(b, 2, &esdb.Persistent{Group: fmt.Sprintf("bench-p2-%d", round)})
 		}},
+		{"persistent-2-pinned", func(b *testing.B, round int) (time.Duration, *benchFigures) {
+			st := esdbc.SubscriptionSettingsDefault()
+			st.ConsumerStrategyName = esdbc.ConsumerStrategyPinned
+			return sourceRun(b, 2, &esdb.Persistent{Group: fmt.Sprintf("bench-p2p-%d", round), Settings: &st})
+		}},
 	}
 	if *benchOnly != "" {
 		keep := strings.Split(*benchOnly, ",")
@@ -148,10 +164,11 @@ func BenchmarkESDB(b *testing.B) {
 			took, f := v.run(b, round)
 			rate := float64(n) / took.Seconds()
 			rates[v.name] = append(rates[v.name], rate)
-			line := fmt.Sprintf("round %d %-13s %8.0f events/s  %6.2fs", round, v.name, rate, took.Seconds())
+			line := fmt.Sprintf("round %d %-19s %8.0f events/s  %6.2fs", round, v.name, rate, took.Seconds())
 			if f != nil && f.batches > 0 {
-				line += fmt.Sprintf("  batches %d, mean fill %.0f%%, workers idle %.2fs of %.2fs", f.batches,
-					100*float64(f.deliveries)/float64(f.batches)/batchSize, f.idle.Seconds(), (time.Duration(workers) * took).Seconds())
+				line += fmt.Sprintf("  batches %d, mean fill %.0f%%, workers waiting %.2fs of %.2fs, parked %d, duplicates %d", f.batches,
+					100*float64(f.deliveries)/float64(f.batches)/batchSize, f.idle.Seconds(), (time.Duration(workers) * took).Seconds(),
+					f.parked, f.duplicates)
 			}
 			b.Log(line)
 		}
@@ -181,8 +198,10 @@ func BenchmarkESDB(b *testing.B) {
 			b.ReportMetric(r, v.name+"/processor")
 		}
 	}
-	if r, ok := ratio("persistent-2", "catch-up"); ok {
-		b.ReportMetric(r, "persistent-2/catch-up")
+	for _, v := range []string{"persistent-2", "persistent-2-pinned"} {
+		if r, ok := ratio(v, "catch-up"); ok {
+			b.ReportMetric(r, v+"/catch-up")
+		}
 	}
 	b.ReportMetric(0, "ns/op")
 }

@@ -196,6 +196,16 @@ type Persistent struct {
 	BufferSize uint32
 }
 
+// DefaultSettings returns the settings a source creates a group on stream
+// with ("" for $all) when Persistent.Settings is nil:
+// esdbc.SubscriptionSettingsDefault(), resolving links for system streams
+// such as "$ce-payment".
+func DefaultSettings(stream string) esdbc.PersistentSubscriptionSettings {
+	st := esdbc.SubscriptionSettingsDefault()
+	st.ResolveLinkTos = strings.HasPrefix(stream, "$")
+	return st
+}
+
 // Commit describes one committed batch, for Config.OnCommit.
 type Commit struct {
 	// Deliveries is the number of deliveries in the batch, rejects
@@ -316,8 +326,7 @@ func newConfig(cfg *Config, noProcessor bool) (*config, error) {
 			p.BufferSize = uint32(source.DefaultWindow(c.Workers, c.BatchSize))
 		}
 		if p.Settings == nil {
-			st := esdbc.SubscriptionSettingsDefault()
-			st.ResolveLinkTos = strings.HasPrefix(p.Stream, "$")
+			st := DefaultSettings(p.Stream)
 			p.Settings = &st
 		}
 		c.Persistent = &p

@@ -54,8 +54,10 @@
 // catch-up subscriptions). Consumers get a confirmation whose id is
 // "<stream>::<group>", then events with their retry count, at most
 // buffer-size unacknowledged ones each, dispatched round robin
-// (DispatchToSingle fills the first consumer first; Pinned behaves like
-// RoundRobin). Retries are delivered before new events, in event order.
+// (DispatchToSingle fills the first consumer first; Pinned and
+// PinnedByCorrelation send every event of a stream — the resolved event's —
+// to the consumer its hash bucket is assigned to among those connected, and
+// hold it while that consumer is full). Retries are delivered before new events, in event order.
 // ResolveLinkTos is honored for stream groups (the ack id is the link's).
 //
 // A message is retried with retry count + 1 when it is nacked with Retry or

@@ -21,6 +21,15 @@ import (
 const (
 	strategyRoundRobin       = "RoundRobin"
 	strategyDispatchToSingle = "DispatchToSingle"
+	strategyPinned           = "Pinned"
+	strategyPinnedByCorr     = "PinnedByCorrelation"
+
+	// pinnedBuckets is how many buckets Pinned hashes streams into, like
+	// EventStoreDB.
+	pinnedBuckets = 1024
+	// pinnedHold bounds the messages a Pinned group reads ahead and holds
+	// for consumers that are full (EventStoreDB's buffers bound it too).
+	pinnedHold = 10000
 )
 
 type psSettings struct {
@@ -58,6 +67,7 @@ type psGroup struct {
 	lastRead    *uint64              // key of the last source record read (GetInfo's last known event)
 	low         uint64               // no key below it is outstanding (lowestUnfinished)
 	retry       []*psMsg             // queued for (re)delivery, sorted by key
+	held        []*psMsg             // Pinned: read, waiting for their consumer's room, in order
 	consumers   []*psConsumer
 	rr          int // round robin index
 
@@ -134,6 +144,7 @@ func (g *psGroup) reload(s *Server) {
 	g.byKey = map[uint64]bool{}
 	g.lastRead = nil
 	g.retry = nil
+	g.held = nil
 	g.consumers = nil
 	g.rr = 0
 	if g.cp != nil {
@@ -232,9 +243,58 @@ func (g *psGroup) pickConsumer() *psConsumer {
 	return nil
 }
 
+func (g *psGroup) pinned() bool {
+	return g.settings.strategy == strategyPinned || g.settings.strategy == strategyPinnedByCorr
+}
+
+// pinnedConsumer is the consumer of m's stream (the resolved event's): its
+// bucket, among the connected consumers.
+func (g *psGroup) pinnedConsumer(m *psMsg) *psConsumer {
+	r := m.ev.event
+	if r == nil {
+		r = m.ev.link
+	}
+	h := uint64(14695981039346656037) // FNV-1a
+	for i := 0; i < len(r.stream); i++ {
+		h ^= uint64(r.stream[i])
+		h *= 1099511628211
+	}
+	return g.consumers[int(h%pinnedBuckets)%len(g.consumers)]
+}
+
+// pumpPinned delivers every message to the consumer its stream is pinned
+// to, in order; messages whose consumer is full wait for it.
+func (g *psGroup) pumpPinned(s *Server) {
+	kept := g.held[:0]
+	for _, m := range g.held {
+		if c := g.pinnedConsumer(m); c.inflight < c.bufSize {
+			g.deliver(s, c, m)
+		} else {
+			kept = append(kept, m)
+		}
+	}
+	clear(g.held[len(kept):])
+	g.held = kept
+	for g.hasCapacity() && len(g.held) < pinnedHold {
+		m := g.nextMessage(s)
+		if m == nil {
+			return
+		}
+		if c := g.pinnedConsumer(m); c.inflight < c.bufSize {
+			g.deliver(s, c, m)
+		} else {
+			g.held = append(g.held, m)
+		}
+	}
+}
+
 // pump delivers as many messages as consumers have room for.
 func (g *psGroup) pump(s *Server) {
 	if g.deleted || s.stopping || s.shut {
+		return
+	}
+	if len(g.consumers) > 0 && g.pinned() {
+		g.pumpPinned(s)
 		return
 	}
 	for g.hasCapacity() {

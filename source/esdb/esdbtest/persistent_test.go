@@ -1,6 +1,7 @@
 package esdbtest_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -275,4 +276,57 @@ func TestPersistentGetInfo(t *testing.T) {
 				*info.Stats.LastKnownEventRevision == 3 && info.Stats.OutstandingMessagesCount == 3
 		}, "revision 0 checkpointed; the ack made room for 3, now read; 1, 2 and 3 outstanding")
 	})
+}
+
+// Pinned sends every event of a stream to one consumer, in order, holding
+// events while their consumer is full.
+func TestPersistentPinned(t *testing.T) {
+	t.Parallel()
+	s := esdbtest.New(t)
+	c := newClient(t, s)
+	ctx := ctxT(t)
+	require.NoError(t, c.CreatePersistentSubscriptionToAll(ctx, "pinned", esdb.PersistentAllSubscriptionOptions{
+		StartFrom: esdb.Start{}, Filter: orderFilter(),
+		Settings: settings(func(st *esdb.PersistentSubscriptionSettings) { st.ConsumerStrategyName = esdb.ConsumerStrategyPinned }),
+	}))
+	subs := make([]*esdb.PersistentSubscription, 2)
+	chs := make([]<-chan *esdb.PersistentSubscriptionEvent, 2)
+	for i := range subs {
+		subs[i], chs[i] = subscribeAll(t, c, "pinned", 3)
+	}
+	const streams, perStream = 8, 5
+	for v := range perStream {
+		for i := range streams {
+			_, err := s.Append(fmt.Sprintf("order-%d", i), esdbtest.Event{Type: "Placed", Data: []byte(fmt.Sprintf(`{"v":%d}`, v))})
+			require.NoError(t, err)
+		}
+	}
+	owner := map[string]int{}
+	revisions := map[string][]uint64{}
+	for n := 0; n < streams*perStream; n++ {
+		var i int
+		var ev *esdb.EventAppeared
+		select {
+		case m := <-chs[0]:
+			i, ev = 0, m.EventAppeared
+		case m := <-chs[1]:
+			i, ev = 1, m.EventAppeared
+		case <-time.After(waitTimeout):
+			t.Fatalf("timed out after %d events", n)
+		}
+		require.NotNil(t, ev)
+		rec := ev.Event.OriginalEvent()
+		if o, ok := owner[rec.StreamID]; ok {
+			require.Equal(t, o, i, "stream %s moved to another consumer", rec.StreamID)
+		}
+		owner[rec.StreamID] = i
+		revisions[rec.StreamID] = append(revisions[rec.StreamID], rec.EventNumber)
+		require.NoError(t, subs[i].Ack(ev.Event))
+	}
+	used := map[int]bool{}
+	for stream, revs := range revisions {
+		require.Equal(t, []uint64{0, 1, 2, 3, 4}, revs, stream)
+		used[owner[stream]] = true
+	}
+	require.Len(t, used, 2, "both consumers have streams")
 }
