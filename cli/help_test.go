@@ -22,7 +22,7 @@ func TestEveryCommandSaysWhatItChanges(t *testing.T) {
 	var paths []string
 	var walk func(c *cobra.Command, path []string)
 	walk = func(c *cobra.Command, path []string) {
-		if c.Runnable() && len(c.Commands()) == 0 || c.Name() == "migrate" {
+		if c.Runnable() && len(c.Commands()) == 0 || c.Name() == "migrate" || c.Name() == "rebuild" {
 			paths = append(paths, strings.Join(path, " "))
 		}
 		for _, s := range c.Commands() {
@@ -52,7 +52,8 @@ func TestEveryCommandSaysWhatItChanges(t *testing.T) {
 		"migrate", "migrate status", "run", "serve", "status",
 		"parked list", "parked show", "parked repair", "parked declare-gap",
 		"quarantine list", "quarantine retry", "quarantine skip",
-		"conflicts list", "conflicts ack", "oplog", "healthcheck", "rejected list", "rejected replay", "rebuild", "version", "help",
+		"conflicts list", "conflicts ack", "oplog", "healthcheck", "rejected list", "rejected replay",
+		"rebuild", "rebuild status", "rebuild rollback", "rebuild drop", "version", "help",
 		"effects list", "effects show", "effects retry", "effects cancel", "effects reconcile", "effects work",
 		"completion bash", "completion zsh", "completion fish", "completion powershell",
 	}, paths, "every command is covered")

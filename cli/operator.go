@@ -256,6 +256,21 @@ func (c *statusCmd) Run(ctx context.Context, o *statusOptions) error {
 	if err := t.Flush(); err != nil {
 		return err
 	}
+	if len(st.Generations) > len(st.Projections) {
+		// Some projection has more than its live generation: a rebuild.
+		fmt.Fprintln(c.a.stdout)
+		t := clikit.NewTable(c.a.stdout, "PROJECTION", "GENERATION", "CODE VERSION", "STATE", "PHASE", "EVENTS", "LAG")
+		for _, g := range st.Generations {
+			lag := "-"
+			if g.Lag > 0 {
+				lag = clikit.Age(g.Lag)
+			}
+			t.Row(g.Projection, g.Generation, g.CodeVersion, g.State, g.Phase, g.Events, lag)
+		}
+		if err := t.Flush(); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(c.a.stdout, "\nrejected deliveries: %d (%d not replayed)\n", st.Rejected.Total, st.Rejected.Pending)
 	if len(st.Checkpoints) > 0 {
 		fmt.Fprintln(c.a.stdout)

@@ -407,7 +407,9 @@ func TestUsage(t *testing.T) {
 		{name: "NoDatabase", args: []string{"status"}, env: map[string]string{}, want: "no database: set --database-url or $DATABASE_URL"},
 		{name: "FlagAfterArgument", args: []string{"parked", "show", "a", "--limit", "0"}, want: "--limit must be at least 1"},
 		{name: "BadTypeRegex", args: []string{"run", "--esdb-url", "esdb://127.0.0.1:1?tls=false", "--type-regex", "("}, want: "invalid --type-regex"},
-		{name: "RebuildWithoutYes", args: []string{"rebuild", "ledger", "--esdb-url", "esdb://127.0.0.1:1?tls=false"}, want: "pass --yes to confirm"},
+		{name: "RebuildWithoutYes", args: []string{"rebuild", "ledger", "--in-place", "--esdb-url", "esdb://127.0.0.1:1?tls=false"}, want: "pass --yes to confirm"},
+		{name: "DropWithoutYes", args: []string{"rebuild", "drop", "ledger", "--generation", "2"}, want: "pass --yes to confirm"},
+		{name: "DropWithoutGeneration", args: []string{"rebuild", "drop", "ledger", "--yes"}, want: "--generation is required"},
 		{name: "AckWithoutID", args: []string{"conflicts", "ack", "--reason", "x"}, want: "missing conflict id"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

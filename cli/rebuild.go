@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
+	"time"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"strings"
-	"time"
 
 	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/projection"
@@ -22,10 +24,23 @@ type rebuildOptions struct {
 	es         esdbOptions
 	out        clikit.OutputOptions
 	a          *App
-	Workers    int
-	BatchSize  int
 	Projection string
 	Yes        bool
+
+	// In place.
+	InPlace   bool
+	Workers   int
+	BatchSize int
+
+	// Side by side.
+	ReplayBatch   int
+	MaxAggregates int
+	CatchUpEvents int64
+	Retention     time.Duration
+	ExpectChanges bool
+	VerifyTimeout time.Duration
+	Logged        bool
+	Wait          bool
 }
 
 func (o *rebuildOptions) validate(args []string) error {
@@ -41,14 +56,24 @@ func (o *rebuildOptions) validate(args []string) error {
 			return err
 		}
 	}
-	if o.Workers < 1 {
+	switch {
+	case o.Workers < 1:
 		return clikit.Usagef("--workers must be at least 1")
-	}
-	if o.BatchSize < 1 {
+	case o.BatchSize < 1:
 		return clikit.Usagef("--batch-size must be at least 1")
+	case o.ReplayBatch < 1:
+		return clikit.Usagef("--replay-batch-size must be at least 1")
+	case o.MaxAggregates < 1:
+		return clikit.Usagef("--max-aggregates must be at least 1")
+	case o.CatchUpEvents < 1:
+		return clikit.Usagef("--catch-up-events must be at least 1")
+	case o.VerifyTimeout <= 0:
+		return clikit.Usagef("--verify-timeout must be positive")
+	case o.Retention == 0:
+		return clikit.Usagef("--retention must not be 0 (negative retires the previous generation at once)")
 	}
-	if !o.Yes && !o.a.Terminal() {
-		return clikit.Usagef("rebuild deletes the read model of %s: pass --yes to confirm (there is no terminal to ask on)", o.Projection)
+	if o.InPlace && !o.Yes && !o.a.Terminal() {
+		return clikit.Usagef("rebuild --in-place deletes the read model of %s: pass --yes to confirm (there is no terminal to ask on)", o.Projection)
 	}
 	return nil
 }
@@ -57,44 +82,96 @@ func (o *rebuildOptions) validate(args []string) error {
 type rebuildCmd struct{ a *App }
 
 func (c *rebuildCmd) command() *cobra.Command {
-	return leaf("rebuild <projection>", "drop a projection's read model and replay the whole stream into it",
-		`Rebuilds one projection from scratch: empties its read model and its gate
-state, then replays EventStoreDB's $all from the start — mapped and filtered
-like 'run' (--stream-prefix, --type-regex, --version-field) — through the
-same version gate, in batches of --batch-size on --workers workers. Progress
-(events, events/s, ETA) goes to stderr.
+	cmd := leaf("rebuild <projection>", "rebuild a projection from the stream: side by side, verified, switched in at once",
+		`Rebuilds one projection from EventStoreDB's $all — mapped and filtered like
+'run' (--stream-prefix, --type-regex, --version-field) — as a new generation
+of it, side by side with the live one, which keeps serving reads and being
+fed by the workers with no pause:
 
-Live workers of the projection, in every process, pause meanwhile: each
-batch waits for the rebuild's advisory lock, and resumes when it ends
-(batches of other projections pause with it when they share a batch). The
-replay reads $all up to its end when the rebuild starts; the workers apply
-what comes after. A rebuild that fails or is killed half-way leaves the
-projection partly rebuilt: run it again, it starts over.
+  replay     $all from the start into the new generation's own tables (a
+             schema of its own) and gate state, in bulk: one writer, large
+             batches (--replay-batch-size), each aggregate's version kept in
+             memory (--max-aggregates, then looked up), the tables unlogged
+             until it is done (--logged keeps them logged);
+  catch-up   the workers of the projection's code version feed it from now
+             on, with the live one; the rebuild reads $all up to its end
+             through the gate, repeating while a pass reads more than
+             --catch-up-events;
+  verify     the projection's own checks (the ledger: legs balance, balances
+             sum their legs), nothing quarantined or parked beyond the live
+             generation, and — when the code version did not change — the
+             same aggregate versions and the same content (row count and
+             checksum per table) as the live generation, waiting up to
+             --verify-timeout for the two to be in step;
+  switch     one transaction: the new generation is live for every reader,
+             the HTTP API, status and the operator commands; the old one is
+             previous and stays fed for --retention, so that 'rebuild
+             rollback' is instant and exact.
 
-Changes: DELETES the projection's read model (its Resetter) and its rows in
-versions, applied, parked, quarantine and conflicts — parked and quarantined
-events and recorded conflicts of the projection are lost, and the replay
-decides again — then rebuilds them. Operator decisions (skips, declared
-gaps) are not replayed: a gap declared by hand parks again until declared
-again. Records rebuild-start and rebuild-done in the operator log. On a
-terminal it asks first; elsewhere it refuses to start without --yes.`,
+A failed check keeps the live generation, marks the new one failed (see
+'rebuild status') and exits 1; drop it with 'rebuild drop'. Progress —
+phase, events, events/s, ETA — goes to stderr. Killed at any point (even
+SIGKILL), the rebuild resumes where it stopped when run again. Only one
+rebuild of a projection runs at a time: another one fails, or with --wait
+waits and reports the first one's outcome.
+
+A rebuild with a new code version of the projection needs workers of that
+version to keep it current once live: start them (with a consumer of their
+own: another --group, or another --name in catch-up mode) before or during
+the rebuild; the old workers keep feeding the previous generation until they
+stop.
+
+--in-place is the old way: it empties the live read model and its gate
+state, pauses the projection's live workers in every process and replays
+into it through the gate (--workers, --batch-size); readers see it half
+built meanwhile.
+
+Changes: creates a schema with the new generation's tables and gate rows,
+then switches readers and workers to it; drops generations retired before
+(previous ones whose --retention ended). Records rebuild-start,
+rebuild-switch (or rebuild-failed) in the operator log. With --in-place it
+DELETES the read model and its parked, quarantined and conflict records
+(asking first on a terminal; elsewhere it refuses without --yes).`,
 		func(fs *pflag.FlagSet) *rebuildOptions {
 			o := &rebuildOptions{a: c.a}
 			clikit.BindLog(fs, &o.log, "warn")
 			clikit.BindDB(fs, &o.db)
 			bindESDB(fs, &o.es)
 			clikit.BindOutput(fs, &o.out)
-			fs.IntVar(&o.Workers, "workers", 4, "concurrent batches; aggregates are partitioned across them by hash")
-			fs.IntVar(&o.BatchSize, "batch-size", 500, "events per transaction, at most")
-			fs.BoolVarP(&o.Yes, "yes", "y", false, "do not ask: delete and rebuild")
+			fs.BoolVar(&o.InPlace, "in-place", false, "empty the live read model and replay into it, pausing live workers (readers see it half built)")
+			fs.IntVar(&o.Workers, "workers", 4, "--in-place: concurrent batches; aggregates are partitioned across them by hash")
+			fs.IntVar(&o.BatchSize, "batch-size", 500, "--in-place: events per transaction, at most")
+			fs.BoolVarP(&o.Yes, "yes", "y", false, "--in-place: do not ask: delete and rebuild")
+			fs.IntVar(&o.ReplayBatch, "replay-batch-size", projection.DefaultBuildBatch, "events per transaction of the replay (whole $all pages)")
+			fs.IntVar(&o.MaxAggregates, "max-aggregates", projection.DefaultBuildAggregates, "aggregates whose version the replay keeps in memory (about 100 bytes each)")
+			fs.Int64Var(&o.CatchUpEvents, "catch-up-events", projection.DefaultCatchUpEvents, "read $all again while the last pass read more records than this")
+			fs.DurationVar(&o.Retention, "retention", projection.DefaultRetention, "how long the previous generation stays fed, for rollback (negative: retire it at once)")
+			fs.BoolVar(&o.ExpectChanges, "expect-changes", false, "a repair of a read model known to be damaged: do not require the same content as the live generation")
+			fs.DurationVar(&o.VerifyTimeout, "verify-timeout", projection.DefaultVerifyTimeout, "how long verification waits for the new generation and the live one to be in step")
+			fs.BoolVar(&o.Logged, "logged", false, "keep the new generation's tables logged during the replay (slower; survives a database crash)")
+			fs.BoolVar(&o.Wait, "wait", false, "if another process is rebuilding the projection, wait for it and report its outcome")
 			return o
 		}, c.Run)
+	cmd.AddCommand((&rebuildStatusCmd{c.a}).command(), (&rebuildRollbackCmd{c.a}).command(), (&rebuildDropCmd{c.a}).command())
+	return cmd
 }
 
 // RebuildReport is what rebuild prints with --json.
 type RebuildReport struct {
 	Projection string `json:"projection"`
-	// Events counts the events replayed through the gate.
+	// Mode is "side-by-side" or "in-place".
+	Mode string `json:"mode"`
+	// Generation is the generation built and now live, Previous the one
+	// live before (side by side).
+	Generation  int `json:"generation,omitempty"`
+	Previous    int `json:"previous,omitempty"`
+	CodeVersion int `json:"code_version,omitempty"`
+	// Resumed tells that the run continued a rebuild that had stopped;
+	// AlreadyLive that another process built it while this one waited.
+	Resumed     bool `json:"resumed,omitempty"`
+	AlreadyLive bool `json:"already_live,omitempty"`
+	// Events counts the events replayed (in place) or read (side by side,
+	// this run).
 	Events int64 `json:"events"`
 	// Read counts the $all events read; Skipped those that were not for
 	// the projections (system events, other streams or types).
@@ -107,6 +184,113 @@ type RebuildReport struct {
 
 // Run rebuilds the projection.
 func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
+	if o.InPlace {
+		return c.inPlace(ctx, o)
+	}
+	logger := o.log.Logger(c.a.stderr)
+	pool, err := clikit.Connect(ctx, &o.db, 6, logger)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := c.a.prepareSchema(ctx, pool, &o.db, false, false, logger); err != nil {
+		return err
+	}
+	proc, err := c.a.processor(pool, &o.db, logger)
+	if err != nil {
+		return err
+	}
+	r, err := esdb.NewReplayer(o.es.config(esdb.Config{Logger: logger}))
+	if err != nil {
+		return err
+	}
+	con := clikit.NewConsole(c.a.stderr, &o.log)
+	bars := &phaseBars{con: con}
+	res, err := proc.Build(ctx, o.Projection, &projection.BuildOptions{
+		Stream: r, BatchSize: o.ReplayBatch, MaxAggregates: o.MaxAggregates, CatchUpEvents: o.CatchUpEvents,
+		Retention: o.Retention, ExpectChanges: o.ExpectChanges, VerifyTimeout: o.VerifyTimeout, Logged: o.Logged, Wait: o.Wait,
+		Progress: bars.update,
+	})
+	bars.finish()
+	var verr *projection.VerificationError
+	switch {
+	case errors.As(err, &verr):
+		return fmt.Errorf("%w; the live generation stays live; generation %d is kept for inspection ('%s rebuild status %s'; '%s rebuild drop %s --generation %d' drops it)",
+			err, verr.Generation, c.a.name, o.Projection, c.a.name, o.Projection, verr.Generation)
+	case errors.Is(err, projection.ErrBuildInProgress):
+		return fmt.Errorf("%w (--wait waits for it)", err)
+	case err != nil:
+		return err
+	}
+	prog := r.Progress()
+	rep := RebuildReport{Projection: o.Projection, Mode: "side-by-side", Generation: res.Generation, Previous: res.Previous,
+		CodeVersion: res.CodeVersion, Resumed: res.Resumed, AlreadyLive: res.AlreadyLive, Events: res.Events,
+		Read: prog.Read, Skipped: prog.Skipped, Seconds: res.Elapsed.Seconds()}
+	if s := res.Elapsed.Seconds(); s > 0 {
+		rep.Rate = float64(res.Events) / s
+	}
+	if o.out.JSON {
+		return clikit.WriteJSON(c.a.stdout, rep)
+	}
+	if res.AlreadyLive {
+		fmt.Fprintf(c.a.stdout, "generation %d of %s, built by another process meanwhile, is live\n", res.Generation, o.Projection)
+		return nil
+	}
+	resumed := ""
+	if res.Resumed {
+		resumed = " (resumed)"
+	}
+	fmt.Fprintf(c.a.stdout, "rebuilt %s side by side%s: generation %d (code version %d) is live; %d events read in %s, %.0f events/s\n",
+		o.Projection, resumed, res.Generation, res.CodeVersion, res.Events, clikit.Age(res.Elapsed), rep.Rate)
+	if o.Retention > 0 {
+		fmt.Fprintf(c.a.stdout, "generation %d stays fed for %s: '%s rebuild rollback %s' returns to it\n",
+			res.Previous, clikit.Age(o.Retention), c.a.name, o.Projection)
+	}
+	return nil
+}
+
+// phaseBars draws one progress bar per phase of a side-by-side rebuild.
+type phaseBars struct {
+	con   *clikit.Console
+	mu    sync.Mutex
+	bar   *clikit.ProgressBar
+	phase string
+	done  int64
+	frac  float64
+}
+
+func (p *phaseBars) update(pr projection.BuildProgress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pr.Phase != p.phase || p.bar == nil {
+		if p.bar != nil {
+			p.bar.Finish(p.done)
+		}
+		p.phase, p.frac = pr.Phase, pr.Fraction
+		label := fmt.Sprintf("rebuild %s generation %d: %s", pr.Projection, pr.Generation, pr.Phase)
+		if pr.Fraction >= 0 {
+			p.bar = clikit.NewPositionBar(p.con, label, func() float64 { return p.frac })
+		} else {
+			p.bar = clikit.NewProgressBar(p.con, label, "events", 0)
+		}
+	}
+	p.done, p.frac = pr.PhaseEvents, max(pr.Fraction, 0)
+	if pr.Note != "" {
+		p.bar.Note(pr.Note)
+	}
+	p.bar.Update(pr.PhaseEvents)
+}
+
+func (p *phaseBars) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bar != nil {
+		p.bar.Finish(p.done)
+	}
+}
+
+// inPlace rebuilds the projection's live generation in place.
+func (c *rebuildCmd) inPlace(ctx context.Context, o *rebuildOptions) error {
 	if !o.Yes {
 		fmt.Fprintf(c.a.stderr, "This deletes the read model of %s and its parked, quarantined and conflict records in schema %s, then replays the stream.\nType the projection's name to go on: ", o.Projection, o.db.Schema)
 		line, _ := bufio.NewReader(c.a.stdin).ReadString('\n')
@@ -136,7 +320,7 @@ func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
 	}
 	con := clikit.NewConsole(c.a.stderr, &o.log)
 	bar := clikit.NewPositionBar(con, "rebuild "+o.Projection, func() float64 { return r.Progress().Fraction })
-	con.Printf([]any{"projection", o.Projection}, "rebuilding %s: waiting for the projection's lock (live workers pause)", o.Projection)
+	con.Printf([]any{"projection", o.Projection}, "rebuilding %s in place: waiting for the projection's lock (live workers pause)", o.Projection)
 	start := time.Now()
 	var events int64
 	err = proc.Rebuild(ctx, o.Projection, r.Replay, &projection.RebuildOptions{Progress: func(p projection.RebuildProgress) {
@@ -149,7 +333,7 @@ func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
 	}
 	elapsed := time.Since(start)
 	prog := r.Progress()
-	rep := RebuildReport{Projection: o.Projection, Events: events, Read: prog.Read, Skipped: prog.Skipped, Seconds: elapsed.Seconds()}
+	rep := RebuildReport{Projection: o.Projection, Mode: "in-place", Events: events, Read: prog.Read, Skipped: prog.Skipped, Seconds: elapsed.Seconds()}
 	if s := elapsed.Seconds(); s > 0 {
 		rep.Rate = float64(events) / s
 	}
@@ -162,5 +346,165 @@ func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
 	}
 	fmt.Fprintf(c.a.stdout, "rebuilt %s: %d events replayed in %s, %.0f events/s%s\n",
 		strings.TrimSpace(o.Projection), events, clikit.Age(elapsed), rep.Rate, skipped)
+	return nil
+}
+
+// genOptions configures the rebuild subcommands that act on generations.
+type genOptions struct {
+	opOptions
+	a          *App
+	Projection string
+	Generation int
+	Yes        bool
+	drop       bool
+}
+
+func (o *genOptions) validate(args []string) error {
+	name, err := clikit.OneArg(args, "projection")
+	if err != nil {
+		return err
+	}
+	if o.Projection, err = o.a.pickProjection(name); err != nil {
+		return err
+	}
+	if err := o.opOptions.validate(); err != nil {
+		return err
+	}
+	if o.drop {
+		if o.Generation < 1 {
+			return clikit.Usagef("--generation is required")
+		}
+		if !o.Yes && !o.a.Terminal() {
+			return clikit.Usagef("rebuild drop deletes generation %d of %s: pass --yes to confirm (there is no terminal to ask on)", o.Generation, o.Projection)
+		}
+	}
+	return nil
+}
+
+// rebuildStatusCmd lists a projection's generations.
+type rebuildStatusCmd struct{ a *App }
+
+func (c *rebuildStatusCmd) command() *cobra.Command {
+	return leaf("status <projection>", "list a projection's generations: state, phase, position, lag",
+		`Lists every generation of a projection: its code version, state (building,
+catchup, live, previous, failed, retired, dropped), the phase of a rebuild
+working on it, the events the rebuild read, its lag (the age of the last event
+it read, while it is built), and why it failed.
+
+Read-only.`,
+		func(fs *pflag.FlagSet) *genOptions {
+			o := &genOptions{a: c.a}
+			bindOp(fs, &o.opOptions)
+			return o
+		}, c.Run)
+}
+
+// Run lists the generations.
+func (c *rebuildStatusCmd) Run(ctx context.Context, o *genOptions) error {
+	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	gens, err := proc.Generations(ctx, o.Projection)
+	if err != nil {
+		return err
+	}
+	if o.out.JSON {
+		return clikit.WriteJSON(c.a.stdout, gens)
+	}
+	t := clikit.NewTable(c.a.stdout, "GENERATION", "CODE VERSION", "STATE", "PHASE", "EVENTS", "LAG", "SCHEMA", "LIVE AT", "KEEP UNTIL", "ERROR")
+	for _, g := range gens {
+		lag := "-"
+		if g.Lag > 0 {
+			lag = clikit.Age(g.Lag)
+		}
+		t.Row(g.Generation, g.CodeVersion, g.State, g.Phase, g.Events, lag, g.Schema, g.LiveAt, g.KeepUntil, g.Error)
+	}
+	return t.Flush()
+}
+
+// rebuildRollbackCmd makes the previous generation live again.
+type rebuildRollbackCmd struct{ a *App }
+
+func (c *rebuildRollbackCmd) command() *cobra.Command {
+	return leaf("rollback <projection>", "make the previous generation of a projection live again",
+		`Switches readers, the HTTP API and the operator commands back to the
+projection's previous generation, in one transaction; the live one becomes
+previous (still fed, so a second rollback returns to it). The previous
+generation is current only while workers of its code version run: they keep
+feeding it after a switch until its retention ends.
+
+Changes: which generation is live; records rebuild-rollback in the operator
+log.`,
+		func(fs *pflag.FlagSet) *genOptions {
+			o := &genOptions{a: c.a}
+			bindOp(fs, &o.opOptions)
+			return o
+		}, c.Run)
+}
+
+// Run rolls back.
+func (c *rebuildRollbackCmd) Run(ctx context.Context, o *genOptions) error {
+	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	gen, err := proc.Rollback(ctx, o.Projection)
+	if err != nil {
+		return err
+	}
+	if o.out.JSON {
+		return clikit.WriteJSON(c.a.stdout, map[string]any{"projection": o.Projection, "generation": gen})
+	}
+	fmt.Fprintf(c.a.stdout, "generation %d of %s is live again\n", gen, o.Projection)
+	return nil
+}
+
+// rebuildDropCmd drops a generation.
+type rebuildDropCmd struct{ a *App }
+
+func (c *rebuildDropCmd) command() *cobra.Command {
+	return leaf("drop <projection> --generation N", "drop a generation of a projection that is not live",
+		`Drops a generation that is not live — previous, failed, retired, or one
+being built that no rebuild is working on: its schema with its tables (for
+generation 1, whose tables are in the connection's search_path, their rows,
+through the projection's Reset) and its gate rows. A rebuild drops the
+retired generations (previous ones past their retention) by itself.
+
+Changes: DROPS the generation's tables and gate rows; no rollback to it is
+possible afterwards. Records rebuild-drop in the operator log. On a terminal
+it asks first; elsewhere it refuses to start without --yes.`,
+		func(fs *pflag.FlagSet) *genOptions {
+			o := &genOptions{a: c.a, drop: true}
+			bindOp(fs, &o.opOptions)
+			fs.IntVar(&o.Generation, "generation", 0, "the generation to drop (see 'rebuild status')")
+			fs.BoolVarP(&o.Yes, "yes", "y", false, "do not ask: drop")
+			return o
+		}, c.Run)
+}
+
+// Run drops the generation.
+func (c *rebuildDropCmd) Run(ctx context.Context, o *genOptions) error {
+	if !o.Yes {
+		fmt.Fprintf(c.a.stderr, "This drops generation %d of %s (its tables and gate rows) in schema %s.\nType the projection's name to go on: ", o.Generation, o.Projection, o.db.Schema)
+		line, _ := bufio.NewReader(c.a.stdin).ReadString('\n')
+		if strings.TrimSpace(line) != o.Projection {
+			return errors.New("rebuild drop: not confirmed; nothing changed")
+		}
+	}
+	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	if err := proc.DropGeneration(ctx, o.Projection, o.Generation); err != nil {
+		return err
+	}
+	if o.out.JSON {
+		return clikit.WriteJSON(c.a.stdout, map[string]any{"projection": o.Projection, "generation": o.Generation, "dropped": true})
+	}
+	fmt.Fprintf(c.a.stdout, "generation %d of %s dropped\n", o.Generation, o.Projection)
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
@@ -18,6 +19,7 @@ import (
 	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/migrations"
+	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/esdb"
 )
 
@@ -96,6 +98,7 @@ type runOptions struct {
 	DrainTimeout           time.Duration
 	ReadyMaxLag            time.Duration
 	Migrate                bool
+	Build                  bool
 	// EffectsWorkers is how many effects this process performs at once; 0
 	// records intents without performing them (an 'effects work' process
 	// does).
@@ -193,7 +196,12 @@ taken up again, with the same idempotency key, once their claims expire.
 Changes: the projections' read models and inorder's tables in --schema
 (versions, parked, quarantine, conflicts, rejected, checkpoints, effects) and
 River's job table; with --migrate it first applies pending migrations
-(River's included) and creates the read-model tables. In persistent mode it
+(River's included) and creates the read-model tables. With --build (the default), a projection whose code version no live
+generation has — a new version deployed next to the old workers — is rebuilt
+side by side by one of the processes running that version (the others wait
+for it, and take over if it dies): see 'rebuild'. The old workers keep the
+live generation current meanwhile; after the switch, this process feeds the
+new one. In persistent mode it
 may create the subscription group. It calls the effects' other sides.`,
 		func(fs *pflag.FlagSet) *runOptions {
 			o := &runOptions{}
@@ -217,6 +225,7 @@ may create the subscription group. It calls the effects' other sides.`,
 			fs.DurationVar(&o.DrainTimeout, "drain-timeout", esdb.DefaultDrainTimeout, "longest graceful drain after the first signal")
 			fs.DurationVar(&o.ReadyMaxLag, "ready-max-lag", 0, "/readyz fails while the source's lag (the age of the oldest event not committed yet) exceeds this `duration`; 0: lag does not affect readiness")
 			fs.BoolVar(&o.Migrate, "migrate", false, "apply pending migrations and create the read-model tables before starting")
+			fs.BoolVar(&o.Build, "build", true, "rebuild side by side a projection whose code version no live generation has (one process builds, the others wait)")
 			fs.IntVar(&o.EffectsWorkers, "effects-workers", DefaultEffectsWorkers, "effects performed at once by this process (0: only record them, for 'effects work' processes)")
 			return o
 		}, c.Run)
@@ -227,6 +236,9 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	logger := o.log.Logger(c.a.stderr)
 	con := clikit.NewConsole(c.a.stderr, &o.log)
 	conns := o.Workers + 6
+	if o.Build {
+		conns += 3 // a side-by-side rebuild of a new code version
+	}
 	if len(c.a.cfg.Effects) > 0 && o.EffectsWorkers > 0 {
 		conns += effectsConns(o.EffectsWorkers)
 	}
@@ -332,6 +344,17 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	defer stopRun()
 	done := make(chan error, 1)
 	go func() { done <- src.Run(runCtx) }()
+	var builds sync.WaitGroup
+	if o.Build {
+		buildCtx, stopBuilds := context.WithCancel(ctx)
+		defer func() {
+			stopBuilds()
+			builds.Wait()
+		}()
+		if err := c.buildNewVersions(buildCtx, proc, o, logger, &builds); err != nil {
+			return err
+		}
+	}
 	var httpErr error
 	finished := false
 	select {
@@ -420,6 +443,46 @@ func (a *App) prepareSchema(ctx context.Context, pool *pgxpool.Pool, db *clikit.
 		} else if err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// buildNewVersions starts, in the background, a side-by-side rebuild of
+// every projection of which the processor feeds no generation: its code
+// version is new. One process builds; the others wait for it (and resume
+// it if it dies).
+func (c *runCmd) buildNewVersions(ctx context.Context, proc *projection.Processor, o *runOptions, logger *slog.Logger, wg *sync.WaitGroup) error {
+	unfed, err := proc.Unfed(ctx)
+	if err != nil || len(unfed) == 0 {
+		return err
+	}
+	r, err := esdb.NewReplayer(o.es.config(esdb.Config{Logger: logger}))
+	if err != nil {
+		return err
+	}
+	for _, name := range unfed {
+		wg.Go(func() {
+			logger.Info("rebuilding side by side: no live generation has this code version", "projection", name)
+			phase := ""
+			res, err := proc.Build(ctx, name, &projection.BuildOptions{Stream: r, Wait: true, Progress: func(pr projection.BuildProgress) {
+				if pr.Note != "" {
+					logger.Info("rebuild: "+pr.Note, "projection", name, "generation", pr.Generation)
+				}
+				if pr.Phase != phase {
+					phase = pr.Phase
+					logger.Info("rebuild phase", "projection", name, "generation", pr.Generation, "phase", pr.Phase, "events", pr.Events)
+				}
+			}})
+			switch {
+			case err != nil && ctx.Err() != nil:
+				logger.Info("rebuild stopped; the next run resumes it", "projection", name, "generation", res.Generation)
+			case err != nil:
+				logger.Error("rebuild failed: this process feeds no generation of the projection", "projection", name, "error", err)
+			default:
+				logger.Info("rebuild done: the generation of this code version is live", "projection", name,
+					"generation", res.Generation, "previous", res.Previous, "events", res.Events, "already_live", res.AlreadyLive)
+			}
+		})
 	}
 	return nil
 }

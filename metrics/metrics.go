@@ -225,6 +225,7 @@ type dbCollector struct {
 
 	parked, parkedAggs, parkedAge, quarantined, conflicts *prometheus.Desc
 	rejected, cpAge, up                                   *prometheus.Desc
+	genInfo, genEvents, genLag                            *prometheus.Desc
 
 	mu   sync.Mutex // serialises refreshes; guards snap
 	snap *snapshot
@@ -257,12 +258,19 @@ func newDBCollector(proc *projection.Processor, o Options) *dbCollector {
 		rejected:    d("rejected_pending", "Rejected deliveries never replayed. "+global),
 		cpAge:       d("checkpoint_age_seconds", "Seconds since the source's checkpoint was last written (it grows on an idle stream too). "+global, "source"),
 		up:          d("status_up", "1 if this process's last read of the gate state from the database succeeded, else 0."),
+		genInfo: d("generation_info", "1 for every generation of a projection that is not dropped, labelled with its code version, "+
+			"state (building, catchup, live, previous, failed, retired) and the phase of a rebuild working on it. "+global,
+			"projection", "generation", "code_version", "state", "phase"),
+		genEvents: d("generation_rebuild_events", "Events a side-by-side rebuild read into the generation. "+global, "projection", "generation"),
+		genLag: d("generation_lag_seconds", "While a generation is built (building, catchup): the age of the last event the rebuild read; "+
+			"0 otherwise. "+global, "projection", "generation"),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.parked, c.parkedAggs, c.parkedAge, c.quarantined, c.conflicts, c.rejected, c.cpAge, c.up} {
+	for _, d := range []*prometheus.Desc{c.parked, c.parkedAggs, c.parkedAge, c.quarantined, c.conflicts, c.rejected, c.cpAge, c.up,
+		c.genInfo, c.genEvents, c.genLag} {
 		ch <- d
 	}
 }
@@ -291,6 +299,16 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.rejected, prometheus.GaugeValue, float64(s.status.Rejected.Pending))
 	for _, cp := range s.status.Checkpoints {
 		ch <- prometheus.MustNewConstMetric(c.cpAge, prometheus.GaugeValue, cp.Age.Seconds()+since, cp.Name)
+	}
+	for _, g := range s.status.Generations {
+		gen := strconv.Itoa(g.Generation)
+		ch <- prometheus.MustNewConstMetric(c.genInfo, prometheus.GaugeValue, 1, g.Projection, gen, strconv.Itoa(g.CodeVersion), g.State, g.Phase)
+		ch <- prometheus.MustNewConstMetric(c.genEvents, prometheus.GaugeValue, float64(g.Events), g.Projection, gen)
+		lag := 0.0
+		if g.Lag > 0 {
+			lag = g.Lag.Seconds() + since
+		}
+		ch <- prometheus.MustNewConstMetric(c.genLag, prometheus.GaugeValue, lag, g.Projection, gen)
 	}
 }
 

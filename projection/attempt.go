@@ -64,6 +64,7 @@ func (a *attempt) outcome(r *registered) func(idx int, o Outcome) {
 func (a *attempt) gate(ctx context.Context) error {
 	p := a.p
 	b := &pgx.Batch{}
+	p.queueEpochCheck(b, a.bt.epoch) // first: see generations.go
 	// Plans made for one batch's arrays (often while the tables were still
 	// empty) must not be reused for the next: a cached generic plan turns
 	// index probes into scans as tables grow.

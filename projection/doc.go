@@ -75,11 +75,57 @@
 // [Processor.Conflicts], [Processor.Rejected] and the parked-table views of
 // package buffer show what needs attention.
 //
-// # Rebuild
+// # Generations
 //
-// [Processor.Rebuild] empties a projection's read model and version state
-// and replays the stream from the start through the same gate. Live workers
-// of that projection pause meanwhile: every transaction takes the
-// projection's shared advisory lock, and the rebuild holds the exclusive one.
-// A rebuild that dies half-way is simply run again.
+// A generation is a projection's read model as one version of its code
+// builds it ([Versioned]; version 1 by default): its own read-model tables
+// and its own gate state. Generation 1 is what a projection has before any
+// side-by-side rebuild: its tables in the connection's search_path, its gate
+// rows under the projection's name. Generation n > 1 has a schema of its own
+// ("<inorder schema>_<name>_g<n>") and its gate rows under the key
+// "<name>@<n>". The generations table (migration 005) records them; exactly
+// one per projection is live, and [Processor.ReadAggregate],
+// [Processor.ReadList], [Processor.Version], [Processor.Status], the
+// listings and the operator actions use it — a read chooses it in the same
+// snapshot as the rows it reads, so it never mixes two generations.
+//
+// The gate reaches a generation's tables without rewriting the projection's
+// SQL: while a handler runs, the generation's schema is first on the
+// transaction's search_path (set and restored around each projection's
+// handler, so a batch feeding several projections gives each its own). A
+// projection that names its tables' schema cannot be rebuilt side by side.
+//
+// A processor feeds every generation that is live, in catch-up or previous
+// (see the states' constants) and whose code version is its projection's,
+// in the same transaction — each with its own gate rows, in the global lock
+// order by gate key. Result.Projections reports the live generation (else
+// the one in catch-up, else the previous one); a projection of which the
+// processor feeds no generation reports the zero Outcome. Which generations
+// are fed is cached per generation epoch, a counter every change of them
+// moves on; every batch transaction reads the epoch first and starts again
+// with fresh generations when it moved.
+//
+// [Processor.Build] rebuilds a projection side by side: it replays the
+// stream into a new generation in bulk (one writer, no version rows, large
+// batches, unlogged tables, a resumable position), lets the processors of
+// its code version feed it (catch-up), reads the stream to its end through
+// the gate, verifies it ([Verifier], and the live generation's content when
+// the code did not change) and switches it in with one transaction; the
+// old generation stays fed for [Processor.Rollback] until its retention
+// ends. [Processor.DropGeneration] drops one that is not live.
+//
+// Why the catch-up misses nothing: a batch transaction whose epoch check
+// saw the epoch before the generation entered catch-up received its events
+// before that change committed; the rebuild reads the stream's end only
+// after it committed, so it applies them itself. Every transaction that
+// checks later feeds the new generation. The gate makes the double
+// deliveries harmless.
+//
+// # Rebuild in place
+//
+// [Processor.Rebuild] empties a projection's live generation — read model
+// and gate state — and replays the stream from the start through the same
+// gate. Live workers of that projection pause meanwhile: every transaction
+// takes the projection's shared advisory lock, and the rebuild holds the
+// exclusive one. A rebuild that dies half-way is simply run again.
 package projection

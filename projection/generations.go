@@ -1,9 +1,557 @@
 package projection
 
-import "github.com/jackc/pgx/v5"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
-// This file holds what the gate needs to know of generations: which gate
-// key and which read-model schema a registration feeds.
+	"github.com/jackc/pgx/v5"
+)
+
+// This file holds generations as the gate sees them: which generations of
+// its projections a processor feeds (its "view", cached per generation
+// epoch), the epoch check every batch transaction starts with, and the
+// live generation that readers and operator actions use. The doc.go section
+// "Generations" has the model; build.go and switch.go change generations.
+
+// Versioned is implemented by projections that declare the version of their
+// code. A processor feeds only the generations built by its projection's
+// code version (see the package documentation, Generations). A projection
+// that does not implement Versioned is at version 1.
+type Versioned interface {
+	Projection
+	// Version is the version of the projection's code: raise it whenever
+	// what the projection computes from the events changes, and rebuild.
+	// It must be at least 1.
+	Version() int
+}
+
+// codeVersion returns p's code version.
+func codeVersion(p Projection) int {
+	if v, ok := p.(Versioned); ok {
+		return max(v.Version(), 1)
+	}
+	return 1
+}
+
+// Generation states (the generations table's state column; see
+// migrations/sql/005_generations.up.sql).
+const (
+	// StateBuilding: replayed from the start of the stream, in bulk, by
+	// one rebuilder; fed by nobody else.
+	StateBuilding = "building"
+	// StateCatchUp: built, then fed by the rebuilder up to the stream's end
+	// and by every processor of its code version; verified, then switched
+	// in.
+	StateCatchUp = "catchup"
+	// StateLive: the generation readers, the HTTP API and operator tools
+	// use; fed by the processors of its code version. Exactly one per
+	// projection.
+	StateLive = "live"
+	// StatePrevious: the live generation before the last switch or
+	// rollback: still fed, so that a rollback is instant and exact, until
+	// its retention ends.
+	StatePrevious = "previous"
+	// StateFailed: did not pass verification; kept for inspection, fed by
+	// nobody.
+	StateFailed = "failed"
+	// StateRetired: no longer fed (a previous generation past its
+	// retention); dropped by the next rebuild or by an operator.
+	StateRetired = "retired"
+	// StateDropped: its tables and gate rows are gone.
+	StateDropped = "dropped"
+)
+
+// errEpochChanged reports that the generations processors feed changed
+// since a batch's registrations were chosen: the batch starts again with
+// fresh ones.
+var errEpochChanged = errors.New("projection: the generations to feed changed")
+
+// ErrNotFed reports an action on a projection's live generation by a
+// processor that does not feed it: its projection's code version is not
+// the generation's.
+var ErrNotFed = errors.New("the live generation is not fed by this processor (another code version)")
+
+// genRow is a generation as the view needs it.
+type genRow struct {
+	projection  string
+	generation  int
+	codeVersion int
+	key, schema string
+	state       string
+	keepUntil   time.Time
+}
+
+// genCache holds the view of a processor that follows the generations
+// table (processors made by New).
+type genCache struct {
+	mu   sync.Mutex // one load at a time
+	view atomic.Pointer[genView]
+	// stats are the counts of the generations fed that Result.Projections
+	// does not report, by key.
+	statsMu sync.Mutex
+	stats   map[string]*counters
+	// warned remembers the projections warned about feeding nothing.
+	warned sync.Map
+}
+
+// genView is what a processor feeds in one generation epoch.
+type genView struct {
+	epoch int64 // 0: no check (fixed registrations)
+	// proc runs the batches: the processor itself when it feeds exactly
+	// generation 1 of each projection, else a processor with one
+	// registration per generation fed, in key order (the lock order).
+	proc *Processor
+	// report maps each projection of the processor (by index) to the
+	// index in proc.projs of the registration Result.Projections reports
+	// for it — its live generation if fed, else the one in catch-up, else
+	// the previous one — or -1 when it feeds none. nil: the identity.
+	report []int
+	// live holds the registration of each projection's live generation,
+	// when this processor feeds it.
+	live map[string]*registered
+	// rows holds the live generation of each projection.
+	rows map[string]genRow
+	// expires is when a previous generation's retention ends (zero:
+	// never): the view is loaded again then, and the generation retired.
+	expires time.Time
+}
+
+func (gv *genView) fresh() bool {
+	return gv != nil && (gv.expires.IsZero() || time.Now().Before(gv.expires))
+}
+
+// results returns the batch's results as Process reports them: per
+// projection of p, the outcome of the generation the view reports.
+func (gv *genView) results(p *Processor, bt *batch) []Result {
+	if gv.report == nil {
+		return bt.results
+	}
+	backing := make([]Outcome, len(bt.results)*len(p.projs))
+	for i := range bt.results {
+		res := &bt.results[i]
+		outs := backing[i*len(p.projs) : (i+1)*len(p.projs)]
+		o := Outcome(0)
+		for j, k := range gv.report {
+			if k >= 0 {
+				outs[j] = res.Projections[k]
+			} else if res.Err != nil {
+				outs[j] = Rejected // rejected before any projection
+			}
+			if outs[j].severity() > o.severity() {
+				o = outs[j]
+			}
+		}
+		res.Projections, res.Outcome = outs, o
+	}
+	return bt.results
+}
+
+// processFed runs b through the generations the processor feeds: the
+// body of Process. It returns the results and the attempts made.
+func (p *Processor) processFed(ctx context.Context, b Batch) ([]Result, int, error) {
+	attempts := 0
+	for {
+		gv, err := p.feeding(ctx)
+		if err != nil {
+			return nil, max(attempts, 1), err // a try that failed
+		}
+		bt := gv.proc.prepare(b)
+		bt.epoch = gv.epoch
+		err = gv.proc.run(ctx, bt)
+		attempts += bt.attempts
+		if errors.Is(err, errEpochChanged) && ctx.Err() == nil {
+			p.gens.view.CompareAndSwap(gv, nil)
+			continue
+		}
+		if err != nil {
+			return nil, attempts, err
+		}
+		return gv.results(p, bt), attempts, nil
+	}
+}
+
+// queueEpochCheck queues the read of the generation epoch, which fails
+// the transaction with errEpochChanged unless it is epoch. It comes first
+// in every batch transaction: a batch whose check sees the epoch its
+// registrations were chosen in received its events before any change
+// that committed later — the rebuilder, which reads the stream's end only
+// after its change committed, covers them (see build.go, catch-up).
+func (p *Processor) queueEpochCheck(b *pgx.Batch, epoch int64) {
+	if epoch == 0 {
+		return
+	}
+	b.Queue(`SELECT epoch FROM ` + p.table("generation_epoch")).QueryRow(func(row pgx.Row) error {
+		var now int64
+		if err := row.Scan(&now); err != nil {
+			return err
+		}
+		if now != epoch {
+			return errEpochChanged
+		}
+		return nil
+	})
+}
+
+// feeding returns the processor's current view, loading it when the
+// cached one is missing or expired. One goroutine loads at a time; a
+// transient failure is retried as a batch's are, each goroutine with its
+// own backoff.
+func (p *Processor) feeding(ctx context.Context) (*genView, error) {
+	if p.gens == nil {
+		return &genView{proc: p}, nil
+	}
+	if gv := p.gens.view.Load(); gv.fresh() {
+		return gv, nil
+	}
+	backoff := p.policy.Start()
+	for {
+		gv, err := p.loadOnce(ctx)
+		if err == nil {
+			return gv, nil
+		}
+		if !IsTransient(err) || ctx.Err() != nil {
+			return nil, fmt.Errorf("projection: load generations: %w", err)
+		}
+		if ok, werr := backoff.Wait(ctx); werr != nil || !ok {
+			return nil, fmt.Errorf("projection: load generations: %w", errors.Join(werr, err))
+		}
+	}
+}
+
+// loadOnce loads the view unless another goroutine just did.
+func (p *Processor) loadOnce(ctx context.Context) (*genView, error) {
+	p.gens.mu.Lock()
+	defer p.gens.mu.Unlock()
+	if gv := p.gens.view.Load(); gv.fresh() {
+		return gv, nil
+	}
+	gv, err := p.loadView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.gens.view.Store(gv)
+	return gv, nil
+}
+
+// loadView reads the generations of the processor's projections and builds
+// the view. On the way it records generation 1 of projections that have no
+// generation yet (with the processor's code version: the first processor
+// to run decides it) and retires previous generations whose retention
+// ended, moving the epoch on if it changed anything. Each is one statement
+// in its own implicit transaction; an error on a connection that closed is
+// transient.
+func (p *Processor) loadView(ctx context.Context) (*genView, error) {
+	names := p.Projections()
+	versions := make([]int32, len(p.projs))
+	for i, r := range p.projs {
+		versions[i] = int32(r.version)
+	}
+	gens, epoch := p.table("generations"), p.table("generation_epoch")
+	read := func(conn *pgx.Conn) ([]genRow, int64, error) {
+		rows, err := conn.Query(ctx, `SELECT (SELECT epoch FROM `+epoch+`), projection, generation, code_version, key, schema, state, keep_until
+FROM `+gens+` WHERE projection = ANY($1) AND state IN ('live', 'catchup', 'previous')
+ORDER BY projection, generation`, names)
+		if err != nil {
+			return nil, 0, err
+		}
+		var out []genRow
+		var ep int64
+		var keep *time.Time
+		var g genRow
+		_, err = pgx.ForEachRow(rows, []any{&ep, &g.projection, &g.generation, &g.codeVersion, &g.key, &g.schema, &g.state, &keep}, func() error {
+			g.keepUntil = time.Time{}
+			if keep != nil {
+				g.keepUntil = *keep
+			}
+			out = append(out, g)
+			return nil
+		})
+		return out, ep, err
+	}
+	// fix records the missing generations 1 and retires the expired
+	// previous ones.
+	fix := func(conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, `WITH ins AS (
+  INSERT INTO `+gens+` (projection, generation, code_version, key, state, live_at)
+  SELECT u.n, 1, u.v, u.n, 'live', now() FROM unnest($1::text[], $2::int[]) AS u(n, v)
+  WHERE NOT EXISTS (SELECT 1 FROM `+gens+` g WHERE g.projection = u.n)
+  ON CONFLICT DO NOTHING RETURNING 1),
+ret AS (
+  UPDATE `+gens+` SET state = 'retired', ended_at = now(), updated_at = now()
+  WHERE projection = ANY($1) AND state = 'previous' AND keep_until <= now() RETURNING 1)
+UPDATE `+epoch+` SET epoch = epoch + 1 WHERE EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM ret)`, names, versions)
+		return err
+	}
+	try := func() ([]genRow, int64, error) {
+		conn, err := p.pool.Acquire(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		defer conn.Release()
+		rows, ep, err := read(conn.Conn())
+		if err == nil && p.viewNeedsFix(rows) {
+			if err = fix(conn.Conn()); err == nil {
+				rows, ep, err = read(conn.Conn())
+			}
+		}
+		if err != nil && conn.Conn().IsClosed() {
+			err = &connLost{err} // whatever it says: transient
+		}
+		return rows, ep, err
+	}
+	rows, ep, err := try()
+	if err != nil {
+		return nil, err
+	}
+	return p.buildView(ep, rows), nil
+}
+
+// viewNeedsFix reports whether a projection has no live generation yet or a
+// previous generation's retention ended.
+func (p *Processor) viewNeedsFix(rows []genRow) bool {
+	live := map[string]bool{}
+	now := time.Now()
+	for _, g := range rows {
+		if g.state == StateLive {
+			live[g.projection] = true
+		}
+		if g.state == StatePrevious && !g.keepUntil.IsZero() && !g.keepUntil.After(now) {
+			return true
+		}
+	}
+	return len(live) < len(p.projs)
+}
+
+// buildView builds the view of the fed generations rows in epoch.
+func (p *Processor) buildView(epoch int64, rows []genRow) *genView {
+	gv := &genView{epoch: epoch, live: map[string]*registered{}, rows: map[string]genRow{}}
+	byName := map[string][]genRow{}
+	for _, g := range rows {
+		byName[g.projection] = append(byName[g.projection], g)
+		if g.state == StateLive {
+			gv.rows[g.projection] = g
+		}
+		if g.state == StatePrevious && !g.keepUntil.IsZero() && (gv.expires.IsZero() || g.keepUntil.Before(gv.expires)) {
+			gv.expires = g.keepUntil
+		}
+	}
+	// rank orders the generations Result.Projections may report: the live
+	// one, else the one catching up, else the previous one.
+	rank := map[string]int{StateLive: 0, StateCatchUp: 1, StatePrevious: 2}
+	identity := true
+	var targets []*registered
+	report := make([]int, len(p.projs))
+	reported := make([]*registered, len(p.projs))
+	for _, r := range p.projs {
+		report[r.index] = -1
+		var best string
+		n := 0
+		for _, g := range byName[r.name] {
+			if g.codeVersion != r.version {
+				continue
+			}
+			n++
+			if g.key != r.key || g.schema != r.schema {
+				identity = false
+			}
+			// A registration of its own, even for generation 1: the view
+			// numbers and counts its registrations its own way.
+			t := &registered{name: r.name, key: g.key, schema: g.schema, version: r.version, p: r.p, event: r.event,
+				batch: r.batch, lockKey: r.lockKey}
+			if g.state == StateLive {
+				gv.live[r.name] = t
+			}
+			if reported[r.index] == nil || rank[g.state] < rank[best] {
+				reported[r.index], best = t, g.state
+			}
+			targets = append(targets, t)
+		}
+		if n != 1 {
+			identity = false
+		}
+		if n == 0 {
+			p.warnUnfed(r, byName[r.name])
+		}
+	}
+	if identity {
+		gv.proc = p
+		gv.live = nil
+		for _, r := range p.projs {
+			if gv.rows[r.name].state == StateLive {
+				if gv.live == nil {
+					gv.live = map[string]*registered{}
+				}
+				gv.live[r.name] = r
+			}
+		}
+		return gv
+	}
+	slices.SortFunc(targets, func(a, b *registered) int { return strings.Compare(a.key, b.key) })
+	v := &Processor{pool: p.pool, cfg: p.cfg, policy: p.policy, tracer: p.tracer, log: p.log, buf: p.buf, sql: p.sql,
+		pauseLock: p.pauseLock, projs: targets, byName: map[string]*registered{}}
+	for i, t := range targets {
+		t.index = i
+		base := p.byName[t.name]
+		if t == reported[base.index] {
+			report[base.index] = i
+			t.stats = base.stats
+		} else {
+			t.stats = p.genStats(t.key)
+		}
+		v.byName[t.name] = reported[base.index]
+	}
+	gv.proc, gv.report = v, report
+	return gv
+}
+
+// genStats returns the counters of a generation Result.Projections does not
+// report.
+func (p *Processor) genStats(key string) *counters {
+	p.gens.statsMu.Lock()
+	defer p.gens.statsMu.Unlock()
+	c := p.gens.stats[key]
+	if c == nil {
+		c = &counters{}
+		p.gens.stats[key] = c
+	}
+	return c
+}
+
+// warnUnfed logs, once per processor and projection, that the processor
+// feeds no generation of r: none has r's code version.
+func (p *Processor) warnUnfed(r *registered, rows []genRow) {
+	if _, done := p.gens.warned.LoadOrStore(r.name, true); done {
+		return
+	}
+	attrs := []any{"projection", r.name, "code_version", r.version}
+	for _, g := range rows {
+		attrs = append(attrs, g.state, fmt.Sprintf("generation %d (code version %d)", g.generation, g.codeVersion))
+	}
+	p.log.Warn("this process feeds no generation of the projection: none has its code version; "+
+		"rebuild the projection with this version to build one", attrs...)
+}
+
+// liveTarget returns the registration of a projection's live generation
+// for an operator action, which needs its gate key, its schema and a
+// handler of its code version: ErrNotFed when this processor does not feed
+// it.
+func (p *Processor) liveTarget(ctx context.Context, projection string) (*registered, error) {
+	r, ok := p.byName[projection]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
+	}
+	gv, err := p.feeding(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if gv.epoch == 0 { // fixed registrations
+		return r, nil
+	}
+	t := gv.live[projection]
+	if t == nil {
+		g := gv.rows[projection]
+		return nil, fmt.Errorf("projection %s: generation %d (code version %d) is live and this process runs code version %d: %w",
+			projection, g.generation, g.codeVersion, r.version, ErrNotFed)
+	}
+	return t, nil
+}
+
+// liveKeySQL is an expression for the gate key of the live generation of
+// the projection named by the parameter $n.
+func (p *Processor) liveKeySQL(n int) string {
+	return fmt.Sprintf(`coalesce((SELECT key FROM %s WHERE projection = $%d AND state = 'live'), $%d)`, p.table("generations"), n, n)
+}
+
+// liveSchemaSQL is a statement that puts the schema of the live generation
+// of projection $1 first on the transaction's search_path (nothing for
+// generation 1, whose tables are in the connection's search_path).
+func (p *Processor) liveSchemaSQL() string {
+	return `SELECT set_config('search_path',
+  CASE WHEN current_setting('search_path') = '' THEN quote_ident(schema)
+       ELSE quote_ident(schema) || ', ' || current_setting('search_path') END, true)
+FROM ` + p.table("generations") + ` WHERE projection = $1 AND state = 'live' AND schema <> ''`
+}
+
+// liveKey returns the gate key of a projection's live generation.
+func (p *Processor) liveKey(ctx context.Context, projection string) (string, error) {
+	var key string
+	if err := p.pool.QueryRow(ctx, `SELECT `+p.liveKeySQL(1), projection).Scan(&key); err != nil {
+		return "", fmt.Errorf("projection %s: live generation: %w", projection, err)
+	}
+	return key, nil
+}
+
+// liveFilter returns opts with its projection filter turned into the gate
+// key of the projection's live generation.
+func (p *Processor) liveFilter(ctx context.Context, opts ListOptions) (ListOptions, error) {
+	if opts.Projection == "" {
+		return opts, nil
+	}
+	key, err := p.liveKey(ctx, opts.Projection)
+	if err != nil {
+		return opts, err
+	}
+	opts.Projection = key
+	return opts, nil
+}
+
+// checkKeys refuses projection names that are another projection's gate
+// key of a later generation ("ledger@2" beside "ledger").
+func checkKeys(byName map[string]*registered) error {
+	for name := range byName {
+		at := strings.LastIndexByte(name, '@')
+		if at <= 0 {
+			continue
+		}
+		if _, err := strconv.Atoi(name[at+1:]); err == nil && byName[name[:at]] != nil {
+			return fmt.Errorf("projection: the name %q is the key of a generation of projection %q", name, name[:at])
+		}
+	}
+	return nil
+}
+
+// generationKey returns the gate key of generation n of a projection:
+// the name itself for generation 1 — so that a projection's gate rows from
+// before generations stay its first generation's — and "<name>@<n>" after.
+// New refuses a projection whose name is another's key.
+func generationKey(name string, n int) string {
+	if n == 1 {
+		return name
+	}
+	return fmt.Sprintf("%s@%d", name, n)
+}
+
+// generationSchema returns the read-model schema of generation n (> 1) of
+// a projection, for inorder's tables in schema: "<schema>_<name>_g<n>",
+// the name reduced to lower-case letters, digits and underscores (and a
+// hash of it when that changed it), cut to PostgreSQL's 63 bytes.
+func generationSchema(schema, name string, n int) string {
+	clean := strings.Map(func(c rune) rune {
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '_':
+			return c
+		case c >= 'A' && c <= 'Z':
+			return c + 'a' - 'A'
+		}
+		return '_'
+	}, name)
+	if clean != name {
+		clean = fmt.Sprintf("%s_%08x", clean, uint32(advisoryKey64(name)))
+	}
+	suffix := fmt.Sprintf("_g%d", n)
+	s := schema + "_" + clean
+	if len(s)+len(suffix) > 63 {
+		s = fmt.Sprintf("%s_%016x", s[:max(63-len(suffix)-17, 0)], uint64(advisoryKey64(schema+"\x00"+name)))
+	}
+	return s + suffix
+}
 
 // enterSchema queues, before r's handler runs, the statement that puts r's
 // generation schema first on the transaction's search_path, so that the
@@ -15,10 +563,16 @@ func (r *registered) enterSchema(tx *Tx) {
 	if r.schema == "" {
 		return
 	}
-	tx.Queue(`SELECT set_config('search_path',
-  CASE WHEN set_config('inorder.search_path', current_setting('search_path'), true) = '' THEN $1
-       ELSE $1 || ', ' || current_setting('inorder.search_path') END, true)`, pgx.Identifier{r.schema}.Sanitize())
+	tx.Queue(enterSchemaSQL, pgx.Identifier{r.schema}.Sanitize())
 }
+
+// enterSchemaSQL puts the quoted schema $1 first on the search_path.
+const enterSchemaSQL = `SELECT set_config('search_path',
+  CASE WHEN set_config('inorder.search_path', current_setting('search_path'), true) = '' THEN $1
+       ELSE $1 || ', ' || current_setting('inorder.search_path') END, true)`
+
+// leaveSchemaSQL restores the search_path enterSchemaSQL replaced.
+const leaveSchemaSQL = `SELECT set_config('search_path', current_setting('inorder.search_path'), true)`
 
 // leaveSchema queues the statement that restores the search_path
 // enterSchema replaced, after r's handler and before the next projection's.
@@ -26,5 +580,24 @@ func (r *registered) leaveSchema(tx *Tx) {
 	if r.schema == "" {
 		return
 	}
-	tx.Queue(`SELECT set_config('search_path', current_setting('inorder.search_path'), true)`)
+	tx.Queue(leaveSchemaSQL)
+}
+
+// inSchema runs fn with schema first on tx's search_path (fn's statements
+// through tx reach the generation's tables), then restores it. An empty
+// schema changes nothing.
+func inSchema(ctx context.Context, tx pgx.Tx, schema string, fn func() error) error {
+	if schema == "" {
+		return fn()
+	}
+	if _, err := tx.Exec(ctx, enterSchemaSQL, pgx.Identifier{schema}.Sanitize()); err != nil {
+		return fmt.Errorf("search_path: %w", err)
+	}
+	if err := fn(); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, leaveSchemaSQL); err != nil {
+		return fmt.Errorf("search_path: %w", err)
+	}
+	return nil
 }

@@ -100,20 +100,25 @@ func (p *Processor) Status(ctx context.Context, opts *StatusOptions) (Status, er
 	err := pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(`SELECT now()`).QueryRow(func(row pgx.Row) error { return row.Scan(&st.Time) })
-		b.Queue(`SELECT n.name, coalesce(v.aggs, 0), coalesce(v.events, 0),
+		// Each projection's figures are those of its live generation (gate
+		// key n.key).
+		b.Queue(`WITH n AS (SELECT n.name, n.ord, coalesce(g.key, n.name) AS key
+  FROM unnest($1::text[]) WITH ORDINALITY AS n(name, ord)
+  LEFT JOIN `+p.table("generations")+` g ON g.projection = n.name AND g.state = 'live')
+SELECT n.name, coalesce(v.aggs, 0), coalesce(v.events, 0),
   coalesce(pk.events, 0), coalesce(pk.aggs, 0), pk.oldest,
   coalesce(q.n, 0), coalesce(c.open, 0), coalesce(c.acked, 0)
-FROM unnest($1::text[]) WITH ORDINALITY AS n(name, ord)
+FROM n
 LEFT JOIN (SELECT projection, count(*) AS aggs,
     least(sum(version::numeric), $2::numeric)::bigint AS events
-  FROM `+p.table("versions")+` WHERE projection = ANY($1) AND NOT $3 GROUP BY projection) v ON v.projection = n.name
+  FROM `+p.table("versions")+` WHERE projection IN (SELECT key FROM n) AND NOT $3 GROUP BY projection) v ON v.projection = n.key
 LEFT JOIN (SELECT projection, count(*) AS events, count(DISTINCT aggregate) AS aggs, min(parked_at) AS oldest
-  FROM `+p.table("parked")+` WHERE projection = ANY($1) GROUP BY projection) pk ON pk.projection = n.name
+  FROM `+p.table("parked")+` WHERE projection IN (SELECT key FROM n) GROUP BY projection) pk ON pk.projection = n.key
 LEFT JOIN (SELECT projection, count(*) AS n
-  FROM `+p.table("quarantine")+` WHERE projection = ANY($1) GROUP BY projection) q ON q.projection = n.name
+  FROM `+p.table("quarantine")+` WHERE projection IN (SELECT key FROM n) GROUP BY projection) q ON q.projection = n.key
 LEFT JOIN (SELECT projection, count(*) FILTER (WHERE acked_at IS NULL) AS open,
     count(*) FILTER (WHERE acked_at IS NOT NULL) AS acked
-  FROM `+p.table("conflicts")+` WHERE projection = ANY($1) GROUP BY projection) c ON c.projection = n.name
+  FROM `+p.table("conflicts")+` WHERE projection IN (SELECT key FROM n) GROUP BY projection) c ON c.projection = n.key
 ORDER BY n.ord`, p.Projections(), int64(math.MaxInt64), opts.NoTotals).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var s ProjectionStatus
@@ -132,6 +137,7 @@ ORDER BY n.ord`, p.Projections(), int64(math.MaxInt64), opts.NoTotals).Query(fun
 		b.Queue(`SELECT count(*), count(*) FILTER (WHERE replayed_at IS NULL) FROM ` + p.table("rejected")).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&st.Rejected.Total, &st.Rejected.Pending) })
 		queueCheckpoints(b, p.table("checkpoints"), &st.Checkpoints)
+		p.queueGenerations(b, p.Projections(), &st.Generations)
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
@@ -159,6 +165,10 @@ ORDER BY n.ord`, p.Projections(), int64(math.MaxInt64), opts.NoTotals).Query(fun
 	st.Attention.Conflicts = nonNil(st.Attention.Conflicts)
 	st.Attention.Rejected = nonNil(st.Attention.Rejected)
 	st.Checkpoints = nonNil(st.Checkpoints)
+	st.Generations = nonNil(st.Generations)
+	for i := range st.Generations {
+		st.Generations[i].setLag(st.Time)
+	}
 	return st, nil
 }
 
@@ -194,6 +204,10 @@ func (p *Processor) Parked(ctx context.Context, opts ListOptions) ([]ParkedEntry
 	if err := p.checkFilter(opts); err != nil {
 		return nil, err
 	}
+	opts, err := p.liveFilter(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
 	es, err := p.buf.List(ctx, p.pool, p.bufferOptions(opts))
 	if err != nil {
 		return nil, fmt.Errorf("projection: %w", err)
@@ -210,6 +224,10 @@ func (p *Processor) Parked(ctx context.Context, opts ListOptions) ([]ParkedEntry
 // first.
 func (p *Processor) Waiting(ctx context.Context, opts ListOptions) ([]WaitingEntry, error) {
 	if err := p.checkFilter(opts); err != nil {
+		return nil, err
+	}
+	opts, err := p.liveFilter(ctx, opts)
+	if err != nil {
 		return nil, err
 	}
 	ws, err := p.buf.Waiting(ctx, p.pool, p.bufferOptions(opts))
@@ -244,6 +262,10 @@ func (p *Processor) Quarantined(ctx context.Context, opts ListOptions) ([]Quaran
 	if err := p.checkFilter(opts); err != nil {
 		return nil, err
 	}
+	opts, err := p.liveFilter(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
 	rows, err := p.pool.Query(ctx, `SELECT projection, aggregate, version, event_id, type, `+payloadColumns(opts)+`, error, attempts,
   quarantined_at, last_attempt_at
 FROM `+p.table("quarantine")+`
@@ -268,6 +290,10 @@ ORDER BY quarantined_at, projection, aggregate LIMIT $3`, opts.Projection, opts.
 // seen); page with ListOptions.AfterID.
 func (p *Processor) Conflicts(ctx context.Context, opts ListOptions) ([]ConflictEntry, error) {
 	if err := p.checkFilter(opts); err != nil {
+		return nil, err
+	}
+	opts, err := p.liveFilter(ctx, opts)
+	if err != nil {
 		return nil, err
 	}
 	rows, err := p.pool.Query(ctx, `SELECT id, projection, aggregate, version, existing_state, existing_event_id, existing_hash,
@@ -349,7 +375,7 @@ func (p *Processor) Version(ctx context.Context, projection, aggregate string) (
 		return 0, fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
 	}
 	var v int64
-	err := p.pool.QueryRow(ctx, `SELECT version FROM `+p.table("versions")+` WHERE projection = $1 AND aggregate = $2`,
+	err := p.pool.QueryRow(ctx, `SELECT version FROM `+p.table("versions")+` WHERE projection = `+p.liveKeySQL(1)+` AND aggregate = $2`,
 		projection, aggregate).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
@@ -374,6 +400,10 @@ func (p *Processor) Aggregates(ctx context.Context, opts ListOptions) ([]Aggrega
 	if err := p.needProjection(opts); err != nil {
 		return nil, err
 	}
+	opts, err := p.liveFilter(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
 	rows, err := p.pool.Query(ctx, `SELECT aggregate, version, parked, blocked FROM `+p.table("versions")+`
 WHERE projection = $1 AND ($2 = '' OR aggregate = $2) AND aggregate COLLATE "C" > $3
 ORDER BY aggregate COLLATE "C" LIMIT $4`, opts.Projection, opts.Aggregate, opts.After, opts.limit())
@@ -396,6 +426,10 @@ ORDER BY aggregate COLLATE "C" LIMIT $4`, opts.Projection, opts.Aggregate, opts.
 // ListOptions.After. Versions an operator declared missing have no entry.
 func (p *Processor) AppliedLog(ctx context.Context, opts ListOptions) ([]AppliedEntry, error) {
 	if err := p.needProjection(opts); err != nil {
+		return nil, err
+	}
+	opts, err := p.liveFilter(ctx, opts)
+	if err != nil {
 		return nil, err
 	}
 	rows, err := p.pool.Query(ctx, `SELECT aggregate, version, event_id, hash FROM `+p.table("applied_log")+`

@@ -65,9 +65,10 @@ func (p *Processor) DeclareGap(ctx context.Context, projection, agg string, to i
 // then the aggregate's parked successors are drained under savepoints.
 func (p *Processor) operate(ctx context.Context, projection, agg, action, reason string,
 	mutate func(st *aggState, q *candidate) (apply *candidate, from, to int64, err error)) error {
-	r, ok := p.byName[projection]
-	if !ok {
-		return fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
+	// The action is on the live generation: its gate key, its schema.
+	r, err := p.liveTarget(ctx, projection)
+	if err != nil {
+		return err
 	}
 	key := r.key // the gate rows' projection column
 	var retryErr error
@@ -117,9 +118,11 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 			// The projection learns of the hole before the versions after
 			// it are applied.
 			ht := newTx(tx, r.name)
+			r.enterSchema(ht)
 			if err := gh.Gap(ctx, ht, Gap{Aggregate: agg, From: from + 1, To: to, Action: action, Reason: reason}); err != nil {
 				return &HandlerError{Projection: projection, Aggregate: agg, Version: to, Err: fmt.Errorf("gap %d-%d: %w", from+1, to, err)}
 			}
+			r.leaveSchema(ht)
 			if err := ht.Flush(ctx); err != nil {
 				return &HandlerError{Projection: projection, Aggregate: agg, Version: to, Err: fmt.Errorf("gap %d-%d: %w", from+1, to, err)}
 			}

@@ -92,27 +92,36 @@ type BatchInfo struct {
 // refuses to store (an *UnstorableError) is recorded as rejected and the
 // rest of the batch commits.
 func (p *Processor) Process(ctx context.Context, b Batch) (_ []Result, err error) {
-	bt := p.prepare(b)
-	ctx, span := p.startBatchSpan(ctx, bt)
-	defer func() { endBatchSpan(span, bt, err) }()
+	var results []Result
+	var attempts int
+	// The span sees the batch as given (the generations it feeds are
+	// chosen below) and ends with its attempts and results.
+	sb := &batch{Batch: b}
+	ctx, span := p.startBatchSpan(ctx, sb)
+	defer func() {
+		sb.attempts, sb.results = attempts, results
+		endBatchSpan(span, sb, err)
+	}()
 	if p.cfg.OnBatch != nil {
 		start := time.Now()
 		defer func() {
 			info := BatchInfo{Source: b.Source, Projections: p.Projections(), Events: len(b.Events),
-				Duration: time.Since(start), Attempts: bt.attempts, Err: err}
+				Duration: time.Since(start), Attempts: attempts, Err: err}
 			if err == nil {
 				info.Outcomes = map[Outcome]int{}
-				for _, r := range bt.results {
+				for _, r := range results {
 					info.Outcomes[r.Outcome]++
 				}
 			}
 			p.cfg.OnBatch(info)
 		}()
 	}
-	if err := p.run(ctx, bt); err != nil {
+	// The generations the batch feeds, and its attempts: generations.go.
+	results, attempts, err = p.processFed(ctx, b)
+	if err != nil {
 		return nil, err
 	}
-	return bt.results, nil
+	return results, nil
 }
 
 // batch is a batch prepared for its attempts: validated, sorted, with the
@@ -128,6 +137,9 @@ type batch struct {
 	rejected []rejection
 	results  []Result
 	attempts int
+	// epoch is the generation epoch the batch's registrations were chosen
+	// in; its transactions check it first (0: no check). See generations.go.
+	epoch int64
 }
 
 // prepare validates and sorts b's deliveries.

@@ -112,6 +112,9 @@ type Processor struct {
 	// reading them, misspeculated those that tried and had to read them
 	// after all (tests read them).
 	speculated, misspeculated atomic.Int64
+	// gens caches the generations the processor feeds (generations.go);
+	// nil in the processors that feed a fixed set (views, rebuilds).
+	gens *genCache
 }
 
 // lockFirstBatches is how many batches lock up front after a contended one.
@@ -134,7 +137,11 @@ type registered struct {
 	// search_path while the projection's handler runs; "" leaves the
 	// search_path alone (generation 1).
 	schema string
-	stats  counters
+	// version is the projection's code version (Versioned; default 1).
+	version int
+	// stats are the counts of the generation that Result.Projections
+	// reports (see generations.go); shared by the registrations that feed it.
+	stats *counters
 }
 
 // New returns a processor for projections, on the tables of cfg.Schema in
@@ -167,9 +174,10 @@ func New(pool *pgxpool.Pool, cfg *Config, projections ...Projection) (*Processor
 		sql:       newStatements(c.Schema),
 		byName:    make(map[string]*registered),
 		pauseLock: true,
+		gens:      &genCache{stats: map[string]*counters{}},
 	}
 	for _, pr := range projections {
-		r := &registered{name: pr.Name(), key: pr.Name(), p: pr}
+		r := &registered{name: pr.Name(), key: pr.Name(), p: pr, version: codeVersion(pr), stats: &counters{}}
 		switch {
 		case r.name == "":
 			return nil, errors.New("projection: a projection has an empty name")
@@ -189,6 +197,9 @@ func New(pool *pgxpool.Pool, cfg *Config, projections ...Projection) (*Processor
 		r.lockKey = advisoryKey(c.Schema, r.name)
 		p.byName[r.name] = r
 		p.projs = append(p.projs, r)
+	}
+	if err := checkKeys(p.byName); err != nil {
+		return nil, err
 	}
 	// A fixed order of projections keeps lock order the same in every process.
 	sort.Slice(p.projs, func(a, b int) bool { return p.projs[a].name < p.projs[b].name })

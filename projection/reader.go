@@ -109,8 +109,10 @@ type AggregateView struct {
 // ReadAggregate reads an aggregate's version and, through the projection's
 // Reader, its read model, in one read-only REPEATABLE READ transaction: the
 // processor commits a projection's writes and the version in one
-// transaction, so the two always agree. Errors wrap ErrUnknownProjection or
-// ErrNoReader when the projection cannot be read.
+// transaction, so the two always agree. It reads the projection's live
+// generation, chosen in the same snapshot: a read never mixes two
+// generations, also while one is switched in. Errors wrap
+// ErrUnknownProjection or ErrNoReader when the projection cannot be read.
 func (p *Processor) ReadAggregate(ctx context.Context, projection, aggregate string) (AggregateView, error) {
 	rd, err := p.Reader(projection)
 	if err != nil {
@@ -118,11 +120,19 @@ func (p *Processor) ReadAggregate(ctx context.Context, projection, aggregate str
 	}
 	var view AggregateView
 	err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `SELECT version FROM `+p.table("versions")+` WHERE projection = $1 AND aggregate = $2`,
-			projection, aggregate).Scan(&view.Version)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		b := &pgx.Batch{}
+		b.Queue(p.liveSchemaSQL(), projection)
+		b.Queue(`SELECT version FROM `+p.table("versions")+` WHERE projection = `+p.liveKeySQL(1)+` AND aggregate = $2`,
+			projection, aggregate).QueryRow(func(row pgx.Row) error {
+			if err := row.Scan(&view.Version); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			return nil
+		})
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("version: %w", err)
 		}
+		var err error
 		view.Value, view.Found, err = rd.Get(ctx, tx, aggregate)
 		if err != nil {
 			return fmt.Errorf("get: %w", err)
@@ -139,14 +149,21 @@ func (p *Processor) ReadAggregate(ctx context.Context, projection, aggregate str
 }
 
 // ReadList reads one page of a projection's read models through its Reader
-// (see Reader.List), on the processor's pool. Errors wrap
-// ErrUnknownProjection or ErrNoReader when the projection cannot be read.
+// (see Reader.List), in a read-only REPEATABLE READ transaction on the
+// projection's live generation. Errors wrap ErrUnknownProjection or
+// ErrNoReader when the projection cannot be read.
 func (p *Processor) ReadList(ctx context.Context, projection string, q ListQuery) (items []any, next string, err error) {
 	rd, err := p.Reader(projection)
 	if err != nil {
 		return nil, "", err
 	}
-	items, next, err = rd.List(ctx, p.pool, q)
+	err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, p.liveSchemaSQL(), projection); err != nil {
+			return fmt.Errorf("live generation: %w", err)
+		}
+		items, next, err = rd.List(ctx, tx, q)
+		return err
+	})
 	if err != nil {
 		return nil, "", fmt.Errorf("projection %s: list: %w", projection, err)
 	}

@@ -69,9 +69,10 @@ type RebuildProgress struct {
 // A rebuild that fails or is killed half-way leaves the projection partly
 // rebuilt; run it again: a rebuild always starts over from scratch.
 func (p *Processor) Rebuild(ctx context.Context, projection string, replay Replay, opts *RebuildOptions) error {
-	r, ok := p.byName[projection]
-	if !ok {
-		return fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
+	// In place: on the live generation, its gate key and its schema.
+	r, err := p.liveTarget(ctx, projection)
+	if err != nil {
+		return err
 	}
 	resetter, ok := r.p.(Resetter)
 	if !ok {
@@ -117,10 +118,12 @@ func (p *Processor) Rebuild(ctx context.Context, projection string, replay Repla
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("delete gate state: %w", err)
 		}
-		if err := resetter.Reset(ctx, tx); err != nil {
-			return fmt.Errorf("reset read model: %w", err)
-		}
-		return nil
+		return inSchema(ctx, tx, r.schema, func() error {
+			if err := resetter.Reset(ctx, tx); err != nil {
+				return fmt.Errorf("reset read model: %w", err)
+			}
+			return nil
+		})
 	})
 	if err != nil {
 		return fail("reset", err)
@@ -176,7 +179,8 @@ func progress(events int64, elapsed time.Duration, total int64) RebuildProgress 
 // the rebuild lock (its caller holds it exclusively). It shares p's pool,
 // configuration and statements; its counts are its own.
 func (p *Processor) solo(r *registered) *Processor {
-	nr := &registered{name: r.name, key: r.key, schema: r.schema, p: r.p, event: r.event, batch: r.batch, lockKey: r.lockKey}
+	nr := &registered{name: r.name, key: r.key, schema: r.schema, version: r.version, p: r.p, event: r.event, batch: r.batch,
+		lockKey: r.lockKey, stats: &counters{}}
 	return &Processor{
 		pool:   p.pool,
 		cfg:    p.cfg,

@@ -112,6 +112,9 @@ type Status struct {
 	Checkpoints []Checkpoint `json:"checkpoints"`
 	// Rejected counts rejected deliveries.
 	Rejected RejectedCounts `json:"rejected"`
+	// Generations lists the generations of the processor's projections that
+	// exist (not dropped): their state, phase, position and lag.
+	Generations []Generation `json:"generations"`
 	// Attention lists the oldest entries that wait for an operator, at most
 	// StatusEntries of each kind, payloads omitted.
 	Attention Attention `json:"attention"`

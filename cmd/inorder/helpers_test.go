@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
@@ -72,6 +73,24 @@ const streamPrefix = "payment-"
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{db: pgtest.New(t), esdb: esdbtest.New(t)}
+	t.Cleanup(func() {
+		// The schemas of the projections' later generations (rebuild),
+		// before pgtest drops the test's.
+		ctx := context.Background()
+		rows, err := e.db.Pool.Query(ctx, `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)`, e.db.Schema+"_")
+		if err == nil {
+			var schemas []string
+			schemas, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			for _, s := range schemas {
+				if _, derr := e.db.Pool.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{s}.Sanitize()+` CASCADE`); derr != nil {
+					err = derr
+				}
+			}
+		}
+		if err != nil {
+			t.Errorf("drop generation schemas: %v", err)
+		}
+	})
 	e.vars = map[string]string{
 		"DATABASE_URL":          e.db.URL,
 		"INORDER_SCHEMA":        e.db.Schema,

@@ -216,8 +216,8 @@ func TestPersistentSideBySide(t *testing.T) {
 	require.NoError(t, serve.wait(t, 30*time.Second))
 }
 
-// TestRebuild rebuilds the ledger while a worker runs, then kills a rebuild
-// half-way with SIGKILL and reruns it.
+// TestRebuild rebuilds the ledger in place while a worker runs, then kills a
+// rebuild half-way with SIGKILL and reruns it.
 func TestRebuild(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -231,7 +231,7 @@ func TestRebuild(t *testing.T) {
 	require.NoError(t, err)
 
 	var rep cli.RebuildReport
-	e.runJSON(t, &rep, "rebuild", "ledger", "--batch-size", "200", "--yes")
+	e.runJSON(t, &rep, "rebuild", "ledger", "--in-place", "--batch-size", "200", "--yes")
 	require.Equal(t, int64(len(w1)), rep.Events)
 	require.Equal(t, "ledger", rep.Projection)
 	e.requireFold(t, w1)
@@ -245,7 +245,7 @@ func TestRebuild(t *testing.T) {
 	e.requireFold(t, all)
 
 	// Kill a slow rebuild once it has replayed part of the stream.
-	kill := e.start(t, "rebuild", "ledger", "--batch-size", "5", "--workers", "1", "--yes")
+	kill := e.start(t, "rebuild", "ledger", "--in-place", "--batch-size", "5", "--workers", "1", "--yes")
 	deadline := time.Now().Add(time.Minute)
 	for e.count(t, `SELECT count(*) FROM operator_log WHERE action = 'rebuild-start'`) < 2 || e.applied(t) < 100 {
 		require.True(t, time.Now().Before(deadline), "the rebuild never started")
@@ -257,7 +257,7 @@ func TestRebuild(t *testing.T) {
 	require.Less(t, partial, int64(len(all)), "killed half-way")
 	require.Equal(t, int64(1), e.count(t, `SELECT count(*) FROM operator_log WHERE action = 'rebuild-done'`))
 
-	out := e.run(t, "rebuild", "ledger", "-y")
+	out := e.run(t, "rebuild", "ledger", "--in-place", "-y")
 	require.Regexp(t, `rebuilt ledger: `+strconv.Itoa(len(all))+` events replayed`, out)
 	e.requireFold(t, all)
 	require.Equal(t, int64(2), e.count(t, `SELECT count(*) FROM operator_log WHERE action = 'rebuild-done'`))

@@ -107,7 +107,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{}, 2, "inorder: missing command"},
 		// Validation comes before connecting: the database is unreachable.
 		{[]string{"run", "--type-regex", "(", "--database-url", "postgres://127.0.0.1:1/x"}, 2, "invalid --type-regex"},
-		{[]string{"rebuild", "ledger"}, 2, "pass --yes to confirm"},
+		{[]string{"rebuild", "ledger", "--in-place"}, 2, "pass --yes to confirm"},
+		{[]string{"rebuild", "drop", "ledger", "--generation", "2"}, 2, "pass --yes to confirm"},
 		{[]string{"status", "--database-url", "postgres://127.0.0.1:1/x?connect_timeout=2"}, 1, "inorder: error: database 127.0.0.1:1:"},
 		{[]string{"status", "--schema", e.db.Schema + "_missing"}, 1, `schema "` + e.db.Schema + `_missing" does not exist: run 'inorder migrate --schema ` + e.db.Schema + `_missing' first`},
 	} {

@@ -36,6 +36,7 @@ const (
 	EnvRepairAfter    = "INORDER_REPAIR_AFTER"
 	EnvDrainTimeout   = "INORDER_DRAIN_TIMEOUT"
 	EnvMigrate        = "INORDER_MIGRATE"
+	EnvBuild          = "INORDER_BUILD"
 	EnvReadyMaxLag    = "INORDER_READY_MAX_LAG"
 	EnvRiverSchema    = "INORDER_RIVER_SCHEMA"
 	EnvEffectsWorkers = "INORDER_EFFECTS_WORKERS"
@@ -69,6 +70,7 @@ func EnvVars() map[string]string {
 		"from-end":                 EnvFromEnd,
 		"repair-after":             EnvRepairAfter,
 		"drain-timeout":            EnvDrainTimeout,
+		"build":                    EnvBuild,
 		"migrate":                  EnvMigrate,
 		"ready-max-lag":            EnvReadyMaxLag,
 		"river-schema":             EnvRiverSchema,

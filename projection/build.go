@@ -1,0 +1,563 @@
+package projection
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// This file holds side-by-side rebuilds: Build and the steps of the
+// generation it builds — create or resume it, replay (buildreplay.go),
+// catch up, verify and switch (switch.go).
+
+// Phases of a side-by-side rebuild (Generation.Phase, BuildProgress.Phase).
+const (
+	// PhaseReplay: the stream is replayed from its start into the new
+	// generation, in bulk.
+	PhaseReplay = "replay"
+	// PhaseFinalize: the replay's gate state is written (version rows,
+	// applied log) and the generation's tables made durable.
+	PhaseFinalize = "finalize"
+	// PhaseCatchUp: the rebuild reads the stream from where the replay
+	// stopped to its end, through the gate, while the processors of the
+	// generation's code version feed it too.
+	PhaseCatchUp = "catch-up"
+	// PhaseVerify: the generation's checks run (see Processor.Build).
+	PhaseVerify = "verify"
+	// PhaseSwitch: the generation is switched in.
+	PhaseSwitch = "switch"
+)
+
+// Defaults of BuildOptions.
+const (
+	// DefaultBuildBatch is BuildOptions.BatchSize's default.
+	DefaultBuildBatch = 5000
+	// DefaultBuildAggregates is BuildOptions.MaxAggregates's default:
+	// about 100 MB of memory.
+	DefaultBuildAggregates = 1 << 20
+	// DefaultCatchUpEvents is BuildOptions.CatchUpEvents's default.
+	DefaultCatchUpEvents = 10_000
+	// DefaultRetention is BuildOptions.Retention's default.
+	DefaultRetention = 24 * time.Hour
+	// DefaultVerifyTimeout is BuildOptions.VerifyTimeout's default.
+	DefaultVerifyTimeout = time.Minute
+)
+
+// Errors of side-by-side rebuilds.
+var (
+	// ErrBuildInProgress reports a Build of a projection that another
+	// process (or goroutine) is building, when BuildOptions.Wait is false.
+	ErrBuildInProgress = errors.New("a rebuild of the projection is in progress")
+	// ErrNoPrevious reports a rollback without a previous generation that
+	// is still fed.
+	ErrNoPrevious = errors.New("no previous generation to roll back to")
+	// ErrLiveGeneration reports an attempt to drop the live generation.
+	ErrLiveGeneration = errors.New("the generation is live")
+	// ErrNoGeneration reports a generation number that does not exist.
+	ErrNoGeneration = errors.New("no such generation")
+	// ErrNoSchema reports a projection that created no table in its new
+	// generation's schema: its SQL names its schema instead of following the
+	// search_path, so it cannot be rebuilt side by side (rebuild it in
+	// place).
+	ErrNoSchema = errors.New("the projection's tables do not follow the search_path")
+)
+
+// VerificationError reports a new generation that did not pass its checks:
+// it was not switched in and is kept, in state StateFailed, for inspection.
+type VerificationError struct {
+	Projection string
+	Generation int
+	// Problems says what failed, one entry per check.
+	Problems []string
+}
+
+// Error implements error.
+func (e *VerificationError) Error() string {
+	return fmt.Sprintf("projection %s: generation %d failed verification: %s", e.Projection, e.Generation, strings.Join(e.Problems, "; "))
+}
+
+// BuildOptions configures Processor.Build. Stream is required.
+type BuildOptions struct {
+	// Stream is the source's history. Required.
+	Stream Stream
+
+	// BatchSize is how many events the replay applies per transaction (and
+	// per BatchHandler call): at least that many, the stream's batches
+	// being kept whole. Default DefaultBuildBatch (5000).
+	BatchSize int
+
+	// MaxAggregates bounds the aggregates whose version the replay keeps
+	// in memory; beyond, it forgets them and looks them up in its journal
+	// (an index on it is created then). Default DefaultBuildAggregates.
+	MaxAggregates int
+
+	// CatchUpEvents is the replay's and the catch-up's threshold: each
+	// reads the stream to its end again while the last pass read more
+	// records than this. Default DefaultCatchUpEvents (10,000).
+	CatchUpEvents int64
+
+	// Retention is how long the generation that was live stays fed after
+	// the switch, for an exact rollback; it is then retired (no longer
+	// fed) and dropped by the next rebuild. Default DefaultRetention (24 h);
+	// negative retires it at once.
+	Retention time.Duration
+
+	// ExpectChanges skips the comparison with the live generation's
+	// content that a rebuild with the same code version makes: for a
+	// repair of a read model known to be damaged.
+	ExpectChanges bool
+
+	// VerifyTimeout bounds how long verification waits for the new
+	// generation and the live one to be in step (the same aggregate
+	// versions, nothing parked beyond) before it gives up. Default
+	// DefaultVerifyTimeout (1 min).
+	VerifyTimeout time.Duration
+
+	// Logged keeps the new generation's tables logged during the replay.
+	// By default they are unlogged (no write-ahead log: faster, and lost
+	// if the database server crashes, in which case the replay starts
+	// again) and made logged when the generation goes into catch-up.
+	Logged bool
+
+	// Wait makes a Build that finds the projection being built by another
+	// process wait for it instead of failing with ErrBuildInProgress; if
+	// that one completes, Build reports it (BuildResult.AlreadyLive).
+	Wait bool
+
+	// Progress, if set, is called after every replay transaction and
+	// catch-up batch, at every phase change, and with notes (waiting for
+	// another build, verification retries), from the goroutine that called
+	// Build.
+	Progress func(BuildProgress)
+}
+
+// BuildProgress reports a side-by-side rebuild's progress.
+type BuildProgress struct {
+	Projection string
+	Generation int
+	// Phase is the current phase (PhaseReplay, …).
+	Phase string
+	// Events counts the events the rebuild read, all phases.
+	Events int64
+	// PhaseEvents counts those of the current phase; Elapsed is the time
+	// since it began and Rate PhaseEvents per second of it.
+	PhaseEvents int64
+	Elapsed     time.Duration
+	Rate        float64
+	// Fraction is how far the phase's current read of the stream is, from
+	// 0 to 1, when the Stream tells (StreamProgress); else -1. ETA
+	// estimates the time left to the end of that read from it.
+	Fraction float64
+	ETA      time.Duration
+	// Position is the last position applied.
+	Position Position
+	// Note, when set, is a message for operators.
+	Note string
+}
+
+// BuildResult reports a side-by-side rebuild.
+type BuildResult struct {
+	Projection string
+	// Generation is the generation built; Previous the one that was live.
+	Generation  int
+	Previous    int
+	CodeVersion int
+	// Events counts the events the rebuild read (this run only).
+	Events int64
+	// Resumed is true when the run continued a rebuild that had stopped.
+	Resumed bool
+	// AlreadyLive is true when another process built the generation while
+	// this Build waited for it (BuildOptions.Wait).
+	AlreadyLive bool
+	// Elapsed is the run's duration.
+	Elapsed time.Duration
+}
+
+// Build rebuilds a projection side by side: it builds a new generation —
+// its own read-model tables in a schema of its own, its own gate state —
+// from the whole stream while the live generation keeps serving and being
+// fed, checks it, and switches it in with one transaction. See the package
+// documentation, Generations, for the model.
+//
+// The phases:
+//
+//  1. Replay (PhaseReplay): the stream from its start into the new
+//     generation, in order, by one writer, without the gate's version rows
+//     — each aggregate's last version is kept in memory (bounded by
+//     BuildOptions.MaxAggregates) and its applied log appended to an
+//     unlogged journal — with BatchHandlers called on large batches and the
+//     tables unlogged. Each transaction stores the replay's position: a
+//     Build stopped any way (SIGKILL included) resumes there. Events that
+//     do not continue their aggregate (duplicates, gaps, out-of-order
+//     versions) and handler failures go through the gate instead, where
+//     they park, count as duplicates, conflict or are quarantined as in a
+//     live batch. The replay reads the stream to its end again while a
+//     pass reads more than BuildOptions.CatchUpEvents records.
+//  2. Finalize (PhaseFinalize): in one transaction, the version rows and
+//     applied log are written from the journal, the tables made logged, and
+//     the generation enters catch-up: from then on every processor whose
+//     projection has the generation's code version feeds it, with the live
+//     one, in the same transactions.
+//  3. Catch-up (PhaseCatchUp): the rebuild reads the stream from where the
+//     replay stopped to its end, through the gate: the events processors
+//     applied to the live generation only, before they fed the new one,
+//     all come before that end (see the package documentation).
+//  4. Verify (PhaseVerify) and switch (PhaseSwitch), in one REPEATABLE READ
+//     transaction: the projection's Verify (Verifier), nothing quarantined
+//     or parked beyond what the live generation has, and, when the code
+//     version did not change and BuildOptions.ExpectChanges is false, the
+//     same aggregate versions and the same content as the live generation
+//     (row count and checksum per table); then the new generation is live
+//     and the old one previous (still fed, for Rollback, until
+//     BuildOptions.Retention ends). While the two are not in step yet, it
+//     reads the stream again and retries, up to BuildOptions.VerifyTimeout.
+//     A failed check leaves the old generation live and the new one in
+//     StateFailed with a *VerificationError.
+//
+// Only one Build of a projection runs at a time, across processes (a
+// session advisory lock): another one fails with ErrBuildInProgress, or
+// waits (BuildOptions.Wait). A Build resumes a generation of its code
+// version that is being built; one of another code version is marked
+// failed ("superseded"). Retired generations are dropped first.
+//
+// The projection's SQL must use unqualified table names (the generation's
+// schema comes first on the search_path); else ErrNoSchema.
+func (p *Processor) Build(ctx context.Context, projection string, opts *BuildOptions) (BuildResult, error) {
+	r, ok := p.byName[projection]
+	if !ok {
+		return BuildResult{}, fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
+	}
+	if opts == nil || opts.Stream == nil {
+		return BuildResult{}, fmt.Errorf("projection %s: build: BuildOptions.Stream is required", projection)
+	}
+	o := *opts
+	o.BatchSize = cmp.Or(max(o.BatchSize, 0), DefaultBuildBatch)
+	o.MaxAggregates = cmp.Or(max(o.MaxAggregates, 0), DefaultBuildAggregates)
+	o.CatchUpEvents = cmp.Or(max(o.CatchUpEvents, 0), DefaultCatchUpEvents)
+	o.Retention = cmp.Or(o.Retention, DefaultRetention)
+	o.VerifyTimeout = cmp.Or(max(o.VerifyTimeout, 0), DefaultVerifyTimeout)
+	b := &builder{p: p, r: r, opts: o, start: time.Now(), res: BuildResult{Projection: projection, CodeVersion: r.version}}
+	err := b.run(ctx)
+	b.res.Elapsed = time.Since(b.start)
+	if err != nil {
+		var verr *VerificationError
+		if errors.As(err, &verr) {
+			return b.res, err
+		}
+		return b.res, fmt.Errorf("projection %s: build generation %d: %w", projection, b.gen.Generation, err)
+	}
+	return b.res, nil
+}
+
+// builder is one Build call.
+type builder struct {
+	p     *Processor
+	r     *registered // the projection's registration in p
+	opts  BuildOptions
+	start time.Time
+	res   BuildResult
+	conn  *pgxpool.Conn // holds the build lock; the replay writes through it
+	gen   Generation
+	// gate is a processor feeding the new generation only: the gate of its
+	// catch-up, and of the replay's events that do not continue their
+	// aggregate.
+	gate *Processor
+
+	phase      string
+	phaseStart time.Time
+	phaseRead  int64
+	fraction   func() float64
+	lastShown  time.Time
+}
+
+// lockKey is the key of the session advisory lock a Build holds.
+func (b *builder) lockKey() int64 {
+	return advisoryKey64("inorder.build\x00" + b.p.cfg.Schema + "\x00" + b.r.name)
+}
+
+func (b *builder) run(ctx context.Context) error {
+	p := b.p
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire a connection: %w", err)
+	}
+	b.conn = conn
+	defer conn.Release()
+	if _, err := p.feeding(ctx); err != nil { // records generation 1 if need be
+		return err
+	}
+	waitedFor, err := b.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.unlock(ctx)
+
+	gens, err := p.Generations(ctx, b.r.name)
+	if err != nil {
+		return err
+	}
+	for _, g := range gens {
+		switch {
+		case g.State == StateLive:
+			b.res.Previous = g.Generation
+			if waitedFor != 0 && g.Generation == waitedFor {
+				// The build this one waited for completed.
+				b.gen, b.res.Generation, b.res.AlreadyLive = g, g.Generation, true
+				return nil
+			}
+		case g.State == StateBuilding || g.State == StateCatchUp:
+			if g.CodeVersion == b.r.version {
+				b.gen, b.res.Resumed = g, true
+				continue
+			}
+			if err := p.setFailed(ctx, g, fmt.Sprintf("superseded by a rebuild with code version %d", b.r.version)); err != nil {
+				return err
+			}
+		case g.State == StateRetired:
+			if err := p.dropGeneration(ctx, b.r, g); err != nil {
+				return err
+			}
+		}
+	}
+	if !b.res.Resumed {
+		if err := b.create(ctx); err != nil {
+			return err
+		}
+	}
+	b.res.Generation = b.gen.Generation
+	b.gate = p.genProcessor(b.r, b.gen.Key, b.gen.Schema)
+	p.log.InfoContext(ctx, "rebuild side by side", "projection", b.r.name, "generation", b.gen.Generation,
+		"code_version", b.r.version, "state", b.gen.State, "resumed", b.res.Resumed)
+
+	if b.gen.State == StateBuilding {
+		if err := b.replay(ctx); err != nil {
+			return err
+		}
+		if err := b.finalize(ctx); err != nil {
+			return err
+		}
+	}
+	if err := b.catchUp(ctx); err != nil {
+		return err
+	}
+	return b.verifyAndSwitch(ctx)
+}
+
+// lock takes the projection's build lock on b.conn. When another process
+// holds it, it fails with ErrBuildInProgress, or with BuildOptions.Wait
+// waits for it and returns the generation that was being built.
+func (b *builder) lock(ctx context.Context) (waitedFor int, err error) {
+	// A build that was cancelled in this process a moment ago may still
+	// hold the lock: its connection closed, its server session ending.
+	for wait := 5 * time.Millisecond; ; wait *= 2 {
+		var ok bool
+		if err := b.conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, b.lockKey()).Scan(&ok); err != nil {
+			return 0, fmt.Errorf("build lock: %w", err)
+		}
+		if ok {
+			return 0, nil
+		}
+		if wait > time.Second {
+			break
+		}
+		if err := sleepCtx(ctx, wait); err != nil {
+			return 0, err
+		}
+	}
+	var other Generation
+	gens, err := b.p.Generations(ctx, b.r.name)
+	if err != nil {
+		return 0, err
+	}
+	for _, g := range gens {
+		if g.State == StateBuilding || g.State == StateCatchUp {
+			other = g
+		}
+	}
+	what := "a rebuild"
+	if other.Generation != 0 {
+		what = fmt.Sprintf("generation %d (code version %d, %s)", other.Generation, other.CodeVersion, cmp.Or(other.Phase, other.State))
+	}
+	if !b.opts.Wait {
+		return 0, fmt.Errorf("%s is being built by another process: %w", what, ErrBuildInProgress)
+	}
+	b.gen = other
+	b.note(fmt.Sprintf("waiting: %s is being built by another process", what))
+	if _, err := b.conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, b.lockKey()); err != nil {
+		return 0, fmt.Errorf("build lock: %w", err)
+	}
+	return other.Generation, nil
+}
+
+// unlock releases the build lock; if it cannot, it closes the session,
+// which releases it.
+func (b *builder) unlock(ctx context.Context) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var released bool
+	if err := b.conn.QueryRow(uctx, `SELECT pg_advisory_unlock($1)`, b.lockKey()).Scan(&released); err != nil || !released {
+		_ = b.conn.Conn().Close(uctx)
+	}
+}
+
+// create records a new generation, in state building.
+func (b *builder) create(ctx context.Context) error {
+	p := b.p
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(generation), 0) + 1 FROM `+p.table("generations")+` WHERE projection = $1`,
+			b.r.name).Scan(&n); err != nil {
+			return err
+		}
+		key, schema := generationKey(b.r.name, n), generationSchema(p.cfg.Schema, b.r.name, n)
+		rows, err := tx.Query(ctx, `INSERT INTO `+p.table("generations")+` (projection, generation, code_version, key, schema, state, phase)
+VALUES ($1, $2, $3, $4, $5, 'building', 'replay') RETURNING `+generationColumns, b.r.name, n, b.r.version, key, schema)
+		if err != nil {
+			return err
+		}
+		if b.gen, err = pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (Generation, error) { return scanGeneration(rows) }); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, p.sql.operatorLog, "rebuild-start", b.r.name, "", nil, n,
+			fmt.Sprintf("side by side: generation %d, code version %d, schema %s", n, b.r.version, schema))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("create generation: %w", err)
+	}
+	return nil
+}
+
+// genProcessor returns a processor that feeds one generation of r's
+// projection (gate key key, read-model schema schema): no generation epoch
+// to check, no rebuild lock.
+func (p *Processor) genProcessor(r *registered, key, schema string) *Processor {
+	nr := &registered{name: r.name, key: key, schema: schema, version: r.version, p: r.p, event: r.event, batch: r.batch,
+		lockKey: r.lockKey, stats: &counters{}}
+	return &Processor{pool: p.pool, cfg: p.cfg, policy: p.policy, tracer: p.tracer, log: p.log, buf: p.buf, sql: p.sql,
+		projs: []*registered{nr}, byName: map[string]*registered{nr.name: nr}}
+}
+
+// setPhase records the phase in the generation's row and reports it.
+func (b *builder) setPhase(ctx context.Context, phase string, fraction func() float64) error {
+	b.phase, b.phaseStart, b.phaseRead, b.fraction = phase, time.Now(), 0, fraction
+	b.gen.Phase = phase
+	if _, err := b.p.pool.Exec(ctx, `UPDATE `+b.p.table("generations")+` SET phase = $2, updated_at = now() WHERE key = $1`,
+		b.gen.Key, phase); err != nil {
+		return fmt.Errorf("record phase %s: %w", phase, err)
+	}
+	b.p.log.InfoContext(ctx, "rebuild phase", "projection", b.r.name, "generation", b.gen.Generation, "phase", phase,
+		"events", b.res.Events)
+	b.report(true, "")
+	return nil
+}
+
+// note reports a message.
+func (b *builder) note(msg string) { b.report(true, msg) }
+
+// report calls BuildOptions.Progress.
+func (b *builder) report(force bool, note string) {
+	if b.opts.Progress == nil {
+		return
+	}
+	now := time.Now()
+	if !force && now.Sub(b.lastShown) < 50*time.Millisecond {
+		return
+	}
+	b.lastShown = now
+	pr := BuildProgress{Projection: b.r.name, Generation: b.gen.Generation, Phase: b.phase, Events: b.res.Events,
+		PhaseEvents: b.phaseRead, Fraction: -1, Position: b.gen.Position, Note: note}
+	if !b.phaseStart.IsZero() {
+		pr.Elapsed = now.Sub(b.phaseStart)
+	}
+	if s := pr.Elapsed.Seconds(); s > 0 {
+		pr.Rate = float64(pr.PhaseEvents) / s
+	}
+	if b.fraction != nil {
+		pr.Fraction = b.fraction()
+		if pr.Fraction > 0 && pr.Fraction < 1 {
+			pr.ETA = time.Duration(float64(pr.Elapsed) * (1 - pr.Fraction) / pr.Fraction)
+		}
+	}
+	b.opts.Progress(pr)
+}
+
+// streamFraction returns the stream's progress function, if it has one.
+func (b *builder) streamFraction() func() float64 {
+	if sp, ok := b.opts.Stream.(StreamProgress); ok {
+		return sp.Fraction
+	}
+	return nil
+}
+
+// catchUp reads the stream from the generation's position to its end
+// through the gate, storing the position with each batch, until a pass
+// reads no more than BuildOptions.CatchUpEvents records.
+func (b *builder) catchUp(ctx context.Context) error {
+	if err := b.setPhase(ctx, PhaseCatchUp, b.streamFraction()); err != nil {
+		return err
+	}
+	for {
+		n, err := b.catchUpPass(ctx)
+		if err != nil {
+			return err
+		}
+		if n <= b.opts.CatchUpEvents {
+			return nil
+		}
+	}
+}
+
+// catchUpPass reads the stream from the generation's position to its end
+// once, through the gate, and returns the records it read.
+func (b *builder) catchUpPass(ctx context.Context) (int64, error) {
+	var read int64
+	var mu sync.Mutex // fn is called from one goroutine; Progress may read concurrently
+	err := b.opts.Stream.Read(ctx, b.gen.Position, func(ctx context.Context, sb StreamBatch) error {
+		if len(sb.Position) == 0 {
+			return errors.New("the stream gave a batch without a position")
+		}
+		pos, at, n := sb.Position, sb.Time, sb.Read
+		save := func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `UPDATE `+b.p.table("generations")+`
+SET position = $2, position_time = $3, events = events + $4, updated_at = now() WHERE key = $1`, b.gen.Key, []byte(pos), nullTime(at), n)
+			return err
+		}
+		var err error
+		if len(sb.Events)+len(sb.Rejects) > 0 {
+			_, err = b.gate.Process(ctx, Batch{Events: sb.Events, Rejects: sb.Rejects, Source: "rebuild:" + b.gen.Key, BeforeCommit: save})
+		} else {
+			err = pgx.BeginFunc(ctx, b.p.pool, func(tx pgx.Tx) error { return save(ctx, tx) })
+		}
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		read += n
+		b.phaseRead += n
+		b.res.Events += n
+		b.gen.Position, b.gen.PositionTime = pos, at
+		b.report(false, "")
+		return nil
+	})
+	if err != nil {
+		return read, fmt.Errorf("catch-up: %w", err)
+	}
+	return read, nil
+}
+
+// nullTime returns nil for the zero time, for a NULL timestamp.
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

@@ -1,0 +1,316 @@
+package projection_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/httpapi"
+	"github.com/inorder/inorder/projection"
+)
+
+// liveFolds holds, per payment and version, the read model the in-order
+// fold gives: what a reader may see at that version, and nothing else.
+type liveFolds map[string][]liveFold
+
+type liveFold struct {
+	payment ledger.Payment
+	legs    []ledger.Leg
+}
+
+func newLiveFolds(t *testing.T, events []aggregate.Event) liveFolds {
+	t.Helper()
+	by := map[string][]aggregate.Event{}
+	for _, e := range events {
+		by[e.Aggregate] = append(by[e.Aggregate], e)
+	}
+	out := liveFolds{}
+	for id, es := range by {
+		folds := make([]liveFold, len(es)+1)
+		var p *ledger.Payment
+		var legs []ledger.Leg
+		for _, e := range es { // Generate keeps each payment's versions in order
+			next, ls, err := ledger.Step(p, e)
+			require.NoError(t, err)
+			p, legs = next, append(append([]ledger.Leg(nil), legs...), ls...)
+			folds[e.Version] = liveFold{payment: *p, legs: legs}
+		}
+		out[id] = folds
+	}
+	return out
+}
+
+// liveResponse is the HTTP API's answer for one payment.
+type liveResponse struct {
+	Version int64 `json:"version"`
+	Data    struct {
+		ledger.Payment
+		Legs []ledger.Leg `json:"legs"`
+	} `json:"data"`
+}
+
+// TestBuildUnderLiveTraffic rebuilds the ledger side by side while events
+// keep being appended — during the replay, the catch-up, the verification
+// and after the switch — and delivered shuffled and duplicated to three
+// competing workers, each a processor of its own (as separate processes
+// would be), while readers hammer the HTTP API. Every read must be
+// exactly the in-order fold of its payment at the version it reports (a
+// read mixing generations, or a partial one, is not), no read may fail,
+// and no payment's version may go back; at the end both generations equal
+// the in-order fold of everything appended.
+func TestBuildUnderLiveTraffic(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := genSetup(t)
+	all := ledger.Generate(rand.New(rand.NewPCG(31, 32)), 250, 8)
+	folds := newLiveFolds(t, all)
+	ids := make([]string, 0, len(folds))
+	for id := range folds {
+		ids = append(ids, id)
+	}
+	initial := len(all) * 2 / 5
+	stream := newGenStream(all[:initial], 25)
+
+	// The broker: every event appended to the stream is delivered at least
+	// once, 20% twice, shuffled within windows, to competing workers.
+	deliveries := make(chan []aggregate.Event)
+	appendedAll := make(chan struct{})
+	var delivered atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(deliveries)
+		rng := rand.New(rand.NewPCG(33, 34))
+		cursor := 0
+		for {
+			events := stream.All()
+			if cursor == len(events) {
+				select {
+				case <-appendedAll:
+					if cursor == len(stream.All()) {
+						return nil
+					}
+				case <-gctx.Done():
+					return gctx.Err()
+				case <-time.After(2 * time.Millisecond):
+				}
+				continue
+			}
+			window := events[cursor:min(cursor+60, len(events))]
+			cursor += len(window)
+			var ds []aggregate.Event
+			for _, e := range window {
+				ds = append(ds, e)
+				if rng.IntN(5) == 0 {
+					ds = append(ds, e)
+				}
+			}
+			rng.Shuffle(len(ds), func(i, j int) { ds[i], ds[j] = ds[j], ds[i] })
+			for len(ds) > 0 {
+				n := min(1+rng.IntN(20), len(ds))
+				select {
+				case deliveries <- ds[:n]:
+				case <-gctx.Done():
+					return gctx.Err()
+				}
+				ds = ds[n:]
+			}
+		}
+	})
+	for w := range 3 {
+		proc := b.proc
+		if w > 0 {
+			proc = genProcessor(t, b.db, ledger.New(nil))
+		}
+		g.Go(func() error {
+			for batch := range deliveries {
+				if _, err := proc.Process(gctx, projection.Batch{Events: batch, Source: fmt.Sprintf("worker-%d", w)}); err != nil {
+					return fmt.Errorf("worker %d: %w", w, err)
+				}
+				delivered.Add(int64(len(batch)))
+			}
+			return nil
+		})
+	}
+
+	// The readers, through the HTTP API of a processor of their own.
+	srv := httptest.NewServer(httpapi.New(genProcessor(t, b.db, ledger.New(nil)), nil))
+	defer srv.Close()
+	stopReading := make(chan struct{})
+	var reads, afterSwitch atomic.Int64
+	var switched atomic.Bool
+	readers, rctx := errgroup.WithContext(ctx)
+	for r := range 3 {
+		readers.Go(func() error {
+			rng := rand.New(rand.NewPCG(35, uint64(r)))
+			seen := map[string]int64{}
+			for {
+				select {
+				case <-stopReading:
+					return nil
+				default:
+				}
+				id := ids[rng.IntN(len(ids))]
+				req, err := http.NewRequestWithContext(rctx, http.MethodGet, srv.URL+"/v1/projections/ledger/aggregates/"+id, nil)
+				if err != nil {
+					return err
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return fmt.Errorf("read %s: %w", id, err)
+				}
+				var body liveResponse
+				err = json.NewDecoder(resp.Body).Decode(&body)
+				resp.Body.Close()
+				switch {
+				case resp.StatusCode == http.StatusNotFound:
+					continue // not delivered yet
+				case resp.StatusCode != http.StatusOK:
+					return fmt.Errorf("read %s: status %d", id, resp.StatusCode)
+				case err != nil:
+					return fmt.Errorf("read %s: %w", id, err)
+				}
+				hv, _ := strconv.ParseInt(resp.Header.Get(httpapi.VersionHeader), 10, 64)
+				want := folds[id]
+				switch {
+				case body.Version < 1 || body.Version >= int64(len(want)):
+					return fmt.Errorf("read %s: version %d", id, body.Version)
+				case hv != body.Version || body.Data.Version != body.Version:
+					return fmt.Errorf("read %s: header version %d, response %d, payment %d", id, hv, body.Version, body.Data.Version)
+				case body.Data.Payment != want[body.Version].payment:
+					return fmt.Errorf("read %s at version %d: %+v, the fold gives %+v", id, body.Version, body.Data.Payment, want[body.Version].payment)
+				case len(body.Data.Legs) != len(want[body.Version].legs):
+					return fmt.Errorf("read %s at version %d: %d legs, the fold gives %d", id, body.Version, len(body.Data.Legs), len(want[body.Version].legs))
+				case body.Version < seen[id]:
+					return fmt.Errorf("read %s: version %d after %d", id, body.Version, seen[id])
+				}
+				for i, l := range body.Data.Legs {
+					if l != want[body.Version].legs[i] {
+						return fmt.Errorf("read %s at version %d: leg %d is %+v, the fold gives %+v", id, body.Version, i, l, want[body.Version].legs[i])
+					}
+				}
+				seen[id] = body.Version
+				reads.Add(1)
+				if switched.Load() {
+					afterSwitch.Add(1)
+				}
+			}
+		})
+	}
+
+	// Appends go on while the rebuild works: a chunk at each of its
+	// progress reports (replay transactions, catch-up batches, phase
+	// changes, verification retries), the rest after the switch.
+	var mu sync.Mutex
+	next := initial
+	appendChunk := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if next == len(all) {
+			return false
+		}
+		hi := min(next+15, len(all))
+		stream.Append(all[next:hi]...)
+		next = hi
+		return true
+	}
+	phases := map[string]int{}
+	res, err := b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: stream, BatchSize: 60, CatchUpEvents: 40,
+		Progress: func(pr projection.BuildProgress) {
+			if appendChunk() {
+				phases[pr.Phase]++
+			}
+		}})
+	require.NoError(t, err)
+	switched.Store(true)
+	require.Equal(t, 2, res.Generation)
+	for _, ph := range []string{projection.PhaseReplay, projection.PhaseCatchUp, projection.PhaseVerify} {
+		require.Positive(t, phases[ph], "events appended during %s", ph)
+	}
+	for appendChunk() {
+		time.Sleep(time.Millisecond)
+	}
+	close(appendedAll)
+	require.NoError(t, g.Wait())
+	// Let the readers read the final state a while.
+	for before := afterSwitch.Load(); afterSwitch.Load() < before+200; {
+		time.Sleep(time.Millisecond)
+	}
+	close(stopReading)
+	require.NoError(t, readers.Wait())
+	t.Logf("%d deliveries, %d reads (%d after the switch), appends by phase %v", delivered.Load(), reads.Load(), afterSwitch.Load(), phases)
+
+	live := genLive(t, b.proc)
+	require.Equal(t, 2, live.Generation)
+	want := genFold(t, all)
+	require.Equal(t, want, genModel(t, b, live.Schema))
+	require.Equal(t, want, genModel(t, b, ""), "the previous generation is fed too")
+	st := opStatus(t, b.proc, "ledger")
+	require.Zero(t, st.Parked)
+	require.Zero(t, st.Quarantined)
+	require.Zero(t, st.Conflicts)
+	require.EqualValues(t, len(all), st.Events)
+}
+
+// TestBuildCatchUpWindow is the window between the rebuild's last read of
+// the stream and the switch: a worker of the new code version, whose view
+// of the generations was read before the new generation entered catch-up,
+// processes an event appended after that last read. Its transaction must
+// see that the generations changed and feed the new generation; else the
+// event would be in no generation of the new code, for good.
+func TestBuildCatchUpWindow(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := genSetup(t)
+	events := ledger.Generate(rand.New(rand.NewPCG(37, 38)), 30, 4)
+	_, err := b.proc.Process(ctx, projection.Batch{Events: events})
+	require.NoError(t, err)
+	stream := newGenStream(events, 25)
+
+	// A worker of code version 2, running before the rebuild: it feeds no
+	// generation yet (generation 1 has code version 1).
+	v2 := genProcessor(t, b.db, genV2{ledger.New(nil)})
+	res, err := v2.Process(ctx, projection.Batch{Events: events[:3]})
+	require.NoError(t, err)
+	for _, r := range res {
+		require.Zero(t, r.Outcome, "fed nothing")
+	}
+
+	late, err := aggregate.New("late-1", 1, ledger.Authorized, ledger.Data{Payer: "a", Payee: "b", Amount: 5})
+	require.NoError(t, err)
+	var once sync.Once
+	built, err := v2.Build(ctx, "ledger", &projection.BuildOptions{Stream: stream, Progress: func(pr projection.BuildProgress) {
+		if pr.Phase != projection.PhaseVerify {
+			return
+		}
+		once.Do(func() {
+			// After the rebuild's last read: appended, and delivered to the
+			// worker only.
+			stream.Append(late)
+			res, err := v2.Process(ctx, projection.Batch{Events: []aggregate.Event{late}})
+			require.NoError(t, err)
+			require.Equal(t, projection.Applied, res[0].Outcome)
+		})
+	}})
+	require.NoError(t, err)
+	require.Equal(t, 2, built.Generation)
+	v, err := v2.ReadAggregate(ctx, "ledger", "late-1")
+	require.NoError(t, err)
+	require.True(t, v.Found)
+	require.EqualValues(t, 1, v.Version)
+	require.Equal(t, genFold(t, append(events, late)), genModel(t, b, genLive(t, b.proc).Schema))
+	// Generation 1 (code version 1) never saw it: no worker of its code
+	// version was given it.
+	require.Equal(t, genFold(t, events), genModel(t, b, ""))
+}

@@ -1,0 +1,549 @@
+package projection_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/projection"
+)
+
+// genStream is a projection.Stream over events appended to it while it is
+// read, as an event store's log: position i (as text) is the i-th record,
+// 1-based. Records for which skip returns true stand for events that are
+// not for the projections.
+type genStream struct {
+	mu     sync.Mutex
+	events []aggregate.Event
+	skip   func(i int) bool
+	chunk  int
+	// reads counts the records read, readFrom the start of every Read.
+	reads    atomic.Int64
+	readFrom []int
+	// onBatch, if set, is called before each batch is handed over.
+	onBatch func(ctx context.Context, sb projection.StreamBatch) error
+}
+
+func newGenStream(events []aggregate.Event, chunk int) *genStream {
+	return &genStream{events: slices.Clone(events), chunk: chunk}
+}
+
+func (s *genStream) Append(es ...aggregate.Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, es...)
+}
+
+func (s *genStream) All() []aggregate.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.events)
+}
+
+func genPos(i int) projection.Position { return projection.Position(fmt.Sprintf("%012d", i)) }
+
+func (s *genStream) Read(ctx context.Context, from projection.Position, fn func(context.Context, projection.StreamBatch) error) error {
+	start := 0
+	if from != nil {
+		n, err := strconv.Atoi(string(from))
+		if err != nil {
+			return err
+		}
+		start = n
+	}
+	s.mu.Lock()
+	end := len(s.events)
+	events := s.events[:end:end]
+	s.readFrom = append(s.readFrom, start)
+	s.mu.Unlock()
+	for i := start; i < end; i += s.chunk {
+		hi := min(i+s.chunk, end)
+		sb := projection.StreamBatch{Read: int64(hi - i), Position: genPos(hi), Time: time.Now()}
+		for k := i; k < hi; k++ {
+			if s.skip == nil || !s.skip(k) {
+				sb.Events = append(sb.Events, events[k])
+			}
+		}
+		if s.onBatch != nil {
+			if err := s.onBatch(ctx, sb); err != nil {
+				return err
+			}
+		}
+		if err := fn(ctx, sb); err != nil {
+			return err
+		}
+		s.reads.Add(sb.Read)
+	}
+	return ctx.Err()
+}
+
+// genBundle is a migrated schema with the ledger at generation 1.
+type genBundle struct {
+	db     *pgtest.DB
+	ledger *ledger.Projection
+	proc   *projection.Processor
+}
+
+func genSetup(t *testing.T, ps ...projection.Projection) *genBundle {
+	t.Helper()
+	db := pgtest.NewMigrated(t)
+	genCleanup(t, db)
+	b := &genBundle{db: db, ledger: ledger.New(nil)}
+	if len(ps) == 0 {
+		ps = []projection.Projection{b.ledger}
+	}
+	b.proc = genProcessor(t, db, ps...)
+	require.NoError(t, b.proc.Setup(t.Context()))
+	return b
+}
+
+// genCleanup drops the generations' schemas of db's schema when the test
+// ends (before pgtest drops db's).
+func genCleanup(t testing.TB, db *pgtest.DB) {
+	t.Cleanup(func() {
+		ctx := context.Background()
+		rows, err := db.Pool.Query(ctx, `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)`, db.Schema+"_")
+		if err != nil {
+			t.Errorf("list generation schemas: %v", err)
+			return
+		}
+		schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Errorf("list generation schemas: %v", err)
+		}
+		for _, s := range schemas {
+			if _, err := db.Pool.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{s}.Sanitize()+` CASCADE`); err != nil {
+				t.Errorf("drop %s: %v", s, err)
+			}
+		}
+	})
+}
+
+func genProcessor(t *testing.T, db *pgtest.DB, ps ...projection.Projection) *projection.Processor {
+	t.Helper()
+	proc, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema, MaxAttempts: 2, RetryBackoff: time.Millisecond}, ps...)
+	require.NoError(t, err)
+	return proc
+}
+
+// genModel loads the ledger of generation gen: its schema first on the
+// search_path ("" for generation 1).
+func genModel(t *testing.T, b *genBundle, schema string) *ledger.Model {
+	t.Helper()
+	var m *ledger.Model
+	require.NoError(t, pgx.BeginFunc(t.Context(), b.db.Pool, func(tx pgx.Tx) error {
+		if schema != "" {
+			if _, err := tx.Exec(t.Context(), `SET LOCAL search_path = `+pgx.Identifier{schema}.Sanitize()); err != nil {
+				return err
+			}
+		}
+		var err error
+		m, err = b.ledger.Load(t.Context(), tx)
+		return err
+	}))
+	return m
+}
+
+func genFold(t *testing.T, events []aggregate.Event) *ledger.Model {
+	t.Helper()
+	m, err := ledger.Fold(events)
+	require.NoError(t, err)
+	return m
+}
+
+// genLive returns the live generation of the ledger.
+func genLive(t *testing.T, proc *projection.Processor) projection.Generation {
+	t.Helper()
+	gens, err := proc.Generations(t.Context(), "ledger")
+	require.NoError(t, err)
+	for _, g := range gens {
+		if g.State == projection.StateLive {
+			return g
+		}
+	}
+	t.Fatal("no live generation")
+	return projection.Generation{}
+}
+
+func genStates(t *testing.T, proc *projection.Processor) map[int]string {
+	t.Helper()
+	gens, err := proc.Generations(t.Context(), "ledger")
+	require.NoError(t, err)
+	out := map[int]string{}
+	for _, g := range gens {
+		out[g.Generation] = g.State
+	}
+	return out
+}
+
+func TestBuild(t *testing.T) {
+	t.Parallel()
+
+	t.Run("SideBySideThenSwitch", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := genSetup(t)
+		events := ledger.Generate(rand.New(rand.NewPCG(1, 2)), 60, 5)
+		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
+		require.NoError(t, err)
+		before := genModel(t, b, "")
+		require.Equal(t, genFold(t, events), before)
+
+		var phases []string
+		res, err := b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 37), BatchSize: 50,
+			Progress: func(pr projection.BuildProgress) {
+				if len(phases) == 0 || phases[len(phases)-1] != pr.Phase {
+					phases = append(phases, pr.Phase)
+				}
+			}})
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Generation)
+		require.Equal(t, 1, res.Previous)
+		require.EqualValues(t, len(events), res.Events)
+		require.Equal(t, []string{projection.PhaseReplay, projection.PhaseFinalize, projection.PhaseCatchUp, projection.PhaseVerify,
+			projection.PhaseSwitch}, phases)
+
+		live := genLive(t, b.proc)
+		require.Equal(t, 2, live.Generation)
+		require.Equal(t, "ledger@2", live.Key)
+		require.NotEmpty(t, live.Schema)
+		require.Equal(t, map[int]string{1: projection.StatePrevious, 2: projection.StateLive}, genStates(t, b.proc))
+		require.Equal(t, genFold(t, events), genModel(t, b, live.Schema))
+		st, err := b.proc.Status(ctx, nil)
+		require.NoError(t, err)
+		require.Equal(t, projection.ProjectionStatus{Name: "ledger", Aggregates: 60, Events: int64(len(events))}, st.Projections[0])
+		require.Len(t, st.Generations, 2)
+
+		// The processor now feeds both generations; reads use generation 2.
+		more := ledger.Generate(rand.New(rand.NewPCG(3, 4)), 10, 3)
+		for i := range more {
+			more[i].Aggregate = "new-" + more[i].Aggregate
+		}
+		res2, err := b.proc.Process(ctx, projection.Batch{Events: append(slices.Clone(more), events[:5]...)})
+		require.NoError(t, err)
+		for i, r := range res2 {
+			want := projection.Applied
+			if i >= len(more) {
+				want = projection.Duplicate
+			}
+			require.Equal(t, want, r.Outcome, i)
+			require.Equal(t, []projection.Outcome{want}, r.Projections)
+		}
+		all := append(slices.Clone(events), more...)
+		require.Equal(t, genFold(t, all), genModel(t, b, live.Schema))
+		require.Equal(t, genFold(t, all), genModel(t, b, ""), "the previous generation is fed too")
+		v, err := b.proc.ReadAggregate(ctx, "ledger", more[0].Aggregate)
+		require.NoError(t, err)
+		require.True(t, v.Found)
+		require.Positive(t, v.Version)
+		ver, err := b.proc.Version(ctx, "ledger", more[0].Aggregate)
+		require.NoError(t, err)
+		require.Equal(t, v.Version, ver)
+		require.Len(t, opLogRows(t, b.db, "rebuild-switch"), 1)
+	})
+}
+
+// genVerifyFails is the ledger with a Verify that fails.
+type genVerifyFails struct{ *ledger.Projection }
+
+func (genVerifyFails) Verify(context.Context, pgx.Tx) error { return errors.New("invariant broken") }
+
+// genV2 is the ledger at code version 2.
+type genV2 struct{ *ledger.Projection }
+
+func (genV2) Version() int { return 2 }
+
+func TestBuildVerification(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RepairSeesDamageUnlessExpected", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := genSetup(t)
+		events := ledger.Generate(rand.New(rand.NewPCG(5, 6)), 40, 4)
+		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
+		require.NoError(t, err)
+		// Damage the live read model (balances only: the ledger's own
+		// Verify does not look at the live generation).
+		_, err = b.db.Pool.Exec(ctx, `UPDATE ledger_balances SET balance = balance + 7 WHERE account = (SELECT min(account) FROM ledger_balances)`)
+		require.NoError(t, err)
+
+		_, err = b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 25), VerifyTimeout: 5 * time.Second})
+		var verr *projection.VerificationError
+		require.ErrorAs(t, err, &verr)
+		require.Equal(t, 2, verr.Generation)
+		require.Len(t, verr.Problems, 1)
+		require.Contains(t, verr.Problems[0], "table ledger_balances")
+		require.Equal(t, map[int]string{1: projection.StateLive, 2: projection.StateFailed}, genStates(t, b.proc))
+		gens, err := b.proc.Generations(ctx, "ledger")
+		require.NoError(t, err)
+		require.Contains(t, gens[1].Error, "ledger_balances")
+		require.Len(t, opLogRows(t, b.db, "rebuild-failed"), 1)
+		// The failed generation is kept, not fed.
+		require.Equal(t, genFold(t, events), genModel(t, b, gens[1].Schema))
+
+		res, err := b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 25), ExpectChanges: true})
+		require.NoError(t, err)
+		require.Equal(t, 3, res.Generation)
+		require.Equal(t, map[int]string{1: projection.StatePrevious, 2: projection.StateFailed, 3: projection.StateLive}, genStates(t, b.proc))
+		require.Equal(t, genFold(t, events), genModel(t, b, genLive(t, b.proc).Schema))
+
+		require.NoError(t, b.proc.DropGeneration(ctx, "ledger", 2))
+		require.ErrorIs(t, b.proc.DropGeneration(ctx, "ledger", 3), projection.ErrLiveGeneration)
+		require.ErrorIs(t, b.proc.DropGeneration(ctx, "ledger", 9), projection.ErrNoGeneration)
+		require.Equal(t, map[int]string{1: projection.StatePrevious, 2: projection.StateDropped, 3: projection.StateLive}, genStates(t, b.proc))
+		require.Zero(t, opCount(t, b.db, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, gens[1].Schema))
+		require.Zero(t, opCount(t, b.db, `SELECT count(*) FROM versions WHERE projection = 'ledger@2'`))
+	})
+
+	t.Run("FailingVerifyKeepsTheLiveGeneration", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := genSetup(t)
+		events := ledger.Generate(rand.New(rand.NewPCG(7, 8)), 20, 3)
+		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
+		require.NoError(t, err)
+		failing := genProcessor(t, b.db, genVerifyFails{b.ledger})
+		_, err = failing.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 25)})
+		var verr *projection.VerificationError
+		require.ErrorAs(t, err, &verr)
+		require.Equal(t, []string{"Verify: invariant broken"}, verr.Problems)
+		require.Equal(t, map[int]string{1: projection.StateLive, 2: projection.StateFailed}, genStates(t, b.proc))
+		// Live work goes on, on generation 1 only.
+		more := ledger.Generate(rand.New(rand.NewPCG(9, 10)), 5, 2)
+		for i := range more {
+			more[i].Aggregate = "x-" + more[i].Aggregate
+		}
+		_, err = b.proc.Process(ctx, projection.Batch{Events: more})
+		require.NoError(t, err)
+		require.Equal(t, genFold(t, append(slices.Clone(events), more...)), genModel(t, b, ""))
+		require.Zero(t, opCount(t, b.db, `SELECT count(*) FROM versions WHERE projection = 'ledger@2' AND aggregate LIKE 'x-%'`))
+	})
+
+	t.Run("QuarantineBeyondTheLiveOneFails", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := genSetup(t)
+		events := ledger.Generate(rand.New(rand.NewPCG(11, 12)), 20, 3)
+		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
+		require.NoError(t, err)
+		faulty := genProcessor(t, b.db, opFaultyBatch{b.ledger, newOpFault("pay-000003", 2)})
+		_, err = faulty.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 10), BatchSize: 20})
+		var verr *projection.VerificationError
+		require.ErrorAs(t, err, &verr)
+		require.Len(t, verr.Problems, 1)
+		require.Contains(t, verr.Problems[0], "1 events quarantined")
+		q, err := faulty.Quarantined(ctx, projection.ListOptions{})
+		require.NoError(t, err)
+		require.Len(t, q, 1)
+		require.Equal(t, "ledger@2", q[0].Projection)
+		require.Equal(t, "pay-000003", q[0].Aggregate)
+		require.EqualValues(t, 2, q[0].Version)
+	})
+
+	t.Run("RollbackAndForth", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := genSetup(t)
+		events := ledger.Generate(rand.New(rand.NewPCG(13, 14)), 30, 4)
+		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
+		require.NoError(t, err)
+		_, err = b.proc.Rollback(ctx, "ledger")
+		require.ErrorIs(t, err, projection.ErrNoPrevious)
+		_, err = b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 25)})
+		require.NoError(t, err)
+		to, err := b.proc.Rollback(ctx, "ledger")
+		require.NoError(t, err)
+		require.Equal(t, 1, to)
+		require.Equal(t, map[int]string{1: projection.StateLive, 2: projection.StatePrevious}, genStates(t, b.proc))
+		// Both stay fed, and reads follow the live one.
+		_, err = b.db.Pool.Exec(ctx, `UPDATE ledger_payments SET status = 'marked' WHERE payment_id = 'pay-000001'`)
+		require.NoError(t, err)
+		v, err := b.proc.ReadAggregate(ctx, "ledger", "pay-000001")
+		require.NoError(t, err)
+		require.Equal(t, "marked", v.Value.(*ledger.PaymentView).Status)
+		more := ledger.Generate(rand.New(rand.NewPCG(15, 16)), 5, 2)
+		for i := range more {
+			more[i].Aggregate = "y-" + more[i].Aggregate
+		}
+		_, err = b.proc.Process(ctx, projection.Batch{Events: more})
+		require.NoError(t, err)
+		gens, err := b.proc.Generations(ctx, "ledger")
+		require.NoError(t, err)
+		require.Equal(t, genFold(t, append(slices.Clone(events), more...)), genModel(t, b, gens[1].Schema))
+		to, err = b.proc.Rollback(ctx, "ledger")
+		require.NoError(t, err)
+		require.Equal(t, 2, to)
+		v, err = b.proc.ReadAggregate(ctx, "ledger", "pay-000001")
+		require.NoError(t, err)
+		require.NotEqual(t, "marked", v.Value.(*ledger.PaymentView).Status)
+		require.Len(t, opLogRows(t, b.db, "rebuild-rollback"), 2)
+	})
+}
+
+func TestBuildReplay(t *testing.T) {
+	t.Parallel()
+
+	t.Run("IrregularStreamGoesThroughTheGate", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := genSetup(t)
+		events := ledger.Generate(rand.New(rand.NewPCG(17, 18)), 30, 6)
+		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
+		require.NoError(t, err)
+		// The log holds copies, and versions out of order: 3 before 2.
+		log := slices.Clone(events)
+		log = append(log, events[7], events[8])
+		var a3, a2 int
+		for i, e := range log {
+			if e.Aggregate == "pay-000004" && e.Version == 2 {
+				a2 = i
+			}
+			if e.Aggregate == "pay-000004" && e.Version == 3 {
+				a3 = i
+			}
+		}
+		log[a2], log[a3] = log[a3], log[a2]
+		log = append(log[:50], append([]aggregate.Event{events[3]}, log[50:]...)...)
+		res, err := b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(log, 13), BatchSize: 20})
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Generation)
+		require.Equal(t, genFold(t, events), genModel(t, b, genLive(t, b.proc).Schema))
+		st := opStatus(t, b.proc, "ledger")
+		require.Zero(t, st.Parked)
+		require.Zero(t, st.Conflicts)
+		// The aggregates the gate took have their applied log.
+		require.EqualValues(t, len(events), opCount(t, b.db, `SELECT count(*) FROM applied_log WHERE projection = 'ledger@2'`))
+		// Redeliveries after the switch are duplicates, not conflicts.
+		out, err := b.proc.Process(ctx, projection.Batch{Events: events})
+		require.NoError(t, err)
+		for _, r := range out {
+			require.Equal(t, projection.Duplicate, r.Outcome)
+		}
+	})
+
+	t.Run("BoundedMemory", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := genSetup(t)
+		events := ledger.Generate(rand.New(rand.NewPCG(19, 20)), 200, 20)
+		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
+		require.NoError(t, err)
+		_, err = b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 100), BatchSize: 300, MaxAggregates: 50})
+		require.NoError(t, err)
+		live := genLive(t, b.proc)
+		require.Equal(t, genFold(t, events), genModel(t, b, live.Schema))
+		// Logs of 20 versions: one full page in applied, 4 in the row.
+		require.EqualValues(t, 200*16, opCount(t, b.db, `SELECT count(*) FROM applied WHERE projection = 'ledger@2'`))
+		require.EqualValues(t, len(events), opCount(t, b.db, `SELECT count(*) FROM applied_log WHERE projection = 'ledger@2'`))
+		require.EqualValues(t, 200, opCount(t, b.db, `SELECT count(*) FROM versions WHERE projection = 'ledger@2' AND version = 20 AND log_base = 16 AND cardinality(log_ids) = 4`))
+		out, err := b.proc.Process(ctx, projection.Batch{Events: events[:300]})
+		require.NoError(t, err)
+		for _, r := range out {
+			require.Equal(t, projection.Duplicate, r.Outcome)
+		}
+	})
+
+	t.Run("ResumesAfterEachPhase", func(t *testing.T) {
+		t.Parallel()
+		for _, phase := range []string{projection.PhaseReplay, projection.PhaseFinalize, projection.PhaseCatchUp, projection.PhaseVerify} {
+			t.Run(phase, func(t *testing.T) {
+				t.Parallel()
+				b := genSetup(t)
+				events := ledger.Generate(rand.New(rand.NewPCG(21, 22)), 50, 6)
+				_, err := b.proc.Process(t.Context(), projection.Batch{Events: events})
+				require.NoError(t, err)
+				stream := newGenStream(events, 20)
+				ctx, cancel := context.WithCancel(t.Context())
+				seen := 0
+				_, err = b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: stream, BatchSize: 40,
+					Progress: func(pr projection.BuildProgress) {
+						if pr.Phase == phase {
+							if seen++; seen == 2 || phase != projection.PhaseReplay {
+								cancel()
+							}
+						}
+					}})
+				require.ErrorIs(t, err, context.Canceled)
+				require.Equal(t, map[int]string{1: projection.StateLive, 2: map[string]string{projection.PhaseReplay: projection.StateBuilding,
+					projection.PhaseFinalize: projection.StateBuilding}[phase] + map[string]string{projection.PhaseCatchUp: projection.StateCatchUp,
+					projection.PhaseVerify: projection.StateCatchUp}[phase]}, genStates(t, b.proc))
+				res, err := b.proc.Build(t.Context(), "ledger", &projection.BuildOptions{Stream: stream, BatchSize: 40})
+				require.NoError(t, err)
+				require.True(t, res.Resumed)
+				require.Equal(t, 2, res.Generation)
+				require.Equal(t, genFold(t, events), genModel(t, b, genLive(t, b.proc).Schema))
+				if phase == projection.PhaseReplay {
+					require.Positive(t, stream.readFrom[len(stream.readFrom)-2], "the second run resumed the replay where it stopped")
+				}
+			})
+		}
+	})
+}
+
+func TestBuildConcurrency(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := genSetup(t)
+	events := ledger.Generate(rand.New(rand.NewPCG(23, 24)), 40, 4)
+	_, err := b.proc.Process(ctx, projection.Batch{Events: events})
+	require.NoError(t, err)
+	stream := newGenStream(events, 10)
+	// The first build holds in its replay until the others have asked.
+	hold, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	stream.onBatch = func(ctx context.Context, sb projection.StreamBatch) error {
+		once.Do(func() {
+			close(hold)
+			<-release
+		})
+		return nil
+	}
+	other := genProcessor(t, b.db, ledger.New(nil)) // another process
+	first := make(chan error, 1)
+	go func() {
+		_, err := b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: stream})
+		first <- err
+	}()
+	<-hold
+	_, err = other.Build(ctx, "ledger", &projection.BuildOptions{Stream: stream})
+	require.ErrorIs(t, err, projection.ErrBuildInProgress)
+	require.Contains(t, err.Error(), "generation 2")
+	waiting := make(chan projection.BuildResult, 1)
+	noted := make(chan string, 1)
+	go func() {
+		res, err := other.Build(ctx, "ledger", &projection.BuildOptions{Stream: stream, Wait: true,
+			Progress: func(pr projection.BuildProgress) {
+				if pr.Note != "" {
+					select {
+					case noted <- pr.Note:
+					default:
+					}
+				}
+			}})
+		if err != nil {
+			t.Errorf("waiting build: %v", err)
+		}
+		waiting <- res
+	}()
+	require.Contains(t, <-noted, "waiting: generation 2")
+	close(release)
+	require.NoError(t, <-first)
+	res := <-waiting
+	require.True(t, res.AlreadyLive)
+	require.Equal(t, 2, res.Generation)
+	require.Equal(t, map[int]string{1: projection.StatePrevious, 2: projection.StateLive}, genStates(t, b.proc))
+}

@@ -1,0 +1,558 @@
+package projection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder/inorder/aggregate"
+)
+
+// This file holds the replay of a side-by-side rebuild (Build, phase 1)
+// and its finalization (phase 2).
+//
+// A replay is ordered and has one writer, so it does without the gate's
+// version rows: it keeps each aggregate's last version in memory and
+// appends every applied version's id and hash to a journal, an unlogged
+// table without index in the generation's schema, written in the same
+// pipeline as the handler's statements — together with the replay's
+// position, in a one-row unlogged table beside it. Finalization turns the
+// journal into version rows and applied log, once per aggregate.
+//
+// The journal, the replay's position and (unless BuildOptions.Logged) the
+// projection's tables are all unlogged: a database crash empties them all
+// at once, and the replay then starts again (a missing position row means
+// a fresh start: everything the generation has is cleared first).
+//
+// An event that does not continue its aggregate in memory — a duplicate,
+// a gap, an older version — and the events of an aggregate whose handler
+// failed take the gate instead: the aggregate's version row is written
+// (with its journal entries moved to the applied log), and from then on the
+// aggregate is "gated": all its events go through Processor.Process of the
+// generation (b.gate), which parks, discards, records conflicts and
+// quarantines as for live batches. Such a batch commits the gate's
+// transaction first, then the replay's with its position, so a crash in
+// between replays the gated events again — duplicates, for the gate.
+//
+// Inline projections (which keep an aggregate's version in their own row,
+// issue 13) need no version rows: finalize is where they would skip them
+// (see writeGateState).
+
+// Tables of the replay, in the generation's schema. The leading underscore
+// keeps them apart from the projection's tables (and out of the content
+// comparison).
+const (
+	replayStateTable = "_inorder_replay"
+	replayLogTable   = "_inorder_journal"
+)
+
+// memAgg is what the replay knows of an aggregate.
+type memAgg struct {
+	version int64
+	gated   bool // its events go through the gate
+}
+
+// replay is the state of one run of the replay.
+type replay struct {
+	b       *builder
+	state   string // qualified table names
+	journal string
+	known   map[string]memAgg
+	// spilled is set once aggregates may be missing from known: looked up
+	// in the journal and the version rows (indexed is set once the
+	// journal's index exists).
+	spilled, indexed bool
+	position         Position
+	positionTime     time.Time
+	events           int64 // the replay row's count
+	lastMirror       time.Time
+}
+
+func (b *builder) replay(ctx context.Context) error {
+	schema := b.gen.Schema
+	q := func(t string) string { return pgx.Identifier{schema, t}.Sanitize() }
+	rp := &replay{b: b, state: q(replayStateTable), journal: q(replayLogTable), known: map[string]memAgg{}}
+	if err := rp.prepare(ctx); err != nil {
+		return err
+	}
+	if err := b.setPhase(ctx, PhaseReplay, b.streamFraction()); err != nil {
+		return err
+	}
+	for {
+		n, err := rp.pass(ctx)
+		if err != nil {
+			return err
+		}
+		if n <= b.opts.CatchUpEvents {
+			return nil
+		}
+	}
+}
+
+// prepare creates the generation's schema, tables and replay tables, or
+// finds them and resumes.
+func (rp *replay) prepare(ctx context.Context) error {
+	b, p := rp.b, rp.b.p
+	schema := pgx.Identifier{b.gen.Schema}.Sanitize()
+	err := pgx.BeginFunc(ctx, b.conn, func(tx pgx.Tx) error {
+		for _, s := range []string{
+			`CREATE SCHEMA IF NOT EXISTS ` + schema,
+			`CREATE UNLOGGED TABLE IF NOT EXISTS ` + rp.state + ` (
+  id boolean PRIMARY KEY DEFAULT true CHECK (id), position bytea, position_time timestamptz, events bigint NOT NULL DEFAULT 0)`,
+			`CREATE UNLOGGED TABLE IF NOT EXISTS ` + rp.journal + ` (
+  aggregate text NOT NULL, version bigint NOT NULL, event_id text, hash bytea NOT NULL)`,
+		} {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return err
+			}
+		}
+		var pos []byte
+		var at *time.Time
+		err := tx.QueryRow(ctx, `SELECT position, position_time, events FROM `+rp.state).Scan(&pos, &at, &rp.events)
+		switch {
+		case err == nil:
+			// Resume: the aggregates' versions are in the journal and the
+			// version rows.
+			rp.position, rp.spilled = pos, true
+			if at != nil {
+				rp.positionTime = *at
+			}
+			return rp.ensureIndex(ctx, tx)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
+		}
+		// A fresh start (or a database crash emptied the unlogged
+		// tables): clear whatever the generation has.
+		b := &pgx.Batch{}
+		for _, t := range []string{"versions", "applied", "parked", "quarantine", "conflicts"} {
+			b.Queue(`DELETE FROM `+p.table(t)+` WHERE projection = $1`, rp.b.gen.Key)
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		tables, err := userTables(ctx, tx, rp.b.gen.Schema, "")
+		if err != nil {
+			return err
+		}
+		for _, t := range tables {
+			if _, err := tx.Exec(ctx, `TRUNCATE `+pgx.Identifier{rp.b.gen.Schema, t}.Sanitize()); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, `TRUNCATE `+rp.journal); err != nil {
+			return err
+		}
+		if err := rp.setup(ctx, tx); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO `+rp.state+` DEFAULT VALUES`)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("prepare the replay: %w", err)
+	}
+	b.gen.Position, b.gen.PositionTime = rp.position, rp.positionTime
+	return nil
+}
+
+// setup creates the projection's tables in the generation's schema and,
+// unless BuildOptions.Logged, makes them unlogged for the replay.
+func (rp *replay) setup(ctx context.Context, tx pgx.Tx) error {
+	b := rp.b
+	if s, ok := b.r.p.(Setuper); ok {
+		if err := inSchema(ctx, tx, b.gen.Schema, func() error { return s.Setup(ctx, tx) }); err != nil {
+			return fmt.Errorf("set up the projection's tables: %w", err)
+		}
+	}
+	tables, err := userTables(ctx, tx, b.gen.Schema, "")
+	if err != nil {
+		return err
+	}
+	if len(tables) == 0 {
+		return fmt.Errorf("projection %s: no table in schema %s after Setup: %w", b.r.name, b.gen.Schema, ErrNoSchema)
+	}
+	if b.opts.Logged {
+		return nil
+	}
+	// Unlogged, all or none: a table may not reference another of a
+	// different kind, so a projection with foreign keys may refuse.
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range tables {
+		if _, err := sp.Exec(ctx, `ALTER TABLE `+pgx.Identifier{b.gen.Schema, t}.Sanitize()+` SET UNLOGGED`); err != nil {
+			b.p.log.InfoContext(ctx, "rebuild: the projection's tables stay logged during the replay", "projection", b.r.name, "reason", err)
+			return sp.Rollback(ctx)
+		}
+	}
+	return sp.Commit(ctx)
+}
+
+// userTables lists the tables of schema, but the replay's own, and only
+// those whose persistence is persistence ('p' logged, 'u' unlogged) when
+// it is set.
+func userTables(ctx context.Context, tx pgx.Tx, schema, persistence string) ([]string, error) {
+	rows, err := tx.Query(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND NOT c.relispartition AND left(c.relname, 9) <> '_inorder_'
+  AND ($2 = '' OR c.relpersistence = $2)
+ORDER BY c.relname`, schema, persistence)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// ensureIndex indexes the journal by aggregate, for lookups.
+func (rp *replay) ensureIndex(ctx context.Context, tx pgx.Tx) error {
+	if rp.indexed {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `CREATE INDEX IF NOT EXISTS _inorder_journal_aggregate ON `+rp.journal+` (aggregate)`); err != nil {
+		return fmt.Errorf("index the journal: %w", err)
+	}
+	rp.indexed = true
+	return nil
+}
+
+// pass reads the stream from the replay's position to its end once and
+// returns the records it read.
+func (rp *replay) pass(ctx context.Context) (int64, error) {
+	b := rp.b
+	var read int64
+	var pending []aggregate.Event
+	var rejects []Reject
+	var pendingRead int64
+	var last StreamBatch
+	flush := func(ctx context.Context) error {
+		if pendingRead == 0 && len(pending) == 0 {
+			return nil
+		}
+		if err := rp.commit(ctx, pending, rejects, pendingRead, last.Position, last.Time); err != nil {
+			return err
+		}
+		pending, rejects, pendingRead = pending[:0], nil, 0
+		return nil
+	}
+	err := b.opts.Stream.Read(ctx, rp.position, func(ctx context.Context, sb StreamBatch) error {
+		if len(sb.Position) == 0 {
+			return errors.New("the stream gave a batch without a position")
+		}
+		pending = append(pending, sb.Events...)
+		rejects = append(rejects, sb.Rejects...)
+		pendingRead += sb.Read
+		read += sb.Read
+		last = sb
+		if len(pending) >= b.opts.BatchSize {
+			return flush(ctx)
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush(ctx)
+	}
+	if err != nil {
+		return read, fmt.Errorf("replay: %w", err)
+	}
+	return read, nil
+}
+
+// commit applies one transaction's worth of events read from the stream —
+// n records up to pos — and stores pos.
+func (rp *replay) commit(ctx context.Context, events []aggregate.Event, rejects []Reject, n int64, pos Position, at time.Time) error {
+	b := rp.b
+	bt := b.gate.prepare(Batch{Events: events, Rejects: rejects, Source: "rebuild:" + b.gen.Key})
+	if err := rp.lookup(ctx, bt.aggs); err != nil {
+		return err
+	}
+	// Split the batch: the aggregates whose events continue them in memory,
+	// and the others, for the gate.
+	var bulk, gated []delivery
+	next := map[string]int64{} // the bulk aggregates' new versions
+	for i := 0; i < len(bt.valid); {
+		agg := bt.valid[i].ev.Aggregate
+		j := i
+		for j < len(bt.valid) && bt.valid[j].ev.Aggregate == agg {
+			j++
+		}
+		m := rp.known[agg]
+		ok := !m.gated
+		for k := i; ok && k < j; k++ {
+			ok = bt.valid[k].ev.Version == m.version+int64(k-i)+1
+		}
+		if ok {
+			bulk = append(bulk, bt.valid[i:j]...)
+			next[agg] = bt.valid[j-1].ev.Version
+		} else {
+			gated = append(gated, bt.valid[i:j]...)
+		}
+		i = j
+	}
+	if len(gated) > 0 {
+		if err := rp.throughGate(ctx, gated); err != nil {
+			return err
+		}
+	}
+	err := rp.bulkTx(ctx, bt, bulk, n, pos, at)
+	var hf *handlerFailure
+	if errors.As(err, &hf) || isRefusal(err) {
+		// The handler (or the database) refused something of the bulk: the
+		// gate isolates it — quarantined, or set aside as rejected — and
+		// applies the rest.
+		b.p.log.WarnContext(ctx, "rebuild: the replay's batch failed; its aggregates go through the gate",
+			"projection", b.r.name, "generation", b.gen.Generation, "error", err)
+		if err := rp.throughGate(ctx, bulk); err != nil {
+			return err
+		}
+		bulk, next = nil, nil
+		err = rp.bulkTx(ctx, bt, nil, n, pos, at)
+	}
+	if err != nil {
+		return err
+	}
+	for agg, v := range next {
+		rp.known[agg] = memAgg{version: v}
+	}
+	rp.position, rp.positionTime = pos, at
+	rp.events += n
+	b.gen.Position, b.gen.PositionTime = pos, at
+	b.res.Events += n
+	b.phaseRead += n
+	if len(rp.known) > b.opts.MaxAggregates {
+		// Forget them: the next batches look their aggregates up.
+		if err := pgx.BeginFunc(ctx, b.conn, func(tx pgx.Tx) error { return rp.ensureIndex(ctx, tx) }); err != nil {
+			return err
+		}
+		clear(rp.known)
+		rp.spilled = true
+	}
+	b.report(false, "")
+	return nil
+}
+
+// lookup fills known with the aggregates of aggs it lacks, once it may
+// lack some (spilled): their last version in the journal, and whether the
+// gate has them.
+func (rp *replay) lookup(ctx context.Context, aggs []string) error {
+	if !rp.spilled {
+		return nil
+	}
+	var missing []string
+	for _, a := range aggs {
+		if _, ok := rp.known[a]; !ok {
+			missing = append(missing, a)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	rows, err := rp.b.conn.Query(ctx, `SELECT k.a,
+  coalesce((SELECT max(version) FROM `+rp.journal+` j WHERE j.aggregate = k.a), 0),
+  EXISTS (SELECT 1 FROM `+rp.b.p.table("versions")+` v WHERE v.projection = $1 AND v.aggregate = k.a)
+FROM unnest($2::text[]) AS k(a)`, rp.b.gen.Key, missing)
+	if err != nil {
+		return fmt.Errorf("look up versions: %w", err)
+	}
+	var a string
+	var m memAgg
+	_, err = pgx.ForEachRow(rows, []any{&a, &m.version, &m.gated}, func() error {
+		rp.known[a] = m
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("look up versions: %w", err)
+	}
+	return nil
+}
+
+// throughGate hands the deliveries ds, whole aggregates, to the gate: it
+// writes the version rows of those not gated yet, from memory, with their
+// journal entries as applied log, then processes them.
+func (rp *replay) throughGate(ctx context.Context, ds []delivery) error {
+	b := rp.b
+	var aggs []string
+	var vers []int64
+	events := make([]aggregate.Event, len(ds))
+	for i, d := range ds {
+		events[i] = d.ev
+		if m := rp.known[d.ev.Aggregate]; !m.gated && (i == 0 || d.ev.Aggregate != ds[i-1].ev.Aggregate) {
+			aggs, vers = append(aggs, d.ev.Aggregate), append(vers, m.version)
+		}
+	}
+	if len(aggs) > 0 {
+		err := pgx.BeginFunc(ctx, b.conn, func(tx pgx.Tx) error {
+			if err := rp.ensureIndex(ctx, tx); err != nil {
+				return err
+			}
+			bt := &pgx.Batch{}
+			bt.Queue(`INSERT INTO `+b.p.table("versions")+` (projection, aggregate, version, log_base)
+SELECT $1, k.a, k.v, k.v FROM unnest($2::text[], $3::bigint[]) AS k(a, v) ORDER BY k.a COLLATE "C"
+ON CONFLICT (projection, aggregate) DO NOTHING`, b.gen.Key, aggs, vers)
+			bt.Queue(`INSERT INTO `+b.p.table("applied")+` (projection, aggregate, version, event_id, hash)
+SELECT $1, j.aggregate, j.version, coalesce(j.event_id, j.aggregate || ':' || j.version), j.hash
+FROM `+rp.journal+` j WHERE j.aggregate = ANY($2)
+ON CONFLICT DO NOTHING`, b.gen.Key, aggs)
+			return tx.SendBatch(ctx, bt).Close()
+		})
+		if err != nil {
+			return fmt.Errorf("hand aggregates to the gate: %w", err)
+		}
+	}
+	for _, a := range aggs {
+		rp.known[a] = memAgg{gated: true}
+	}
+	if _, err := b.gate.Process(ctx, Batch{Events: events, Source: "rebuild:" + b.gen.Key}); err != nil {
+		return err
+	}
+	return nil
+}
+
+// bulkTx applies the bulk deliveries (whole aggregates, each continuing
+// its version in memory) through the handler, appends them to the journal,
+// records the batch's rejections and stores the replay's position, in one
+// transaction on the replay's connection, retrying transient failures. It
+// returns a *handlerFailure when the handler fails.
+func (rp *replay) bulkTx(ctx context.Context, bt *batch, bulk []delivery, n int64, pos Position, at time.Time) error {
+	b := rp.b
+	p := b.p
+	events := make([]aggregate.Event, len(bulk))
+	aggs, ids := make([]string, len(bulk)), make([]*string, len(bulk))
+	vers, hashes := make([]int64, len(bulk)), make([][]byte, len(bulk))
+	for i, d := range bulk {
+		events[i] = d.ev
+		aggs[i], vers[i], hashes[i] = d.ev.Aggregate, d.ev.Version, d.hash
+		if d.id != aggregate.DefaultID(d.ev.Aggregate, d.ev.Version) {
+			ids[i] = &bulk[i].id
+		}
+	}
+	mirror := time.Since(rp.lastMirror) > 2*time.Second
+	backoff := p.policy.Start()
+	for {
+		err := pgx.BeginFunc(ctx, b.conn, func(tx pgx.Tx) error {
+			ht := newTx(tx, b.r.name)
+			// A replay transaction that is lost in a crash is replayed:
+			// its commit need not wait for the disk.
+			ht.Queue(`SET LOCAL synchronous_commit = off`)
+			b.gate.projs[0].enterSchema(ht)
+			if err := p.callHandler(ctx, ht, b.gate.projs[0], events); err != nil {
+				return &handlerFailure{projection: b.r.name, err: err}
+			}
+			if len(bulk) > 0 {
+				ht.Queue(`INSERT INTO `+rp.journal+` (aggregate, version, event_id, hash)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[])`, aggs, vers, ids, hashes)
+			}
+			ht.Queue(`UPDATE `+rp.state+` SET position = $1, position_time = $2, events = events + $3`, []byte(pos), nullTime(at), n)
+			if mirror {
+				ht.Queue(`UPDATE `+p.table("generations")+`
+SET position = $2, position_time = $3, events = $4, updated_at = now() WHERE key = $1`, b.gen.Key, []byte(pos), nullTime(at), rp.events+n)
+			}
+			if len(bt.rejected) > 0 {
+				p.queueRejected(ht.batch, bt.rejected)
+			}
+			b.gate.projs[0].leaveSchema(ht)
+			if err := ht.Flush(ctx); err != nil {
+				return &handlerFailure{projection: b.r.name, err: err}
+			}
+			return nil
+		})
+		if err == nil {
+			if mirror {
+				rp.lastMirror = time.Now()
+			}
+			return nil
+		}
+		if ctx.Err() != nil || !IsTransient(err) || b.conn.Conn().IsClosed() {
+			if b.conn.Conn().IsClosed() {
+				return fmt.Errorf("replay transaction: the connection was lost: %w", err)
+			}
+			return fmt.Errorf("replay transaction: %w", err)
+		}
+		ok, werr := backoff.Wait(ctx)
+		if werr != nil || !ok {
+			return fmt.Errorf("replay transaction: %w", errors.Join(werr, err))
+		}
+	}
+}
+
+// finalize writes the generation's gate state from the journal, makes its
+// tables logged, drops the replay's tables and moves the generation to
+// catch-up, in one transaction.
+func (b *builder) finalize(ctx context.Context) error {
+	if err := b.setPhase(ctx, PhaseFinalize, nil); err != nil {
+		return err
+	}
+	p := b.p
+	q := func(t string) string { return pgx.Identifier{b.gen.Schema, t}.Sanitize() }
+	err := pgx.BeginFunc(ctx, b.conn, func(tx pgx.Tx) error {
+		var pos []byte
+		var at *time.Time
+		var events int64
+		if err := tx.QueryRow(ctx, `SELECT position, position_time, events FROM `+q(replayStateTable)).Scan(&pos, &at, &events); err != nil {
+			return fmt.Errorf("read the replay's position: %w", err)
+		}
+		if err := b.writeGateState(ctx, tx, q(replayLogTable)); err != nil {
+			return err
+		}
+		unlogged, err := userTables(ctx, tx, b.gen.Schema, "u")
+		if err != nil {
+			return err
+		}
+		for _, t := range unlogged {
+			if _, err := tx.Exec(ctx, `ALTER TABLE `+q(t)+` SET LOGGED`); err != nil {
+				return fmt.Errorf("make %s logged: %w", t, err)
+			}
+		}
+		bb := &pgx.Batch{}
+		bb.Queue(`DROP TABLE ` + q(replayLogTable) + `, ` + q(replayStateTable))
+		bb.Queue(`UPDATE `+p.table("generations")+`
+SET state = 'catchup', phase = 'catch-up', position = $2, position_time = $3, events = $4, updated_at = now() WHERE key = $1`,
+			b.gen.Key, pos, at, events)
+		bb.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
+		if err := tx.SendBatch(ctx, bb).Close(); err != nil {
+			return err
+		}
+		b.gen.Position = pos
+		if at != nil {
+			b.gen.PositionTime = *at
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("finalize the replay: %w", err)
+	}
+	b.gen.State = StateCatchUp
+	return nil
+}
+
+// writeGateState writes, from the journal, the version row of every
+// aggregate the replay applied and the gate did not take — its last
+// version, and its log's current page — and the applied log of the
+// earlier pages (statements.go and appliedlog.go have the layout). One
+// sort of the journal does both.
+//
+// This is the seam for inline projections (issue 13), whose own rows carry
+// their aggregates' versions: for them the version rows are not written.
+func (b *builder) writeGateState(ctx context.Context, tx pgx.Tx, journal string) error {
+	page := strconv.Itoa(logPage)
+	base := `greatest((last - 1) / ` + page + ` * ` + page + `, 0)`
+	sql := `WITH s AS MATERIALIZED (
+  SELECT aggregate, version, event_id, hash, max(version) OVER (PARTITION BY aggregate) AS last FROM ` + journal + `),
+a AS (
+  INSERT INTO ` + b.p.table("applied") + ` (projection, aggregate, version, event_id, hash)
+  SELECT $1, aggregate, version, coalesce(event_id, aggregate || ':' || version), hash FROM s WHERE version <= ` + base + `
+  ON CONFLICT DO NOTHING)
+INSERT INTO ` + b.p.table("versions") + ` (projection, aggregate, version, log_base, log_ids, log_hashes)
+SELECT $1, aggregate, last, ` + base + `,
+  coalesce(array_agg(event_id ORDER BY version) FILTER (WHERE version > ` + base + `), '{}'),
+  coalesce(string_agg(hash, ''::bytea ORDER BY version) FILTER (WHERE version > ` + base + `), ''::bytea)
+FROM s GROUP BY aggregate, last
+ON CONFLICT (projection, aggregate) DO NOTHING`
+	if _, err := tx.Exec(ctx, sql, b.gen.Key); err != nil {
+		return fmt.Errorf("write the version rows: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,154 @@
+package projection
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// This file holds the operator view of generations: what Status, the
+// rebuild commands, the HTTP API and the metrics show.
+
+// Generation is one generation of a projection, as operators see it.
+type Generation struct {
+	Projection string `json:"projection"`
+	// Generation numbers the projection's generations from 1.
+	Generation int `json:"generation"`
+	// CodeVersion is the projection's code version that builds and feeds
+	// it (see Versioned).
+	CodeVersion int `json:"code_version"`
+	// Key is the projection column of its gate rows (the projection's name
+	// for generation 1, "<name>@<n>" after).
+	Key string `json:"key"`
+	// Schema holds its read-model tables; empty for generation 1, whose
+	// tables are in the connection's search_path.
+	Schema string `json:"schema,omitempty"`
+	// State is one of StateBuilding, StateCatchUp, StateLive,
+	// StatePrevious, StateFailed, StateRetired, StateDropped.
+	State string `json:"state"`
+	// Phase refines State while a rebuild works on it: PhaseReplay,
+	// PhaseFinalize, PhaseCatchUp, PhaseVerify, PhaseSwitch.
+	Phase string `json:"phase,omitempty"`
+	// Position is how far the rebuild read the stream (the source's
+	// position, opaque), PositionTime the source's time of the event
+	// there, Events how many events the rebuild read.
+	Position     Position  `json:"position,omitempty"`
+	PositionTime time.Time `json:"position_time,omitzero"`
+	Events       int64     `json:"events"`
+	// Lag is, while the generation is built, the age of the last event the
+	// rebuild read (now - PositionTime): how far behind the stream it is.
+	// Zero otherwise: the workers' lag is the source's to report.
+	Lag        time.Duration `json:"-"`
+	LagSeconds float64       `json:"lag_seconds"`
+	// Error says why verification failed (StateFailed).
+	Error string `json:"error,omitempty"`
+	// KeepUntil is when a previous generation stops being fed (retired).
+	KeepUntil time.Time `json:"keep_until,omitzero"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// LiveAt is when it was last switched in; EndedAt when it stopped being
+	// fed for good (failed, retired, dropped).
+	LiveAt  time.Time `json:"live_at,omitzero"`
+	EndedAt time.Time `json:"ended_at,omitzero"`
+}
+
+// setLag computes Lag as of now.
+func (g *Generation) setLag(now time.Time) {
+	g.Lag, g.LagSeconds = 0, 0
+	if (g.State == StateBuilding || g.State == StateCatchUp) && !g.PositionTime.IsZero() {
+		g.Lag = max(now.Sub(g.PositionTime), 0)
+		g.LagSeconds = g.Lag.Seconds()
+	}
+}
+
+// generationColumns are the columns scanGeneration reads.
+const generationColumns = `projection, generation, code_version, key, schema, state, phase, position, position_time, events,
+  error, keep_until, created_at, updated_at, live_at, ended_at`
+
+func scanGeneration(rows pgx.Rows) (Generation, error) {
+	var g Generation
+	var pt, keep, live, ended *time.Time
+	err := rows.Scan(&g.Projection, &g.Generation, &g.CodeVersion, &g.Key, &g.Schema, &g.State, &g.Phase, &g.Position, &pt,
+		&g.Events, &g.Error, &keep, &g.CreatedAt, &g.UpdatedAt, &live, &ended)
+	for _, f := range []struct {
+		from *time.Time
+		to   *time.Time
+	}{{pt, &g.PositionTime}, {keep, &g.KeepUntil}, {live, &g.LiveAt}, {ended, &g.EndedAt}} {
+		if f.from != nil {
+			*f.to = *f.from
+		}
+	}
+	return g, err
+}
+
+// queueGenerations queues the read of the generations of projections that
+// are not dropped.
+func (p *Processor) queueGenerations(b *pgx.Batch, projections []string, into *[]Generation) {
+	b.Queue(`SELECT `+generationColumns+` FROM `+p.table("generations")+`
+WHERE projection = ANY($1) AND state <> 'dropped' ORDER BY projection, generation`, projections).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			g, err := scanGeneration(rows)
+			if err != nil {
+				return err
+			}
+			*into = append(*into, g)
+		}
+		return rows.Err()
+	})
+}
+
+// Generations lists every generation of a projection, dropped ones
+// included, oldest first. A projection that has never been rebuilt side by
+// side has one: generation 1, live (recorded once a processor ran on
+// migration 005).
+func (p *Processor) Generations(ctx context.Context, projection string) ([]Generation, error) {
+	if _, ok := p.byName[projection]; !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
+	}
+	if _, err := p.feeding(ctx); err != nil { // records generation 1 if need be
+		return nil, err
+	}
+	var out []Generation
+	var now time.Time
+	err := pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		out = nil
+		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT `+generationColumns+` FROM `+p.table("generations")+`
+WHERE projection = $1 ORDER BY generation`, projection)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Generation, error) { return scanGeneration(rows) })
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("projection %s: list generations: %w", projection, err)
+	}
+	for i := range out {
+		out[i].setLag(now)
+	}
+	return out, nil
+}
+
+// Unfed returns the processor's projections of which it feeds no
+// generation: none that is live or in catch-up has its projection's code
+// version (a new version was deployed). A Build of such a projection by this
+// processor builds the generation of its version — or resumes it, or waits
+// for another process building it.
+func (p *Processor) Unfed(ctx context.Context) ([]string, error) {
+	gv, err := p.feeding(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for i, r := range p.projs {
+		if gv.report != nil && gv.report[i] < 0 {
+			out = append(out, r.name)
+		}
+	}
+	return out, nil
+}

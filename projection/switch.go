@@ -1,0 +1,445 @@
+package projection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// This file holds the end of a side-by-side rebuild — verification and the
+// switch — and the operator actions on generations: rollback and drop.
+
+// Verifier is implemented by projections that can check their own read
+// model. Verify runs before a new generation is switched in, in a
+// REPEATABLE READ transaction whose search_path starts with the
+// generation's schema; an error keeps the live generation and marks the new
+// one failed, with the error as the reason. It must only read.
+type Verifier interface {
+	Verify(ctx context.Context, tx pgx.Tx) error
+}
+
+// notInStep reports that the new generation and the live one are not at
+// the same point of the stream yet: verification tries again.
+type notInStep struct{ why string }
+
+func (e *notInStep) Error() string { return "not in step with the live generation: " + e.why }
+
+// verifyAndSwitch verifies the generation and switches it in, retrying
+// while it is not in step with the live one (reading the stream again in
+// between), up to BuildOptions.VerifyTimeout.
+func (b *builder) verifyAndSwitch(ctx context.Context) error {
+	if err := b.setPhase(ctx, PhaseVerify, nil); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(b.opts.VerifyTimeout)
+	wait := 20 * time.Millisecond
+	for {
+		prev, err := b.p.trySwitch(ctx, b)
+		if err == nil {
+			b.res.Previous = prev
+			b.phase = PhaseSwitch
+			b.report(true, fmt.Sprintf("generation %d is live", b.gen.Generation))
+			b.p.log.InfoContext(ctx, "rebuild switched", "projection", b.r.name, "generation", b.gen.Generation, "previous", prev)
+			return nil
+		}
+		var nis *notInStep
+		var verr *VerificationError
+		switch {
+		case errors.As(err, &verr):
+			if ferr := b.p.setFailed(ctx, b.gen, strings.Join(verr.Problems, "; ")); ferr != nil {
+				return errors.Join(err, ferr)
+			}
+			return err
+		case errors.As(err, &nis) && time.Now().Before(deadline):
+			b.note(fmt.Sprintf("verify: %v; reading the stream again", nis))
+		case errors.As(err, &nis):
+			verr := &VerificationError{Projection: b.r.name, Generation: b.gen.Generation,
+				Problems: []string{fmt.Sprintf("%v after %v", nis, b.opts.VerifyTimeout)}}
+			if ferr := b.p.setFailed(ctx, b.gen, verr.Problems[0]); ferr != nil {
+				return errors.Join(verr, ferr)
+			}
+			return verr
+		case IsTransient(err) && ctx.Err() == nil:
+			b.note(fmt.Sprintf("verify: %v; trying again", err))
+		default:
+			return err
+		}
+		if err := sleepCtx(ctx, wait); err != nil {
+			return err
+		}
+		wait = min(2*wait, time.Second)
+		if _, err := b.catchUpPass(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// trySwitch checks the builder's generation and, if it passes, switches it
+// in, in one REPEATABLE READ transaction. It returns the generation that
+// was live.
+func (p *Processor) trySwitch(ctx context.Context, b *builder) (previous int, err error) {
+	name := b.r.name
+	err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+generationColumns+` FROM `+p.table("generations")+`
+WHERE projection = $1 AND state IN ('live', 'catchup', 'previous') ORDER BY generation FOR UPDATE`, name)
+		if err != nil {
+			return err
+		}
+		gens, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Generation, error) { return scanGeneration(rows) })
+		if err != nil {
+			return err
+		}
+		var live, g *Generation
+		for i := range gens {
+			switch {
+			case gens[i].State == StateLive:
+				live = &gens[i]
+			case gens[i].Key == b.gen.Key:
+				g = &gens[i]
+			}
+		}
+		if g == nil || g.State != StateCatchUp {
+			return fmt.Errorf("generation %d is no longer in catch-up", b.gen.Generation)
+		}
+		if live == nil {
+			return errors.New("the projection has no live generation")
+		}
+		previous = live.Generation
+		if err := b.setPhaseTx(ctx, tx, PhaseVerify); err != nil {
+			return err
+		}
+		problems, err := p.verify(ctx, tx, b, live, g)
+		if err != nil {
+			return err
+		}
+		if len(problems) > 0 {
+			return &VerificationError{Projection: name, Generation: g.Generation, Problems: problems}
+		}
+		bb := &pgx.Batch{}
+		bb.Queue(`UPDATE `+p.table("generations")+` SET state = 'retired', phase = '', ended_at = now(), updated_at = now()
+WHERE projection = $1 AND state = 'previous'`, name)
+		if b.opts.Retention < 0 {
+			bb.Queue(`UPDATE `+p.table("generations")+` SET state = 'retired', phase = '', ended_at = now(), updated_at = now()
+WHERE projection = $1 AND state = 'live'`, name)
+		} else {
+			bb.Queue(`UPDATE `+p.table("generations")+` SET state = 'previous', phase = '', keep_until = now() + $2, updated_at = now()
+WHERE projection = $1 AND state = 'live'`, name, b.opts.Retention)
+		}
+		bb.Queue(`UPDATE `+p.table("generations")+` SET state = 'live', phase = '', error = '', live_at = now(), updated_at = now()
+WHERE key = $1`, g.Key)
+		bb.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
+		bb.Queue(p.sql.operatorLog, "rebuild-switch", name, "", int64(live.Generation), int64(g.Generation),
+			fmt.Sprintf("generation %d (code version %d) live; generation %d (code version %d) previous", g.Generation, g.CodeVersion,
+				live.Generation, live.CodeVersion))
+		return tx.SendBatch(ctx, bb).Close()
+	})
+	return previous, err
+}
+
+// setPhaseTx records the builder's phase in tx.
+func (b *builder) setPhaseTx(ctx context.Context, tx pgx.Tx, phase string) error {
+	_, err := tx.Exec(ctx, `UPDATE `+b.p.table("generations")+` SET phase = $2, updated_at = now() WHERE key = $1`, b.gen.Key, phase)
+	return err
+}
+
+// verify runs the checks of generation g against the live one, in tx: the
+// problems found, a *notInStep while the two are not at the same point of
+// the stream, or an error.
+func (p *Processor) verify(ctx context.Context, tx pgx.Tx, b *builder, live, g *Generation) ([]string, error) {
+	var problems []string
+	var quarantined, parked int64
+	err := tx.QueryRow(ctx, `SELECT
+  (SELECT count(*) FROM `+p.table("quarantine")+` n WHERE n.projection = $1
+     AND NOT EXISTS (SELECT 1 FROM `+p.table("quarantine")+` o WHERE o.projection = $2 AND o.aggregate = n.aggregate AND o.version = n.version)),
+  (SELECT count(*) FROM `+p.table("parked")+` n WHERE n.projection = $1
+     AND NOT EXISTS (SELECT 1 FROM `+p.table("parked")+` o WHERE o.projection = $2 AND o.aggregate = n.aggregate AND o.version = n.version))`,
+		g.Key, live.Key).Scan(&quarantined, &parked)
+	if err != nil {
+		return nil, fmt.Errorf("compare gate state: %w", err)
+	}
+	if quarantined > 0 {
+		problems = append(problems, fmt.Sprintf("%d events quarantined that the live generation does not have quarantined (inorder quarantine list --projection %s shows the live ones; the new generation's are under projection %q)",
+			quarantined, g.Projection, g.Key))
+	}
+	if v, ok := b.r.p.(Verifier); ok {
+		err := inSchema(ctx, tx, g.Schema, func() error { return v.Verify(ctx, tx) })
+		if err != nil {
+			if IsTransient(err) || ctx.Err() != nil {
+				return nil, err
+			}
+			problems = append(problems, "Verify: "+err.Error())
+		}
+	}
+	if len(problems) > 0 {
+		return problems, nil
+	}
+	if parked > 0 {
+		return nil, &notInStep{fmt.Sprintf("%d events parked that the live generation has not parked", parked)}
+	}
+	if g.CodeVersion != live.CodeVersion || b.opts.ExpectChanges {
+		return nil, nil
+	}
+	// A repair rebuild: the same code must give the same read model, once
+	// both generations applied the same versions.
+	var differ int64
+	err = tx.QueryRow(ctx, `SELECT count(*) FROM
+  (SELECT aggregate, version FROM `+p.table("versions")+` WHERE projection = $1) n
+  FULL JOIN (SELECT aggregate, version FROM `+p.table("versions")+` WHERE projection = $2) o USING (aggregate)
+WHERE coalesce(n.version, 0) <> coalesce(o.version, 0)`, g.Key, live.Key).Scan(&differ)
+	if err != nil {
+		return nil, fmt.Errorf("compare versions: %w", err)
+	}
+	if differ > 0 {
+		return nil, &notInStep{fmt.Sprintf("%d aggregates at other versions than in the live generation", differ)}
+	}
+	return p.compareContent(ctx, tx, g, live)
+}
+
+// volatileDefault matches the default expressions of columns that the
+// database fills at write time, which differ between generations with the
+// same content: timestamps, sequences, random values.
+const volatileDefault = `(now\(|current_timestamp|clock_timestamp|statement_timestamp|transaction_timestamp|localtime|current_time|current_date|nextval\(|random\(|gen_random_uuid|uuid_generate)`
+
+// compareContent compares every table of g's schema with the table of the
+// same name of the live generation: row count and an order-independent
+// checksum of the rows, over the columns the projection writes (identity,
+// generated and columns with volatile defaults left out).
+func (p *Processor) compareContent(ctx context.Context, tx pgx.Tx, g, live *Generation) ([]string, error) {
+	tables, err := userTables(ctx, tx, g.Schema, "")
+	if err != nil {
+		return nil, err
+	}
+	var problems []string
+	for _, t := range tables {
+		newTable := pgx.Identifier{g.Schema, t}.Sanitize()
+		oldTable := pgx.Identifier{t}.Sanitize()
+		if live.Schema != "" {
+			oldTable = pgx.Identifier{live.Schema, t}.Sanitize()
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, oldTable).Scan(&exists); err != nil {
+			return nil, err
+		}
+		if !exists {
+			problems = append(problems, fmt.Sprintf("table %s: not in the live generation", t))
+			continue
+		}
+		rows, err := tx.Query(ctx, `SELECT quote_ident(a.attname) FROM pg_attribute a
+LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.attidentity = '' AND a.attgenerated = ''
+  AND (d.adbin IS NULL OR pg_get_expr(d.adbin, d.adrelid) !~* $2)
+ORDER BY a.attnum`, newTable, volatileDefault)
+		if err != nil {
+			return nil, err
+		}
+		cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, err
+		}
+		if len(cols) == 0 {
+			continue
+		}
+		sum := func(table string) (n int64, sum string, err error) {
+			err = tx.QueryRow(ctx, `SELECT count(*), coalesce(sum(('x' || left(md5(ROW(`+strings.Join(cols, ", ")+`)::text), 16))::bit(64)::bigint::numeric), 0)::text
+FROM `+table).Scan(&n, &sum)
+			return n, sum, err
+		}
+		nn, ns, err := sum(newTable)
+		if err != nil {
+			return nil, fmt.Errorf("checksum %s: %w", newTable, err)
+		}
+		// The live table may lack a column: then it differs.
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		on, os, err := sum(oldTable)
+		if err != nil {
+			_ = sp.Rollback(ctx)
+			problems = append(problems, fmt.Sprintf("table %s: cannot be compared with the live one: %v", t, err))
+			continue
+		}
+		if err := sp.Commit(ctx); err != nil {
+			return nil, err
+		}
+		if nn != on || ns != os {
+			problems = append(problems, fmt.Sprintf("table %s: %d rows (checksum %s) in generation %d, %d rows (checksum %s) in the live generation %d",
+				t, nn, ns, g.Generation, on, os, live.Generation))
+		}
+	}
+	return problems, nil
+}
+
+// setFailed marks a generation failed with the reason, and moves the
+// epoch on: nobody feeds it any more.
+func (p *Processor) setFailed(ctx context.Context, g Generation, reason string) error {
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'failed', phase = '', error = $2, ended_at = now(), updated_at = now()
+WHERE key = $1`, g.Key, reason)
+		b.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
+		b.Queue(p.sql.operatorLog, "rebuild-failed", g.Projection, "", nil, int64(g.Generation), reason)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return fmt.Errorf("mark generation %d failed: %w", g.Generation, err)
+	}
+	p.log.WarnContext(ctx, "rebuild: generation failed", "projection", g.Projection, "generation", g.Generation, "reason", reason)
+	return nil
+}
+
+// Rollback makes a projection's previous generation live again, and the
+// live one previous (still fed, until the previous one's retention
+// ends): one transaction, so readers move from one to the other at once.
+// The previous generation is exact only while processors of its code
+// version feed it. It returns the generation now live; ErrNoPrevious when
+// there is none (retired or dropped).
+func (p *Processor) Rollback(ctx context.Context, projection string) (int, error) {
+	if _, ok := p.byName[projection]; !ok {
+		return 0, fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
+	}
+	if _, err := p.feeding(ctx); err != nil {
+		return 0, err
+	}
+	var to int
+	err := pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		var live, prev int
+		var keep *time.Time
+		rows, err := tx.Query(ctx, `SELECT generation, state, keep_until FROM `+p.table("generations")+`
+WHERE projection = $1 AND state IN ('live', 'previous') FOR UPDATE`, projection)
+		if err != nil {
+			return err
+		}
+		var gen int
+		var state string
+		var ku *time.Time
+		_, err = pgx.ForEachRow(rows, []any{&gen, &state, &ku}, func() error {
+			if state == StateLive {
+				live = gen
+			} else {
+				prev, keep = gen, ku
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if prev == 0 {
+			return ErrNoPrevious
+		}
+		b := &pgx.Batch{}
+		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'previous', keep_until = $3, updated_at = now()
+WHERE projection = $1 AND generation = $2`, projection, live, keep)
+		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'live', keep_until = NULL, live_at = now(), updated_at = now()
+WHERE projection = $1 AND generation = $2`, projection, prev)
+		b.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
+		b.Queue(p.sql.operatorLog, "rebuild-rollback", projection, "", int64(live), int64(prev),
+			fmt.Sprintf("generation %d live again; generation %d previous", prev, live))
+		to = prev
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return 0, fmt.Errorf("projection %s: rollback: %w", projection, err)
+	}
+	return to, nil
+}
+
+// DropGeneration drops a generation that is not live: its schema (or, for
+// generation 1, whose tables are in the connection's search_path, their
+// rows, through the projection's Resetter) and its gate rows. A generation
+// being built can be dropped only while no Build runs (else
+// ErrBuildInProgress). Dropping a dropped generation does nothing.
+func (p *Processor) DropGeneration(ctx context.Context, projection string, generation int) error {
+	r, ok := p.byName[projection]
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
+	}
+	gens, err := p.Generations(ctx, projection)
+	if err != nil {
+		return err
+	}
+	for _, g := range gens {
+		if g.Generation != generation {
+			continue
+		}
+		switch g.State {
+		case StateLive:
+			return fmt.Errorf("projection %s: drop generation %d: %w", projection, generation, ErrLiveGeneration)
+		case StateDropped:
+			return nil
+		case StateBuilding, StateCatchUp:
+			// Only while nobody builds it: hold the build lock meanwhile.
+			conn, err := p.pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Release()
+			b := &builder{p: p, r: r, conn: conn}
+			var ok bool
+			if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, b.lockKey()).Scan(&ok); err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("projection %s: drop generation %d: %w", projection, generation, ErrBuildInProgress)
+			}
+			defer b.unlock(ctx)
+		}
+		return p.dropGeneration(ctx, r, g)
+	}
+	return fmt.Errorf("projection %s: %w: %d", projection, ErrNoGeneration, generation)
+}
+
+// dropGeneration drops g: first it stops being fed (its own transaction,
+// moving the epoch on), then its tables and gate rows go.
+func (p *Processor) dropGeneration(ctx context.Context, r *registered, g Generation) error {
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'retired', phase = '', ended_at = coalesce(ended_at, now()), updated_at = now()
+WHERE key = $1 AND state <> 'live'`, g.Key)
+		b.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return fmt.Errorf("projection %s: drop generation %d: %w", g.Projection, g.Generation, err)
+	}
+	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		for _, t := range []string{"versions", "applied", "parked", "quarantine", "conflicts"} {
+			b.Queue(`DELETE FROM `+p.table(t)+` WHERE projection = $1`, g.Key)
+		}
+		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'dropped', updated_at = now() WHERE key = $1`, g.Key)
+		b.Queue(p.sql.operatorLog, "rebuild-drop", g.Projection, "", nil, int64(g.Generation),
+			fmt.Sprintf("generation %d (code version %d, was %s) dropped", g.Generation, g.CodeVersion, g.State))
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		if g.Schema != "" {
+			_, err := tx.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{g.Schema}.Sanitize()+` CASCADE`)
+			return err
+		}
+		if rs, ok := r.p.(Resetter); ok {
+			return rs.Reset(ctx, tx)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("projection %s: drop generation %d: %w", g.Projection, g.Generation, err)
+	}
+	p.log.InfoContext(ctx, "generation dropped", "projection", g.Projection, "generation", g.Generation)
+	return nil
+}
