@@ -547,3 +547,33 @@ func TestBuildConcurrency(t *testing.T) {
 	require.Equal(t, 2, res.Generation)
 	require.Equal(t, map[int]string{1: projection.StatePrevious, 2: projection.StateLive}, genStates(t, b.proc))
 }
+
+// TestBuildOperatorActions: after a switch to a new code version, operator
+// actions act on the live generation, and a processor of the old version,
+// which feeds only the previous one, refuses them (ErrNotFed).
+func TestBuildOperatorActions(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := genSetup(t)
+	events := ledger.Generate(rand.New(rand.NewPCG(41, 42)), 20, 3)
+	_, err := b.proc.Process(ctx, projection.Batch{Events: events})
+	require.NoError(t, err)
+	v2 := genProcessor(t, b.db, genV2{ledger.New(nil)})
+	_, err = v2.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 25)})
+	require.NoError(t, err)
+
+	// An aggregate parked in both generations: version 1 missing.
+	e2, err := aggregate.New("gap-1", 2, ledger.Approved, ledger.Data{})
+	require.NoError(t, err)
+	for _, p := range []*projection.Processor{b.proc, v2} {
+		res, err := p.Process(ctx, projection.Batch{Events: []aggregate.Event{e2}})
+		require.NoError(t, err)
+		require.Equal(t, projection.Parked, res[0].Outcome)
+	}
+	err = b.proc.DeclareGap(ctx, "ledger", "gap-1", 1, "test")
+	require.ErrorIs(t, err, projection.ErrNotFed)
+	w, err := v2.Waiting(ctx, projection.ListOptions{Projection: "ledger"})
+	require.NoError(t, err)
+	require.Len(t, w, 1)
+	require.Equal(t, "ledger@2", w[0].Projection)
+}

@@ -381,13 +381,13 @@ func (p *Processor) buildView(epoch int64, rows []genRow) *genView {
 		}
 	}
 	if identity {
+		// Each projection's one registration is the processor's own; it
+		// is the live one unless the live generation has another code
+		// version (this processor then feeds the previous one).
 		gv.proc = p
-		gv.live = nil
+		clear(gv.live)
 		for _, r := range p.projs {
-			if gv.rows[r.name].state == StateLive {
-				if gv.live == nil {
-					gv.live = map[string]*registered{}
-				}
+			if g := gv.rows[r.name]; g.key == r.key {
 				gv.live[r.name] = r
 			}
 		}
