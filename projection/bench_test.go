@@ -31,6 +31,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
@@ -77,6 +78,12 @@ const (
 //   - inorder-shuffled: the stream fully shuffled plus 20% exact duplicates
 //     at random positions, batches of 1000, shared queue.
 //   - inorder-shuffled-partitioned: the shuffled stream, partitioned.
+//   - inorder-ordered+effects, inorder-shuffled+effects: inorder-ordered
+//     and inorder-shuffled with one effect intent per event: the ledger's
+//     handler also records, in its transaction, an intent (package effects:
+//     a row in the effects table and its River job) for every event it
+//     applies. Nothing performs them; the ratio to the same variant without
+//     effects is what recording costs (target: ≥0.75×).
 //
 // Every run uses a fresh schema and read model, and fails unless the read
 // model equals ledger.Fold of the events. Metrics: events/s (deliveries,
@@ -115,6 +122,8 @@ func BenchmarkLedger(b *testing.B) {
 		{name: "inorder-ordered-partitioned", kind: benchKindInorder, workers: []int{4}, partitioned: true, deliveries: events, want: all},
 		{name: "inorder-shuffled", kind: benchKindInorder, workers: []int{1, 4}, deliveries: shuffled, want: all},
 		{name: "inorder-shuffled-partitioned", kind: benchKindInorder, workers: []int{4}, partitioned: true, deliveries: shuffled, want: all},
+		{name: "inorder-ordered+effects", kind: benchKindInorderEffects, workers: []int{1, 4}, deliveries: events, want: all},
+		{name: "inorder-shuffled+effects", kind: benchKindInorderEffects, workers: []int{1, 4}, deliveries: shuffled, want: all},
 	}
 	results := &benchResults{runs: map[string][]benchRun{}}
 	for _, w := range workloads {
@@ -143,7 +152,39 @@ const (
 	// check, no applied log; correct only for in-order, partitioned
 	// delivery). Its ratio to setbased bounds what such a gate can reach.
 	benchKindFloor
+	// benchKindInorderEffects is benchKindInorder with one effect intent
+	// recorded per applied event (benchEffectsLedger).
+	benchKindInorderEffects
 )
+
+// benchEffectKind is the effect kind of benchEffectsLedger's intents.
+const benchEffectKind = "ledger.event.webhook"
+
+// benchEffectsLedger is the ledger recording, in the handler's transaction,
+// one effect intent per event it applies, as a projection that notifies a
+// remote side of every change would.
+type benchEffectsLedger struct {
+	*ledger.Projection
+	fx *effects.Client
+}
+
+func (l benchEffectsLedger) ApplyBatch(ctx context.Context, tx *projection.Tx, events []aggregate.Event) error {
+	if err := l.Projection.ApplyBatch(ctx, tx, events); err != nil {
+		return err
+	}
+	intents := make([]effects.Intent, len(events))
+	for i, e := range events {
+		intents[i] = effects.Intent{Kind: benchEffectKind, Event: e, Args: benchEffectArgs{Payment: e.Aggregate, Version: e.Version, Type: e.Type}}
+	}
+	_, err := l.fx.Record(ctx, tx, intents...)
+	return err
+}
+
+type benchEffectArgs struct {
+	Payment string `json:"payment"`
+	Version int64  `json:"version"`
+	Type    string `json:"type"`
+}
 
 // benchWorkload is one sub-benchmark family.
 type benchWorkload struct {
@@ -288,8 +329,17 @@ func newBenchEnv(b *testing.B, kind benchKind, workers int) *benchEnv {
 	b.Cleanup(env.pool.Close) // before pgtest drops the schema
 
 	switch kind {
-	case benchKindInorder:
-		env.proc, err = projection.New(env.pool, &projection.Config{Schema: db.Schema, Logger: slog.New(env.warns)}, env.ledger)
+	case benchKindInorder, benchKindInorderEffects:
+		var p projection.Projection = env.ledger
+		if kind == benchKindInorderEffects {
+			_, err := effects.MigrateRiver(ctx, env.pool, &effects.RiverMigrateOptions{Schema: db.Schema})
+			require.NoError(b, err)
+			fx, err := effects.New(env.pool, &effects.Config{Schema: db.Schema},
+				effects.HandlerFunc(benchEffectKind, func(context.Context, *effects.Effect) error { return nil }))
+			require.NoError(b, err)
+			p = benchEffectsLedger{Projection: env.ledger, fx: fx}
+		}
+		env.proc, err = projection.New(env.pool, &projection.Config{Schema: db.Schema, Logger: slog.New(env.warns)}, p)
 		require.NoError(b, err)
 		require.NoError(b, env.proc.Setup(ctx))
 	default:
@@ -494,7 +544,7 @@ func (w *benchWorkload) verify(b *testing.B, env *benchEnv) {
 
 	versionsSQL := `SELECT aggregate, version FROM naive_versions`
 	switch w.kind {
-	case benchKindInorder:
+	case benchKindInorder, benchKindInorderEffects:
 		versionsSQL = `SELECT aggregate, version FROM versions WHERE projection = '` + benchProjection + `'`
 	case benchKindFloor:
 		versionsSQL = `SELECT aggregate, version FROM floor_versions`
@@ -512,7 +562,13 @@ func (w *benchWorkload) verify(b *testing.B, env *benchEnv) {
 		require.NoError(b, err)
 		require.True(b, reflect.DeepEqual(w.want.versions, versions), "versions differ from the stream's last versions")
 	}
-	if w.kind != benchKindInorder {
+	if w.kind == benchKindInorderEffects {
+		var intents, jobs int
+		require.NoError(b, env.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM effects WHERE state = 'pending'), (SELECT count(*) FROM river_job)`).Scan(&intents, &jobs))
+		require.Equal(b, w.want.events, intents, "one intent per event")
+		require.Equal(b, w.want.events, jobs, "one River job per intent")
+	}
+	if w.kind != benchKindInorder && w.kind != benchKindInorderEffects {
 		return
 	}
 	var parked, blocked int
@@ -767,7 +823,7 @@ func (r *benchResults) table(ws []*benchWorkload) string {
 	}
 	var sb strings.Builder
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "variant\truns\tevents/s\tunique-events/s\tvs setbased\tvs setbased (unique)\tvs naive\ttarget\t")
+	fmt.Fprintln(tw, "variant\truns\tevents/s\tunique-events/s\tvs setbased\tvs setbased (unique)\tvs naive\tvs without effects\ttarget\t")
 	for _, w := range ws {
 		for _, n := range w.workers {
 			key := fmt.Sprintf("%s/workers=%d", w.name, n)
@@ -777,15 +833,19 @@ func (r *benchResults) table(ws []*benchWorkload) string {
 			}
 			ueps, _ := med(key, true)
 			setbased, naive := fmt.Sprintf("setbased/workers=%d", n), fmt.Sprintf("naive/workers=%d", n)
-			target := "-"
+			target, vsPlain := "-", "-"
 			switch {
+			case strings.HasSuffix(w.name, "+effects"):
+				// The same variant without effects, same workers.
+				vsPlain = ratio(eps, fmt.Sprintf("%s/workers=%d", strings.TrimSuffix(w.name, "+effects"), n))
+				target = "≥0.75× without effects"
 			case strings.HasPrefix(w.name, "inorder-ordered"):
 				target = "≥0.9× setbased"
 			case strings.HasPrefix(w.name, "inorder-shuffled"):
 				target = "≥0.8× setbased, ≥25× naive"
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t\n", key, len(r.runs[key]), eps, ueps,
-				ratio(eps, setbased), ratio(ueps, setbased), ratio(eps, naive), target)
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n", key, len(r.runs[key]), eps, ueps,
+				ratio(eps, setbased), ratio(ueps, setbased), ratio(eps, naive), vsPlain, target)
 		}
 	}
 	tw.Flush()
@@ -947,6 +1007,12 @@ func benchClassify(sql string) string {
 		}
 	case has(`"quarantine"`), has(`"conflicts"`), has(`"rejected"`):
 		return "gate: quarantine, conflicts, rejected"
+	case has(`"effects"`):
+		return "effects: record intents"
+	case has("river_job"):
+		return "effects: River jobs (COPY)"
+	case has("pg_notify"):
+		return "effects: River's insert notification"
 	case has("floor_versions"):
 		return "floor: upsert version rows"
 	case has("naive_versions"):
