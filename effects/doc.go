@@ -32,9 +32,12 @@
 //	}
 //
 // Record inserts one row per intent into the effects table (migration 004)
-// with INSERT … ON CONFLICT (key) DO NOTHING, and a River job for each row it
+// with INSERT … ON CONFLICT (key) DO NOTHING, and River jobs for the rows it
 // inserted, in the handler's transaction: both commit with the projection's
-// writes and the event's version, or neither does. The primary key is the
+// writes and the event's version, or neither does. Up to DirectJobs intents
+// get a job each; more get one relay job, which enqueues theirs once the
+// transaction committed — a River row per intent would cost a large batch's
+// transaction about as much as the intents themselves. The primary key is the
 // intent's key (Intent.Key): 128 bits of SHA-256 over the projection's
 // name, the event's stable id, the effect kind and an optional
 // discriminator (several effects of one kind per event) and salt. A
@@ -111,7 +114,8 @@
 // # River's tables
 //
 // River keeps its jobs in its own tables, in Config.RiverSchema (default:
-// inorder's schema). MigrateRiver creates them. River's UI (riverui) pointed at that schema
-// shows the effect jobs (kind JobKind, args: the intent's key and effect
-// kind).
+// inorder's schema). MigrateRiver creates them. River's UI (riverui)
+// pointed at that schema shows the effect jobs (kind JobKind, args: the
+// intent's key and effect kind) and the relay jobs (kind RelayJobKind, args:
+// a batch number).
 package effects

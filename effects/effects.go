@@ -295,7 +295,8 @@ type Config struct {
 	// arrives (River's FetchPollInterval). Default 1 s.
 	PollInterval time.Duration
 
-	// Logger receives the Client's logs and River's. Default: discarded.
+	// Logger receives the Client's logs and River's warnings and errors.
+	// Default: discarded.
 	Logger *slog.Logger
 
 	// OnAttempt, if set, is called after the outcome of every attempt is
@@ -378,9 +379,14 @@ func New(pool *pgxpool.Pool, cfg *Config, handlers ...Handler) (*Client, error) 
 	if err := river.AddWorkerSafely(workers, &worker{c: cl}); err != nil {
 		return nil, fmt.Errorf("effects: register River worker: %w", err)
 	}
+	if err := river.AddWorkerSafely(workers, &relayWorker{c: cl}); err != nil {
+		return nil, fmt.Errorf("effects: register River worker: %w", err)
+	}
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Schema:            c.RiverSchema,
-		Logger:            c.Logger,
+		Schema: c.RiverSchema,
+		// River's own warnings and errors only: its info lines (clients,
+		// producers, leaders starting) are noise in inorder's logs.
+		Logger:            slog.New(minLevel{Handler: c.Logger.Handler(), min: slog.LevelWarn}),
 		Workers:           workers,
 		Queues:            map[string]river.QueueConfig{c.Queue: {MaxWorkers: c.Workers}},
 		MaxAttempts:       c.MaxAttempts,
@@ -428,6 +434,24 @@ func (c *Client) observe(a Attempt) {
 	if c.cfg.OnAttempt != nil {
 		c.cfg.OnAttempt(a)
 	}
+}
+
+// minLevel is a handler that drops records below min.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return minLevel{Handler: h.Handler.WithAttrs(attrs), min: h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
 }
 
 // Binder is implemented by projections that record intents with a Client

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -172,14 +173,61 @@ func TestSameEventConcurrently(t *testing.T) {
 			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM effects WHERE key = $1`, dk))
 			require.Equal(t, 1, b.jobsOf(t, dk))
 
+			// A batch larger than DirectJobs, delivered at once: its intents
+			// and their one relay job are recorded by one transaction.
+			big := events(t, "big", effects.DirectJobs+4)
+			atOnce(t, n, func(int) error {
+				_, err := b.proc.Process(context.Background(), projection.Batch{Events: big})
+				return err
+			})
+			require.Equal(t, len(big), b.count(t, `SELECT count(*) FROM effects WHERE aggregate = 'big'`))
+			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE kind = $1`, effects.RelayJobKind))
+
 			b.start(t)
 			b.waitAllDone(t)
 			calls := b.idem.callsByKey()
-			require.Len(t, calls, len(es)+1)
-			for _, e := range append(es, direct) {
+			all := slices.Concat(es, []aggregate.Event{direct}, big)
+			require.Len(t, calls, len(all))
+			for _, e := range all {
 				require.Equal(t, 1, calls[keyOf(kindNotify, e)], "one remote call for %s v%d", e.Aggregate, e.Version)
 			}
 		})
+	}
+}
+
+// TestRelay: a set of intents larger than DirectJobs gets one relay job in
+// the recording transaction; once committed, the relay enqueues one job per
+// intent, and each is performed once. Intents already recorded are not
+// relayed again.
+func TestRelay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	var intents []effects.Intent
+	for i := range effects.DirectJobs * 3 {
+		intents = append(intents, intent(t, kindNotify, fmt.Sprintf("r%02d", i)))
+	}
+	keys := b.record(t, intents...)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE kind = $1`, effects.RelayJobKind))
+	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job WHERE kind = $1`, effects.JobKind), "the relay enqueues them after the commit")
+	// Recorded again, with a few new ones: only the new ones are relayed.
+	more := append(intents[:effects.DirectJobs+1:effects.DirectJobs+1], intent(t, kindNotify, "new-1"), intent(t, kindNotify, "new-2"))
+	var recorded int
+	require.NoError(t, pgx.BeginFunc(t.Context(), b.db.Pool, func(tx pgx.Tx) error {
+		var err error
+		recorded, err = b.fx.RecordTx(t.Context(), tx, "notifier", more...)
+		return err
+	}))
+	require.Equal(t, 2, recorded)
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM river_job WHERE kind = $1`, effects.RelayJobKind))
+
+	b.start(t)
+	b.waitAllDone(t)
+	keys = append(keys, more[len(more)-2].Key("notifier"), more[len(more)-1].Key("notifier"))
+	calls := b.idem.callsByKey()
+	require.Len(t, calls, len(keys))
+	for _, k := range keys {
+		require.Equal(t, 1, calls[k])
+		require.Equal(t, 1, b.jobsOf(t, k), "one job per intent, from its batch's relay")
 	}
 }
 

@@ -118,7 +118,7 @@ func TestRebuildDoesNotResend(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := t.Context()
-	es := slices.Concat(events(t, "a", 4), events(t, "b", 3))
+	es := slices.Concat(events(t, "a", 12), events(t, "b", 9)) // batches larger than DirectJobs: relayed
 	b.process(t, es...)
 	b.start(t)
 	b.waitAllDone(t)
@@ -126,7 +126,7 @@ func TestRebuildDoesNotResend(t *testing.T) {
 	jobs := b.count(t, `SELECT count(*) FROM river_job`)
 
 	replay := func(ctx context.Context, emit func(context.Context, []aggregate.Event) error) error {
-		for chunk := range slices.Chunk(es, 3) {
+		for chunk := range slices.Chunk(es, effects.DirectJobs+2) {
 			if err := emit(ctx, chunk); err != nil {
 				return err
 			}

@@ -15,9 +15,12 @@ import (
 )
 
 // Record records intents in the handler's transaction tx, keyed by
-// tx.Projection() (see Intent.Key), and enqueues a River job for each
-// intent it records, in the same transaction: both commit with the
-// projection's writes and the event's version, or neither does.
+// tx.Projection() (see Intent.Key), and enqueues their River jobs in the same
+// transaction: both commit with the projection's writes and the event's
+// version, or neither does. Up to DirectJobs intents get one job each; a
+// larger set gets one relay job, which enqueues the job of each intent after
+// the commit — so a batch's transaction writes one River row, not one per
+// intent.
 //
 // An intent whose key is already recorded — the event was replayed by a
 // rebuild, retried after a quarantine, delivered twice at once — is left
@@ -88,6 +91,18 @@ func (c *Client) RecordTx(ctx context.Context, tx pgx.Tx, projection string, int
 		keys[i], kinds[i], ids[i], aggs[i], vers[i] = r.key, r.in.Kind, r.in.Event.StableID(), r.in.Event.Aggregate, r.in.Event.Version
 		discs[i], salts[i], args[i] = r.in.Discriminator, r.in.Salt, string(r.args)
 	}
+	if n > DirectJobs {
+		var batch, inserted int64
+		if err := tx.QueryRow(ctx, c.sql.insertBatch, projection, keys, kinds, ids, aggs, vers, discs, salts, args).Scan(&batch, &inserted); err != nil {
+			return 0, fmt.Errorf("effects: record: %w", err)
+		}
+		if inserted > 0 {
+			if _, err := c.river.InsertTx(ctx, tx, relayArgs{Batch: batch}, &river.InsertOpts{Queue: c.cfg.Queue, MaxAttempts: c.cfg.MaxAttempts}); err != nil {
+				return 0, fmt.Errorf("effects: record: enqueue relay job: %w", err)
+			}
+		}
+		return int(inserted), nil
+	}
 	res, err := tx.Query(ctx, c.sql.insert, projection, keys, kinds, ids, aggs, vers, discs, salts, args)
 	if err != nil {
 		return 0, fmt.Errorf("effects: record: %w", err)
@@ -100,11 +115,54 @@ func (c *Client) RecordTx(ctx context.Context, tx pgx.Tx, projection string, int
 	}); err != nil {
 		return 0, fmt.Errorf("effects: record: %w", err)
 	}
-	jobs := c.jobsFor(newKeys, newKinds)
-	if err := c.enqueue(ctx, tx, jobs); err != nil {
+	if err := c.enqueue(ctx, tx, c.jobsFor(newKeys, newKinds)); err != nil {
 		return 0, fmt.Errorf("effects: record: %w", err)
 	}
-	return len(jobs), nil
+	return len(newKeys), nil
+}
+
+// DirectJobs is how many intents Record enqueues one River job each for;
+// more get one relay job (see Record).
+const DirectJobs = 8
+
+// RelayJobKind is the River job kind of relay jobs: their args carry the
+// batch number of the intents they enqueue.
+const RelayJobKind = "inorder.effect.relay"
+
+// relayArgs are the args of a relay job.
+type relayArgs struct {
+	Batch int64 `json:"batch"`
+}
+
+// Kind implements river.JobArgs.
+func (relayArgs) Kind() string { return RelayJobKind }
+
+// relayWorker enqueues, in one transaction, the job of every intent of a
+// batch that no attempt took yet. Run twice, it enqueues them twice: that
+// is harmless, the second job of an intent finds it taken or settled.
+type relayWorker struct {
+	river.WorkerDefaults[relayArgs]
+	c *Client
+}
+
+// Work enqueues the batch's jobs.
+func (w *relayWorker) Work(ctx context.Context, job *river.Job[relayArgs]) error {
+	c := w.c
+	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, c.sql.relay, job.Args.Batch)
+		if err != nil {
+			return fmt.Errorf("effects: relay batch %d: %w", job.Args.Batch, err)
+		}
+		var keys, kinds []string
+		var k, kind string
+		if _, err := pgx.ForEachRow(rows, []any{&k, &kind}, func() error {
+			keys, kinds = append(keys, k), append(kinds, kind)
+			return nil
+		}); err != nil {
+			return fmt.Errorf("effects: relay batch %d: %w", job.Args.Batch, err)
+		}
+		return c.enqueue(ctx, tx, c.jobsFor(keys, kinds))
+	})
 }
 
 // enqueue inserts River jobs in tx.

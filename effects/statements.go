@@ -1,6 +1,7 @@
 package effects
 
 import (
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,22 +14,39 @@ const columns = `key, projection, kind, event_id, aggregate, version, discrimina
 // statements are every statement on the effects table: this package is its
 // only writer and reader.
 type statements struct {
-	insert, claim, start, settle, get, list, stats string
-	requeueStuck, claimFailed, retry, cancel       string
+	insert, insertBatch, relay               string
+	claim, start, settle, get, list, stats   string
+	requeueStuck, claimFailed, retry, cancel string
 }
 
 func newStatements(schema string) statements {
 	t := pgx.Identifier{schema, "effects"}.Sanitize()
+	seq := "'" + strings.ReplaceAll(pgx.Identifier{schema, "effects_batch_seq"}.Sanitize(), "'", "''") + "'"
 	return statements{
 		// insert records intents; keys arrive sorted, so concurrent
 		// transactions take the key locks in one order. RETURNING names the
 		// keys this statement inserted: only those get a job.
 		insert: `INSERT INTO ` + t + ` (key, projection, kind, event_id, aggregate, version, discriminator, salt, args)
 SELECT k.key, $1, k.kind, k.event_id, k.aggregate, k.version, k.discriminator, k.salt, k.args
-FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::jsonb[])
+FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::json[])
   AS k(key, kind, event_id, aggregate, version, discriminator, salt, args)
 ON CONFLICT (key) DO NOTHING
 RETURNING key, kind`,
+
+		// insertBatch records the intents of a large batch under one new
+		// batch number, which a relay job enqueues them by; it returns the
+		// number and how many intents it inserted.
+		insertBatch: `WITH b AS (SELECT nextval(` + seq + `) AS id),
+ins AS (INSERT INTO ` + t + ` (key, projection, kind, event_id, aggregate, version, discriminator, salt, args, batch)
+  SELECT k.key, $1, k.kind, k.event_id, k.aggregate, k.version, k.discriminator, k.salt, k.args, (SELECT id FROM b)
+  FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::json[])
+    AS k(key, kind, event_id, aggregate, version, discriminator, salt, args)
+  ON CONFLICT (key) DO NOTHING
+  RETURNING 1)
+SELECT (SELECT id FROM b), count(*) FROM ins`,
+
+		// relay lists the intents of a batch that no attempt took yet.
+		relay: `SELECT key, kind FROM ` + t + ` WHERE batch = $1 AND state = 'pending'`,
 
 		// claim takes an intent that is pending, retrying, or running with
 		// an expired lease (its attempt died) for one attempt: it counts the

@@ -3,7 +3,8 @@
 # times, one whole round of every variant per `go test` process so that the
 # variants are interleaved in time, and prints the median events/s of each
 # variant and its ratios to the setbased and naive baselines with the same
-# number of workers. It only reads: nothing is written but the raw output
+# number of workers (and, for a +effects variant, to the same variant
+# without effects). It only reads: nothing is written but the raw output
 # file.
 #
 # Usage: scripts/bench-ratios.sh [go test flags...]
@@ -77,15 +78,20 @@ ratio() { # ratio value baseline-variant
 	if [[ -z "$base" ]]; then echo "-"; else awk -v x="$1" -v y="$base" 'BEGIN { printf "%.2fx", x / y }'; fi
 }
 
-printf '%-42s %5s %10s %16s %12s %21s %9s  %s\n' variant runs events/s unique-events/s "vs setbased" "vs setbased (unique)" "vs naive" target
+printf '%-42s %5s %10s %16s %12s %21s %9s %19s  %s\n' variant runs events/s unique-events/s "vs setbased" "vs setbased (unique)" "vs naive" "vs without effects" target
 for name in "${names[@]}"; do
 	workers=${name##*/}
 	target=-
+	plain=-
 	case $name in
+	*+effects/*)
+		target=">=0.75x without effects"
+		plain=$(ratio "${eps[$name]}" "${name%%+effects/*}/$workers")
+		;;
 	inorder-ordered*) target=">=0.9x setbased" ;;
 	inorder-shuffled*) target=">=0.8x setbased, >=25x naive" ;;
 	esac
-	printf '%-42s %5s %10.0f %16.0f %12s %21s %9s  %s\n' "$name" "${n[$name]}" "${eps[$name]}" "${ueps[$name]}" \
+	printf '%-42s %5s %10.0f %16.0f %12s %21s %9s %19s  %s\n' "$name" "${n[$name]}" "${eps[$name]}" "${ueps[$name]}" \
 		"$(ratio "${eps[$name]}" "setbased/$workers")" "$(ratio "${ueps[$name]}" "setbased/$workers")" \
-		"$(ratio "${eps[$name]}" "naive/$workers")" "$target"
+		"$(ratio "${eps[$name]}" "naive/$workers")" "$plain" "$target"
 done

@@ -127,8 +127,10 @@ func TestDemo(t *testing.T) {
 			require.NoError(t, err)
 			return verify(ctx, q, append(events[:len(events):len(events)], next))
 		}
-		var stdout, stderr bytes.Buffer
-		cfg := cli.Config{Projections: []projection.Projection{p}, Commands: []func(*cli.App) *cobra.Command{demo.Command(w)}, Stdout: &stdout, Stderr: &stderr,
+		// Loggers write from several goroutines: the buffers must be safe
+		// for that.
+		stdout, stderr := newSyncBuffer(), newSyncBuffer()
+		cfg := cli.Config{Projections: []projection.Projection{p}, Commands: []func(*cli.App) *cobra.Command{demo.Command(w)}, Stdout: stdout, Stderr: stderr,
 			Getenv: func(string) string { return "" }}
 		err := cli.Run(t.Context(), cfg, []string{"demo", "--payments", "20", "--versions", "3", "--database-url", db.URL,
 			"--schema", db.Schema, "--exit"})
@@ -142,9 +144,9 @@ func TestDemo(t *testing.T) {
 		t.Parallel()
 		db := pgtest.New(t)
 		p := ledger.New(nil)
-		var stdout, stderr bytes.Buffer
+		stdout, stderr := newSyncBuffer(), newSyncBuffer() // loggers write from several goroutines
 		cfg := cli.Config{Projections: []projection.Projection{p}, Commands: []func(*cli.App) *cobra.Command{demo.Ledger(p)},
-			Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
+			Stdout: stdout, Stderr: stderr, Getenv: func(string) string { return "" }}
 		err := cli.Run(t.Context(), cfg, []string{"demo", "--payments", "20", "--versions", "3", "--database-url", db.URL,
 			"--schema", db.Schema, "--exit", "--log-format", "json", "--log-level", "info"})
 		require.NoError(t, err, stderr.String())

@@ -1,1 +1,2 @@
 DROP TABLE effects;
+DROP SEQUENCE effects_batch_seq;

@@ -8,7 +8,9 @@
 -- rebuilt or concurrently delivered event records it once. A River job that
 -- carries the key executes it after the commit; whatever River does with
 -- its jobs (retries, rescues, pruning of completed jobs), this row says
--- whether the effect is still to do.
+-- whether the effect is still to do. The intents of a large batch get their
+-- jobs from one relay job instead, committed with them: batch (a value of
+-- effects_batch_seq) names the intents it enqueues.
 --
 -- state: pending (recorded, not tried yet), running (an attempt holds the
 -- claim until lease_until), retrying (the last attempt failed; River retries
@@ -28,7 +30,8 @@ CREATE TABLE effects (
     version       bigint      NOT NULL,
     discriminator text        NOT NULL DEFAULT '',
     salt          text        NOT NULL DEFAULT '',
-    args          jsonb       NOT NULL DEFAULT 'null',
+    args          json        NOT NULL DEFAULT 'null',
+    batch         bigint,
     state         text        NOT NULL DEFAULT 'pending'
         CHECK (state IN ('pending', 'running', 'retrying', 'done', 'failed', 'cancelled')),
     uncertain     boolean     NOT NULL DEFAULT false,
@@ -46,3 +49,8 @@ CREATE TABLE effects (
 -- reconciliation pass; done and cancelled rows leave it.
 CREATE INDEX effects_open ON effects (kind, state, created_at)
     WHERE state IN ('pending', 'running', 'retrying', 'failed');
+
+-- The pending intents of a relay job's batch.
+CREATE INDEX effects_batch ON effects (batch) WHERE state = 'pending' AND batch IS NOT NULL;
+
+CREATE SEQUENCE effects_batch_seq;
