@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -94,25 +94,35 @@ type Intent struct {
 	Args any
 }
 
-// Key returns the intent's idempotency key as recorded by projection: the
-// first 128 bits of a SHA-256 over the projection name, the event's stable
-// id, the kind, the discriminator and the salt, in hex (32 characters). It
-// never depends on an attempt, a time or a random number, so every delivery,
-// replay and rebuild of the fact yields the same key; pass it to the remote
-// side (an Idempotency-Key header, a message id, a ledger reference).
+// Key returns the intent's idempotency key as recorded by projection: a
+// name-based UUID (version 8: SHA-256 over the projection name, the event's
+// stable id, the kind, the discriminator and the salt), in its canonical
+// text form. It never depends on an attempt, a time or a random number, so
+// every delivery, replay and rebuild of the fact yields the same key; pass
+// it to the remote side (an Idempotency-Key header, a message id, a ledger
+// reference). Remote sides that expect a UUID as idempotency key take it as
+// it is.
 func (i Intent) Key(projection string) string {
 	return key(projection, i.Event.StableID(), i.Kind, i.Discriminator, i.Salt)
 }
 
+// keySpace is the UUID namespace of intent keys.
+var keySpace = uuid.MustParse("6f1d3c2a-9b8e-4f57-a0c4-2e5d7b9a1c30")
+
 func key(fields ...string) string {
-	h := sha256.New()
-	var n [binary.MaxVarintLen64]byte
+	var data []byte
 	for _, f := range fields {
 		// Length-prefixed, so no two field lists hash the same input.
-		h.Write(n[:binary.PutUvarint(n[:], uint64(len(f)))])
-		h.Write([]byte(f))
+		data = binary.AppendUvarint(data, uint64(len(f)))
+		data = append(data, f...)
 	}
-	return hex.EncodeToString(h.Sum(nil)[:16])
+	return uuid.NewHash(sha256.New(), keySpace, data, 8).String()
+}
+
+// validKey reports whether s has the form of a key.
+func validKey(s string) bool {
+	_, err := uuid.Parse(s)
+	return err == nil && len(s) == 36
 }
 
 // Effect is a recorded intent: what handlers receive and operators see.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
@@ -25,7 +26,10 @@ func TestKey(t *testing.T) {
 	require.NoError(t, err)
 	base := effects.Intent{Kind: "webhook", Event: e}
 	k := base.Key("ledger")
-	require.Len(t, k, 32)
+	u, err := uuid.Parse(k)
+	require.NoError(t, err)
+	require.Equal(t, uuid.Version(8), u.Version(), "a name-based UUID")
+	require.Equal(t, u.String(), k, "in canonical form")
 	require.Equal(t, k, base.Key("ledger"), "same fact, same key")
 	again := base
 	again.Args = map[string]string{"other": "args"}
@@ -173,6 +177,25 @@ func TestSameEventConcurrently(t *testing.T) {
 			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM effects WHERE key = $1`, dk))
 			require.Equal(t, 1, b.jobsOf(t, dk))
 
+			// The same for a set larger than DirectJobs (a plain insert,
+			// falling back to ON CONFLICT once another transaction has the
+			// keys): one transaction records them all.
+			var set []effects.Intent
+			for _, e := range events(t, "set", effects.DirectJobs+3) {
+				set = append(set, effects.Intent{Kind: kindNotify, Event: e})
+			}
+			recorded = make([]int, n)
+			atOnce(t, n, func(i int) error {
+				return pgx.BeginFunc(context.Background(), b.db.Pool, func(tx pgx.Tx) error {
+					var err error
+					recorded[i], err = b.fx.RecordTx(context.Background(), tx, "notifier", set...)
+					return err
+				})
+			})
+			require.ElementsMatch(t, append(make([]int, n-1), len(set)), recorded, "one transaction recorded the set, the others nothing")
+			require.Equal(t, len(set), b.count(t, `SELECT count(*) FROM effects WHERE aggregate = 'set'`))
+			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE kind = $1`, effects.RelayJobKind))
+
 			// A batch larger than DirectJobs, delivered at once: its intents
 			// and their one relay job are recorded by one transaction.
 			big := events(t, "big", effects.DirectJobs+4)
@@ -181,12 +204,12 @@ func TestSameEventConcurrently(t *testing.T) {
 				return err
 			})
 			require.Equal(t, len(big), b.count(t, `SELECT count(*) FROM effects WHERE aggregate = 'big'`))
-			require.Equal(t, 1, b.count(t, `SELECT count(*) FROM river_job WHERE kind = $1`, effects.RelayJobKind))
+			require.Equal(t, 2, b.count(t, `SELECT count(*) FROM river_job WHERE kind = $1`, effects.RelayJobKind))
 
 			b.start(t)
 			b.waitAllDone(t)
 			calls := b.idem.callsByKey()
-			all := slices.Concat(es, []aggregate.Event{direct}, big)
+			all := slices.Concat(es, []aggregate.Event{direct}, big, events(t, "set", effects.DirectJobs+3))
 			require.Len(t, calls, len(all))
 			for _, e := range all {
 				require.Equal(t, 1, calls[keyOf(kindNotify, e)], "one remote call for %s v%d", e.Aggregate, e.Version)

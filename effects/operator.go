@@ -29,6 +29,9 @@ func (e *StateError) Error() string {
 
 // Get returns the intent of key, or an error wrapping ErrNotFound.
 func (c *Client) Get(ctx context.Context, key string) (Effect, error) {
+	if !validKey(key) {
+		return Effect{}, fmt.Errorf("effects: %q is not an intent key: %w", key, ErrNotFound)
+	}
 	var e Effect
 	err := scanEffect(c.pool.QueryRow(ctx, c.sql.get, key), &e)
 	switch {
@@ -81,6 +84,9 @@ func (c *Client) List(ctx context.Context, opts ListOptions) ([]Effect, error) {
 // intent, or one whose attempt is under way, is refused with a
 // *StateError.
 func (c *Client) Retry(ctx context.Context, key string) (Effect, error) {
+	if !validKey(key) {
+		return Effect{}, fmt.Errorf("effects: %q is not an intent key: %w", key, ErrNotFound)
+	}
 	var e Effect
 	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
 		if err := scanEffect(tx.QueryRow(ctx, c.sql.retry, key), &e); err != nil {
@@ -104,6 +110,9 @@ func (c *Client) Retry(ctx context.Context, key string) (Effect, error) {
 // refused with a *StateError: the call may be reaching the remote side; try
 // again once it ended.
 func (c *Client) Cancel(ctx context.Context, key, reason string) (Effect, error) {
+	if !validKey(key) {
+		return Effect{}, fmt.Errorf("effects: %q is not an intent key: %w", key, ErrNotFound)
+	}
 	var e Effect
 	err := scanEffect(c.pool.QueryRow(ctx, c.sql.cancel, key, "cancelled: "+cmp.Or(reason, "by an operator")), &e)
 	if errors.Is(err, pgx.ErrNoRows) {

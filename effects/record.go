@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
 	"github.com/inorder/inorder/projection"
@@ -92,8 +93,8 @@ func (c *Client) RecordTx(ctx context.Context, tx pgx.Tx, projection string, int
 		discs[i], salts[i], args[i] = r.in.Discriminator, r.in.Salt, string(r.args)
 	}
 	if n > DirectJobs {
-		var batch, inserted int64
-		if err := tx.QueryRow(ctx, c.sql.insertBatch, projection, keys, kinds, ids, aggs, vers, discs, salts, args).Scan(&batch, &inserted); err != nil {
+		batch, inserted, err := c.insertBatch(ctx, tx, projection, keys, kinds, ids, aggs, vers, discs, salts, args)
+		if err != nil {
 			return 0, fmt.Errorf("effects: record: %w", err)
 		}
 		if inserted > 0 {
@@ -120,6 +121,36 @@ func (c *Client) RecordTx(ctx context.Context, tx pgx.Tx, projection string, int
 	}
 	return len(newKeys), nil
 }
+
+// insertBatch inserts a large batch's intents and returns its batch number
+// and how many it inserted. It tries a plain insert first, under a
+// savepoint; if one of the keys is recorded already (a replay, a rebuild),
+// it rolls back to the savepoint and inserts with ON CONFLICT DO NOTHING.
+// Either way the primary key decides.
+func (c *Client) insertBatch(ctx context.Context, tx pgx.Tx, projection string, arrays ...any) (batch, inserted int64, err error) {
+	params := append([]any{projection}, arrays...)
+	b := &pgx.Batch{}
+	b.Queue(`SAVEPOINT inorder_effects`)
+	b.Queue(c.sql.insertBatchNew, params...).QueryRow(func(row pgx.Row) error { return row.Scan(&batch, &inserted) })
+	b.Queue(`RELEASE SAVEPOINT inorder_effects`)
+	err = tx.SendBatch(ctx, b).Close()
+	var pgErr *pgconn.PgError
+	if err == nil || !errors.As(err, &pgErr) || pgErr.Code != uniqueViolation || pgErr.TableName != "effects" {
+		return batch, inserted, err
+	}
+	// Alone: a batch prepares its statements first, which the aborted
+	// transaction refuses.
+	if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT inorder_effects`); err != nil {
+		return 0, 0, err
+	}
+	b = &pgx.Batch{}
+	b.Queue(`RELEASE SAVEPOINT inorder_effects`)
+	b.Queue(c.sql.insertBatch, params...).QueryRow(func(row pgx.Row) error { return row.Scan(&batch, &inserted) })
+	return batch, inserted, tx.SendBatch(ctx, b).Close()
+}
+
+// uniqueViolation is PostgreSQL's SQLSTATE of a unique constraint violation.
+const uniqueViolation = "23505"
 
 // DirectJobs is how many intents Record enqueues one River job each for;
 // more get one relay job (see Record).

@@ -14,9 +14,9 @@ const columns = `key, projection, kind, event_id, aggregate, version, discrimina
 // statements are every statement on the effects table: this package is its
 // only writer and reader.
 type statements struct {
-	insert, insertBatch, relay               string
-	claim, start, settle, get, list, stats   string
-	requeueStuck, claimFailed, retry, cancel string
+	insert, insertBatch, insertBatchNew, relay string
+	claim, start, settle, get, list, stats     string
+	requeueStuck, claimFailed, retry, cancel   string
 }
 
 func newStatements(schema string) statements {
@@ -27,7 +27,7 @@ func newStatements(schema string) statements {
 		// transactions take the key locks in one order. RETURNING names the
 		// keys this statement inserted: only those get a job.
 		insert: `INSERT INTO ` + t + ` (key, projection, kind, event_id, aggregate, version, discriminator, salt, args)
-SELECT k.key, $1, k.kind, k.event_id, k.aggregate, k.version, k.discriminator, k.salt, k.args
+SELECT k.key::uuid, $1, k.kind, k.event_id, k.aggregate, k.version, k.discriminator, k.salt, k.args
 FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::json[])
   AS k(key, kind, event_id, aggregate, version, discriminator, salt, args)
 ON CONFLICT (key) DO NOTHING
@@ -35,15 +35,13 @@ RETURNING key, kind`,
 
 		// insertBatch records the intents of a large batch under one new
 		// batch number, which a relay job enqueues them by; it returns the
-		// number and how many intents it inserted.
-		insertBatch: `WITH b AS (SELECT nextval(` + seq + `) AS id),
-ins AS (INSERT INTO ` + t + ` (key, projection, kind, event_id, aggregate, version, discriminator, salt, args, batch)
-  SELECT k.key, $1, k.kind, k.event_id, k.aggregate, k.version, k.discriminator, k.salt, k.args, (SELECT id FROM b)
-  FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::json[])
-    AS k(key, kind, event_id, aggregate, version, discriminator, salt, args)
-  ON CONFLICT (key) DO NOTHING
-  RETURNING 1)
-SELECT (SELECT id FROM b), count(*) FROM ins`,
+		// number and how many intents it inserted. insertBatchNew is the
+		// same for intents that are all new: a plain insert, which costs a
+		// quarter less than ON CONFLICT's speculative insertion, and fails
+		// on a key already recorded (Record then rolls it back and uses
+		// insertBatch).
+		insertBatch:    batchInsert(t, seq, "ON CONFLICT (key) DO NOTHING"),
+		insertBatchNew: batchInsert(t, seq, ""),
 
 		// relay lists the intents of a batch that no attempt took yet.
 		relay: `SELECT key, kind FROM ` + t + ` WHERE batch = $1 AND state = 'pending'`,
@@ -116,6 +114,19 @@ RETURNING ` + columns,
 WHERE key = $1 AND (state IN ('pending', 'retrying', 'failed') OR (state = 'running' AND lease_until < now()))
 RETURNING ` + columns,
 	}
+}
+
+// batchInsert is the statement of insertBatch, with conflict as its ON
+// CONFLICT clause.
+func batchInsert(table, seq, conflict string) string {
+	return `WITH b AS (SELECT nextval(` + seq + `) AS id),
+ins AS (INSERT INTO ` + table + ` (key, projection, kind, event_id, aggregate, version, discriminator, salt, args, batch)
+  SELECT k.key::uuid, $1, k.kind, k.event_id, k.aggregate, k.version, k.discriminator, k.salt, k.args, (SELECT id FROM b)
+  FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::json[])
+    AS k(key, kind, event_id, aggregate, version, discriminator, salt, args)
+  ` + conflict + `
+  RETURNING 1)
+SELECT (SELECT id FROM b), count(*) FROM ins`
 }
 
 // prefixed qualifies every column of a column list with prefix.

@@ -1,5 +1,6 @@
 -- Effects that leave PostgreSQL (package effects): one row per intent, the
--- exactly-once arbiter of external calls.
+-- exactly-once arbiter of external calls. key is the idempotency key: a
+-- name-based UUID of the fact (effects.Intent.Key).
 --
 -- A projection's handler records an intent in the transaction that applies
 -- the event, with INSERT … ON CONFLICT (key) DO NOTHING: the key is derived
@@ -22,7 +23,7 @@
 -- can (Reconcile). claim counts the claims, so a stale attempt cannot
 -- overwrite a newer one's outcome.
 CREATE TABLE effects (
-    key           text        PRIMARY KEY,
+    key           uuid        PRIMARY KEY,
     projection    text        NOT NULL,
     kind          text        NOT NULL,
     event_id      text        NOT NULL,
