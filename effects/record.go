@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -93,12 +94,13 @@ func (c *Client) RecordTx(ctx context.Context, tx pgx.Tx, projection string, int
 		discs[i], salts[i], args[i] = r.in.Discriminator, r.in.Salt, string(r.args)
 	}
 	if n > DirectJobs {
-		batch, inserted, err := c.insertBatch(ctx, tx, projection, keys, kinds, ids, aggs, vers, discs, salts, args)
+		relay, inserted, err := c.insertBatch(ctx, tx, projection, keys, kinds, ids, aggs, vers, discs, salts, args)
 		if err != nil {
 			return 0, fmt.Errorf("effects: record: %w", err)
 		}
 		if inserted > 0 {
-			if _, err := c.river.InsertTx(ctx, tx, relayArgs{Batch: batch}, &river.InsertOpts{Queue: c.cfg.Queue, MaxAttempts: c.cfg.MaxAttempts}); err != nil {
+			relay.Kinds = slices.Compact(slices.Sorted(slices.Values(kinds)))
+			if _, err := c.river.InsertTx(ctx, tx, relay, &river.InsertOpts{Queue: c.cfg.Queue, MaxAttempts: c.cfg.MaxAttempts}); err != nil {
 				return 0, fmt.Errorf("effects: record: enqueue relay job: %w", err)
 			}
 		}
@@ -127,26 +129,27 @@ func (c *Client) RecordTx(ctx context.Context, tx pgx.Tx, projection string, int
 // savepoint; if one of the keys is recorded already (a replay, a rebuild),
 // it rolls back to the savepoint and inserts with ON CONFLICT DO NOTHING.
 // Either way the primary key decides.
-func (c *Client) insertBatch(ctx context.Context, tx pgx.Tx, projection string, arrays ...any) (batch, inserted int64, err error) {
+func (c *Client) insertBatch(ctx context.Context, tx pgx.Tx, projection string, arrays ...any) (relay relayArgs, inserted int64, err error) {
 	params := append([]any{projection}, arrays...)
+	scan := func(row pgx.Row) error { return row.Scan(&relay.Batch, &inserted, &relay.At) }
 	b := &pgx.Batch{}
 	b.Queue(`SAVEPOINT inorder_effects`)
-	b.Queue(c.sql.insertBatchNew, params...).QueryRow(func(row pgx.Row) error { return row.Scan(&batch, &inserted) })
+	b.Queue(c.sql.insertBatchNew, params...).QueryRow(scan)
 	b.Queue(`RELEASE SAVEPOINT inorder_effects`)
 	err = tx.SendBatch(ctx, b).Close()
 	var pgErr *pgconn.PgError
 	if err == nil || !errors.As(err, &pgErr) || pgErr.Code != uniqueViolation || pgErr.TableName != "effects" {
-		return batch, inserted, err
+		return relay, inserted, err
 	}
 	// Alone: a batch prepares its statements first, which the aborted
 	// transaction refuses.
 	if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT inorder_effects`); err != nil {
-		return 0, 0, err
+		return relay, 0, err
 	}
 	b = &pgx.Batch{}
 	b.Queue(`RELEASE SAVEPOINT inorder_effects`)
-	b.Queue(c.sql.insertBatch, params...).QueryRow(func(row pgx.Row) error { return row.Scan(&batch, &inserted) })
-	return batch, inserted, tx.SendBatch(ctx, b).Close()
+	b.Queue(c.sql.insertBatch, params...).QueryRow(scan)
+	return relay, inserted, tx.SendBatch(ctx, b).Close()
 }
 
 // uniqueViolation is PostgreSQL's SQLSTATE of a unique constraint violation.
@@ -160,9 +163,12 @@ const DirectJobs = 8
 // batch number of the intents they enqueue.
 const RelayJobKind = "inorder.effect.relay"
 
-// relayArgs are the args of a relay job.
+// relayArgs are the args of a relay job: what finds its intents (see
+// statements.relay).
 type relayArgs struct {
-	Batch int64 `json:"batch"`
+	Batch int64     `json:"batch"`
+	At    time.Time `json:"at"`
+	Kinds []string  `json:"kinds"`
 }
 
 // Kind implements river.JobArgs.
@@ -180,7 +186,7 @@ type relayWorker struct {
 func (w *relayWorker) Work(ctx context.Context, job *river.Job[relayArgs]) error {
 	c := w.c
 	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, c.sql.relay, job.Args.Batch)
+		rows, err := tx.Query(ctx, c.sql.relay, job.Args.Kinds, job.Args.At, job.Args.Batch)
 		if err != nil {
 			return fmt.Errorf("effects: relay batch %d: %w", job.Args.Batch, err)
 		}

@@ -35,7 +35,7 @@ RETURNING key, kind`,
 
 		// insertBatch records the intents of a large batch under one new
 		// batch number, which a relay job enqueues them by; it returns the
-		// number and how many intents it inserted. insertBatchNew is the
+		// number, how many intents it inserted and their created_at. insertBatchNew is the
 		// same for intents that are all new: a plain insert, which costs a
 		// quarter less than ON CONFLICT's speculative insertion, and fails
 		// on a key already recorded (Record then rolls it back and uses
@@ -43,8 +43,12 @@ RETURNING key, kind`,
 		insertBatch:    batchInsert(t, seq, "ON CONFLICT (key) DO NOTHING"),
 		insertBatchNew: batchInsert(t, seq, ""),
 
-		// relay lists the intents of a batch that no attempt took yet.
-		relay: `SELECT key, kind FROM ` + t + ` WHERE batch = $1 AND state = 'pending'`,
+		// relay lists the intents of a batch that no attempt took yet:
+		// kinds $1 and created_at $2 (the recording transaction's start)
+		// find them through effects_open, batch $3 tells them from those of
+		// another batch of the same transaction.
+		relay: `SELECT key, kind FROM ` + t + `
+WHERE kind = ANY($1::text[]) AND state = 'pending' AND created_at = $2 AND batch = $3`,
 
 		// claim takes an intent that is pending, retrying, or running with
 		// an expired lease (its attempt died) for one attempt: it counts the
@@ -126,7 +130,7 @@ ins AS (INSERT INTO ` + table + ` (key, projection, kind, event_id, aggregate, v
     AS k(key, kind, event_id, aggregate, version, discriminator, salt, args)
   ` + conflict + `
   RETURNING 1)
-SELECT (SELECT id FROM b), count(*) FROM ins`
+SELECT (SELECT id FROM b), count(*), now() FROM ins`
 }
 
 // prefixed qualifies every column of a column list with prefix.

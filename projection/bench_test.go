@@ -119,11 +119,11 @@ func BenchmarkLedger(b *testing.B) {
 		{name: "setbased", kind: benchKindSetBased, workers: []int{1, 4}, partitioned: true, deliveries: events, want: all},
 		{name: "setbased+version-rows", kind: benchKindFloor, workers: []int{1, 4}, partitioned: true, deliveries: events, want: all},
 		{name: "inorder-ordered", kind: benchKindInorder, workers: []int{1, 4}, deliveries: events, want: all},
+		{name: "inorder-ordered+effects", kind: benchKindInorderEffects, workers: []int{1, 4}, deliveries: events, want: all},
 		{name: "inorder-ordered-partitioned", kind: benchKindInorder, workers: []int{4}, partitioned: true, deliveries: events, want: all},
 		{name: "inorder-shuffled", kind: benchKindInorder, workers: []int{1, 4}, deliveries: shuffled, want: all},
-		{name: "inorder-shuffled-partitioned", kind: benchKindInorder, workers: []int{4}, partitioned: true, deliveries: shuffled, want: all},
-		{name: "inorder-ordered+effects", kind: benchKindInorderEffects, workers: []int{1, 4}, deliveries: events, want: all},
 		{name: "inorder-shuffled+effects", kind: benchKindInorderEffects, workers: []int{1, 4}, deliveries: shuffled, want: all},
+		{name: "inorder-shuffled-partitioned", kind: benchKindInorder, workers: []int{4}, partitioned: true, deliveries: shuffled, want: all},
 	}
 	results := &benchResults{runs: map[string][]benchRun{}}
 	for _, w := range workloads {

@@ -10,8 +10,9 @@
 -- carries the key executes it after the commit; whatever River does with
 -- its jobs (retries, rescues, pruning of completed jobs), this row says
 -- whether the effect is still to do. The intents of a large batch get their
--- jobs from one relay job instead, committed with them: batch (a value of
--- effects_batch_seq) names the intents it enqueues.
+-- jobs from one relay job instead, committed with them, which finds them by
+-- kind, state and created_at (the recording transaction's start, the same
+-- for all) through effects_open, and batch (a value of effects_batch_seq).
 --
 -- state: pending (recorded, not tried yet), running (an attempt holds the
 -- claim until lease_until), retrying (the last attempt failed; River retries
@@ -46,12 +47,9 @@ CREATE TABLE effects (
     done_at       timestamptz
 );
 
--- The intents that are not settled, for status, metrics, listings and the
--- reconciliation pass; done and cancelled rows leave it.
+-- The intents that are not settled, for status, metrics, listings, relay
+-- jobs and the reconciliation pass; done and cancelled rows leave it.
 CREATE INDEX effects_open ON effects (kind, state, created_at)
     WHERE state IN ('pending', 'running', 'retrying', 'failed');
-
--- The pending intents of a relay job's batch.
-CREATE INDEX effects_batch ON effects (batch) WHERE state = 'pending' AND batch IS NOT NULL;
 
 CREATE SEQUENCE effects_batch_seq;
