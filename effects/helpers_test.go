@@ -460,11 +460,20 @@ func (a *attempts) wait(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// waitState waits until the intent of key is in state.
+// waitState waits until the intent of key is in state, and an attempt of
+// the bundle's client (or its reconciliation pass) reported it (OnAttempt
+// comes just after the outcome is recorded).
 func (b *bundle) waitState(t *testing.T, key string, state effects.State) effects.Effect {
 	t.Helper()
 	var e effects.Effect
 	b.seen.wait(t, fmt.Sprintf("intent %s to be %s", key, state), func() bool {
+		reported := false
+		for _, a := range b.seen.of(key) {
+			reported = reported || a.State == state
+		}
+		if !reported {
+			return false
+		}
 		var err error
 		e, err = b.fx.Get(t.Context(), key)
 		require.NoError(t, err)

@@ -99,6 +99,11 @@ inorder_effects_status_up 1
 	b.waitState(t, keys[0], effects.Done)
 	b.waitState(t, keys[1], effects.Done)
 	b.waitState(t, keys[2], effects.Failed)
+	// The counters count an attempt before OnAttempt reports it (and after
+	// its outcome is in the table).
+	b.seen.wait(t, "the three attempts reported", func() bool {
+		return len(b.seen.of(keys[0])) == 1 && len(b.seen.of(keys[1])) == 1 && len(b.seen.of(keys[2])) == 1
+	})
 	reg2 := prometheus.NewPedanticRegistry()
 	require.NoError(t, b.fx.RegisterMetrics(reg2))
 	require.NoError(t, testutil.GatherAndCompare(reg2, strings.NewReader(`
