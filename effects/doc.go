@@ -38,8 +38,8 @@
 // get a job each; more get one relay job, which enqueues theirs once the
 // transaction committed — a River row per intent would cost a large batch's
 // transaction about as much as the intents themselves. The primary key is the
-// intent's key (Intent.Key): 128 bits of SHA-256 over the projection's
-// name, the event's stable id, the effect kind and an optional
+// intent's key (Intent.Key): a name-based UUID (version 8, SHA-256) of the
+// projection's name, the event's stable id, the effect kind and an optional
 // discriminator (several effects of one kind per event) and salt. A
 // redelivered, parked-then-drained, retried, replayed or concurrently
 // delivered event therefore records its intent once — the table's
