@@ -14,8 +14,9 @@ import (
 )
 
 // This file holds side-by-side rebuilds: Build and the steps of the
-// generation it builds — create or resume it, replay (buildreplay.go),
-// catch up, verify and switch (switch.go).
+// generation it builds — create or resume it, replay (buildreplay.go,
+// buildfinalize.go), catch up, verify and switch (switch.go). buildlock.go
+// has the build lock, buildprogress.go the phases and progress reports.
 
 // Phases of a side-by-side rebuild (Generation.Phase, BuildProgress.Phase).
 const (
@@ -277,11 +278,6 @@ type builder struct {
 	lastShown  time.Time
 }
 
-// lockKey is the key of the session advisory lock a Build holds.
-func (b *builder) lockKey() int64 {
-	return advisoryKey64("inorder.build\x00" + b.p.cfg.Schema + "\x00" + b.r.name)
-}
-
 func (b *builder) run(ctx context.Context) error {
 	p := b.p
 	conn, err := p.pool.Acquire(ctx)
@@ -350,63 +346,6 @@ func (b *builder) run(ctx context.Context) error {
 	return b.verifyAndSwitch(ctx)
 }
 
-// lock takes the projection's build lock on b.conn. When another process
-// holds it, it fails with ErrBuildInProgress, or with BuildOptions.Wait
-// waits for it and returns the generation that was being built.
-func (b *builder) lock(ctx context.Context) (waitedFor int, err error) {
-	// A build that was cancelled in this process a moment ago may still
-	// hold the lock: its connection closed, its server session ending.
-	for wait := 5 * time.Millisecond; ; wait *= 2 {
-		var ok bool
-		if err := b.conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, b.lockKey()).Scan(&ok); err != nil {
-			return 0, fmt.Errorf("build lock: %w", err)
-		}
-		if ok {
-			return 0, nil
-		}
-		if wait > time.Second {
-			break
-		}
-		if err := sleepCtx(ctx, wait); err != nil {
-			return 0, err
-		}
-	}
-	var other Generation
-	gens, err := b.p.Generations(ctx, b.r.name)
-	if err != nil {
-		return 0, err
-	}
-	for _, g := range gens {
-		if g.State == StateBuilding || g.State == StateCatchUp {
-			other = g
-		}
-	}
-	what := "a rebuild"
-	if other.Generation != 0 {
-		what = fmt.Sprintf("generation %d (code version %d, %s)", other.Generation, other.CodeVersion, cmp.Or(other.Phase, other.State))
-	}
-	if !b.opts.Wait {
-		return 0, fmt.Errorf("%s is being built by another process: %w", what, ErrBuildInProgress)
-	}
-	b.gen = other
-	b.note(fmt.Sprintf("waiting: %s is being built by another process", what))
-	if _, err := b.conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, b.lockKey()); err != nil {
-		return 0, fmt.Errorf("build lock: %w", err)
-	}
-	return other.Generation, nil
-}
-
-// unlock releases the build lock; if it cannot, it closes the session,
-// which releases it.
-func (b *builder) unlock(ctx context.Context) {
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	var released bool
-	if err := b.conn.QueryRow(uctx, `SELECT pg_advisory_unlock($1)`, b.lockKey()).Scan(&released); err != nil || !released {
-		_ = b.conn.Conn().Close(uctx)
-	}
-}
-
 // create records a new generation, in state building.
 func (b *builder) create(ctx context.Context) error {
 	p := b.p
@@ -443,58 +382,6 @@ func (p *Processor) genProcessor(r *registered, key, schema string) *Processor {
 		lockKey: r.lockKey, stats: &counters{}}
 	return &Processor{pool: p.pool, cfg: p.cfg, policy: p.policy, tracer: p.tracer, log: p.log, buf: p.buf, sql: p.sql,
 		projs: []*registered{nr}, byName: map[string]*registered{nr.name: nr}}
-}
-
-// setPhase records the phase in the generation's row and reports it.
-func (b *builder) setPhase(ctx context.Context, phase string, fraction func() float64) error {
-	b.phase, b.phaseStart, b.phaseRead, b.fraction = phase, time.Now(), 0, fraction
-	b.gen.Phase = phase
-	if _, err := b.p.pool.Exec(ctx, `UPDATE `+b.p.table("generations")+` SET phase = $2, updated_at = now() WHERE key = $1`,
-		b.gen.Key, phase); err != nil {
-		return fmt.Errorf("record phase %s: %w", phase, err)
-	}
-	b.p.log.InfoContext(ctx, "rebuild phase", "projection", b.r.name, "generation", b.gen.Generation, "phase", phase,
-		"events", b.res.Events)
-	b.report(true, "")
-	return nil
-}
-
-// note reports a message.
-func (b *builder) note(msg string) { b.report(true, msg) }
-
-// report calls BuildOptions.Progress.
-func (b *builder) report(force bool, note string) {
-	if b.opts.Progress == nil {
-		return
-	}
-	now := time.Now()
-	if !force && now.Sub(b.lastShown) < 50*time.Millisecond {
-		return
-	}
-	b.lastShown = now
-	pr := BuildProgress{Projection: b.r.name, Generation: b.gen.Generation, Phase: b.phase, Events: b.res.Events,
-		PhaseEvents: b.phaseRead, Fraction: -1, Position: b.gen.Position, Note: note}
-	if !b.phaseStart.IsZero() {
-		pr.Elapsed = now.Sub(b.phaseStart)
-	}
-	if s := pr.Elapsed.Seconds(); s > 0 {
-		pr.Rate = float64(pr.PhaseEvents) / s
-	}
-	if b.fraction != nil {
-		pr.Fraction = b.fraction()
-		if pr.Fraction > 0 && pr.Fraction < 1 {
-			pr.ETA = time.Duration(float64(pr.Elapsed) * (1 - pr.Fraction) / pr.Fraction)
-		}
-	}
-	b.opts.Progress(pr)
-}
-
-// streamFraction returns the stream's progress function, if it has one.
-func (b *builder) streamFraction() func() float64 {
-	if sp, ok := b.opts.Stream.(StreamProgress); ok {
-		return sp.Fraction
-	}
-	return nil
 }
 
 // catchUp reads the stream from the generation's position to its end

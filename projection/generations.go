@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,9 +15,11 @@ import (
 
 // This file holds generations as the gate sees them: which generations of
 // its projections a processor feeds (its "view", cached per generation
-// epoch), the epoch check every batch transaction starts with, and the
-// live generation that readers and operator actions use. The doc.go section
-// "Generations" has the model; build.go and switch.go change generations.
+// epoch) and the epoch check every batch transaction starts with.
+// genlive.go has the live generation that readers and operator actions
+// use, gennames.go the generations' gate keys and schemas. The doc.go
+// section "Generations" has the model; build.go and switch.go change
+// generations.
 
 // Versioned is implemented by projections that declare the version of their
 // code. A processor feeds only the generations built by its projection's
@@ -436,168 +437,4 @@ func (p *Processor) warnUnfed(r *registered, rows []genRow) {
 	}
 	p.log.Warn("this process feeds no generation of the projection: none has its code version; "+
 		"rebuild the projection with this version to build one", attrs...)
-}
-
-// liveTarget returns the registration of a projection's live generation
-// for an operator action, which needs its gate key, its schema and a
-// handler of its code version: ErrNotFed when this processor does not feed
-// it.
-func (p *Processor) liveTarget(ctx context.Context, projection string) (*registered, error) {
-	r, ok := p.byName[projection]
-	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
-	}
-	gv, err := p.feeding(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if gv.epoch == 0 { // fixed registrations
-		return r, nil
-	}
-	t := gv.live[projection]
-	if t == nil {
-		g := gv.rows[projection]
-		return nil, fmt.Errorf("projection %s: generation %d (code version %d) is live and this process runs code version %d: %w",
-			projection, g.generation, g.codeVersion, r.version, ErrNotFed)
-	}
-	return t, nil
-}
-
-// liveKeySQL is an expression for the gate key of the live generation of
-// the projection named by the parameter $n.
-func (p *Processor) liveKeySQL(n int) string {
-	return fmt.Sprintf(`coalesce((SELECT key FROM %s WHERE projection = $%d AND state = 'live'), $%d)`, p.table("generations"), n, n)
-}
-
-// liveSchemaSQL is a statement that puts the schema of the live generation
-// of projection $1 first on the transaction's search_path (nothing for
-// generation 1, whose tables are in the connection's search_path).
-func (p *Processor) liveSchemaSQL() string {
-	return `SELECT set_config('search_path',
-  CASE WHEN current_setting('search_path') = '' THEN quote_ident(schema)
-       ELSE quote_ident(schema) || ', ' || current_setting('search_path') END, true)
-FROM ` + p.table("generations") + ` WHERE projection = $1 AND state = 'live' AND schema <> ''`
-}
-
-// liveKey returns the gate key of a projection's live generation.
-func (p *Processor) liveKey(ctx context.Context, projection string) (string, error) {
-	var key string
-	if err := p.pool.QueryRow(ctx, `SELECT `+p.liveKeySQL(1), projection).Scan(&key); err != nil {
-		return "", fmt.Errorf("projection %s: live generation: %w", projection, err)
-	}
-	return key, nil
-}
-
-// liveFilter returns opts with its projection filter turned into the gate
-// key of the projection's live generation.
-func (p *Processor) liveFilter(ctx context.Context, opts ListOptions) (ListOptions, error) {
-	if opts.Projection == "" {
-		return opts, nil
-	}
-	key, err := p.liveKey(ctx, opts.Projection)
-	if err != nil {
-		return opts, err
-	}
-	opts.Projection = key
-	return opts, nil
-}
-
-// checkKeys refuses projection names that are another projection's gate
-// key of a later generation ("ledger@2" beside "ledger").
-func checkKeys(byName map[string]*registered) error {
-	for name := range byName {
-		at := strings.LastIndexByte(name, '@')
-		if at <= 0 {
-			continue
-		}
-		if _, err := strconv.Atoi(name[at+1:]); err == nil && byName[name[:at]] != nil {
-			return fmt.Errorf("projection: the name %q is the key of a generation of projection %q", name, name[:at])
-		}
-	}
-	return nil
-}
-
-// generationKey returns the gate key of generation n of a projection:
-// the name itself for generation 1 — so that a projection's gate rows from
-// before generations stay its first generation's — and "<name>@<n>" after.
-// New refuses a projection whose name is another's key.
-func generationKey(name string, n int) string {
-	if n == 1 {
-		return name
-	}
-	return fmt.Sprintf("%s@%d", name, n)
-}
-
-// generationSchema returns the read-model schema of generation n (> 1) of
-// a projection, for inorder's tables in schema: "<schema>_<name>_g<n>",
-// the name reduced to lower-case letters, digits and underscores (and a
-// hash of it when that changed it), cut to PostgreSQL's 63 bytes.
-func generationSchema(schema, name string, n int) string {
-	clean := strings.Map(func(c rune) rune {
-		switch {
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '_':
-			return c
-		case c >= 'A' && c <= 'Z':
-			return c + 'a' - 'A'
-		}
-		return '_'
-	}, name)
-	if clean != name {
-		clean = fmt.Sprintf("%s_%08x", clean, uint32(advisoryKey64(name)))
-	}
-	suffix := fmt.Sprintf("_g%d", n)
-	s := schema + "_" + clean
-	if len(s)+len(suffix) > 63 {
-		s = fmt.Sprintf("%s_%016x", s[:max(63-len(suffix)-17, 0)], uint64(advisoryKey64(schema+"\x00"+name)))
-	}
-	return s + suffix
-}
-
-// enterSchema queues, before r's handler runs, the statement that puts r's
-// generation schema first on the transaction's search_path, so that the
-// handler's unqualified table names reach that generation's tables. The
-// search_path it replaces is kept in the transaction's
-// inorder.search_path setting for leaveSchema. Generation 1 (r.schema
-// empty) changes nothing.
-func (r *registered) enterSchema(tx *Tx) {
-	if r.schema == "" {
-		return
-	}
-	tx.Queue(enterSchemaSQL, pgx.Identifier{r.schema}.Sanitize())
-}
-
-// enterSchemaSQL puts the quoted schema $1 first on the search_path.
-const enterSchemaSQL = `SELECT set_config('search_path',
-  CASE WHEN set_config('inorder.search_path', current_setting('search_path'), true) = '' THEN $1
-       ELSE $1 || ', ' || current_setting('inorder.search_path') END, true)`
-
-// leaveSchemaSQL restores the search_path enterSchemaSQL replaced.
-const leaveSchemaSQL = `SELECT set_config('search_path', current_setting('inorder.search_path'), true)`
-
-// leaveSchema queues the statement that restores the search_path
-// enterSchema replaced, after r's handler and before the next projection's.
-func (r *registered) leaveSchema(tx *Tx) {
-	if r.schema == "" {
-		return
-	}
-	tx.Queue(leaveSchemaSQL)
-}
-
-// inSchema runs fn with schema first on tx's search_path (fn's statements
-// through tx reach the generation's tables), then restores it. An empty
-// schema changes nothing.
-func inSchema(ctx context.Context, tx pgx.Tx, schema string, fn func() error) error {
-	if schema == "" {
-		return fn()
-	}
-	if _, err := tx.Exec(ctx, enterSchemaSQL, pgx.Identifier{schema}.Sanitize()); err != nil {
-		return fmt.Errorf("search_path: %w", err)
-	}
-	if err := fn(); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, leaveSchemaSQL); err != nil {
-		return fmt.Errorf("search_path: %w", err)
-	}
-	return nil
 }

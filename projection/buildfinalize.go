@@ -1,0 +1,106 @@
+package projection
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// This file holds the finalization of a side-by-side rebuild's replay
+// (Build, phase 2; buildreplay.go has the replay and its model): the
+// journal becomes version rows and applied log, once per aggregate.
+
+// finalize writes the generation's gate state from the journal, makes its
+// tables logged, drops the replay's tables and moves the generation to
+// catch-up, in one transaction.
+func (b *builder) finalize(ctx context.Context) error {
+	if err := b.setPhase(ctx, PhaseFinalize, nil); err != nil {
+		return err
+	}
+	p := b.p
+	q := func(t string) string { return pgx.Identifier{b.gen.Schema, t}.Sanitize() }
+	err := pgx.BeginFunc(ctx, b.conn, func(tx pgx.Tx) error {
+		var pos []byte
+		var at *time.Time
+		var events int64
+		if err := tx.QueryRow(ctx, `SELECT position, position_time, events FROM `+q(replayStateTable)).Scan(&pos, &at, &events); err != nil {
+			return fmt.Errorf("read the replay's position: %w", err)
+		}
+		if err := b.writeGateState(ctx, tx, q(replayLogTable)); err != nil {
+			return err
+		}
+		unlogged, err := userTables(ctx, tx, b.gen.Schema, "u")
+		if err != nil {
+			return err
+		}
+		for _, t := range unlogged {
+			if _, err := tx.Exec(ctx, `ALTER TABLE `+q(t)+` SET LOGGED`); err != nil {
+				return fmt.Errorf("make %s logged: %w", t, err)
+			}
+		}
+		bb := &pgx.Batch{}
+		bb.Queue(`DROP TABLE ` + q(replayLogTable) + `, ` + q(replayStateTable))
+		bb.Queue(`UPDATE `+p.table("generations")+`
+SET state = 'catchup', phase = 'catch-up', position = $2, position_time = $3, events = $4, updated_at = now() WHERE key = $1`,
+			b.gen.Key, pos, at, events)
+		bb.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
+		if err := tx.SendBatch(ctx, bb).Close(); err != nil {
+			return err
+		}
+		b.gen.Position = pos
+		if at != nil {
+			b.gen.PositionTime = *at
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("finalize the replay: %w", err)
+	}
+	b.gen.State = StateCatchUp
+	return nil
+}
+
+// writeGateState writes, from the journal, the version row of every
+// aggregate the replay applied and the gate did not take — its last
+// version, and its log's current page — and the applied log of the
+// earlier pages (statements.go and appliedlog.go have the layout). One
+// sort of the journal does both.
+//
+// This is the seam for inline projections (issue 13), whose own rows carry
+// their aggregates' versions: for them (versionRows false) nothing is
+// written here.
+func (b *builder) writeGateState(ctx context.Context, tx pgx.Tx, journal string) error {
+	if !b.versionRows() {
+		return nil
+	}
+	page := strconv.Itoa(logPage)
+	base := `greatest((last - 1) / ` + page + ` * ` + page + `, 0)`
+	sql := `WITH s AS MATERIALIZED (
+  SELECT aggregate, version, event_id, hash, max(version) OVER (PARTITION BY aggregate) AS last FROM ` + journal + `),
+a AS (
+  INSERT INTO ` + b.p.table("applied") + ` (projection, aggregate, version, event_id, hash)
+  SELECT $1, aggregate, version, coalesce(event_id, aggregate || ':' || version), hash FROM s WHERE version <= ` + base + `
+  ON CONFLICT DO NOTHING)
+INSERT INTO ` + b.p.table("versions") + ` (projection, aggregate, version, log_base, log_ids, log_hashes)
+SELECT $1, aggregate, last, ` + base + `,
+  coalesce(array_agg(event_id ORDER BY version) FILTER (WHERE version > ` + base + `), '{}'),
+  coalesce(string_agg(hash, ''::bytea ORDER BY version) FILTER (WHERE version > ` + base + `), ''::bytea)
+FROM s GROUP BY aggregate, last
+ON CONFLICT (projection, aggregate) DO NOTHING`
+	if _, err := tx.Exec(ctx, sql, b.gen.Key); err != nil {
+		return fmt.Errorf("write the version rows: %w", err)
+	}
+	return nil
+}
+
+// versionRows reports whether the new generation's gate keeps a version row
+// per aggregate. Inline projections (issue 13) keep an aggregate's version
+// in their own row: for them the replay writes no version rows at all —
+// neither at finalize (writeGateState) nor for the aggregates it hands to
+// the gate (throughGate, which the inline gate then serves) — and the
+// journal only resumes the replay. Until they exist, every projection has
+// version rows.
+func (b *builder) versionRows() bool { return true }

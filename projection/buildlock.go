@@ -1,0 +1,74 @@
+package projection
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+)
+
+// This file holds the build lock of a side-by-side rebuild (build.go): a
+// session advisory lock per projection, held by one Build at a time across
+// processes.
+
+// lockKey is the key of the session advisory lock a Build holds.
+func (b *builder) lockKey() int64 {
+	return advisoryKey64("inorder.build\x00" + b.p.cfg.Schema + "\x00" + b.r.name)
+}
+
+// lock takes the projection's build lock on b.conn. When another process
+// holds it, it fails with ErrBuildInProgress, or with BuildOptions.Wait
+// waits for it and returns the generation that was being built.
+func (b *builder) lock(ctx context.Context) (waitedFor int, err error) {
+	// A build that was cancelled in this process a moment ago may still
+	// hold the lock: its connection closed, its server session ending.
+	for wait := 5 * time.Millisecond; ; wait *= 2 {
+		var ok bool
+		if err := b.conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, b.lockKey()).Scan(&ok); err != nil {
+			return 0, fmt.Errorf("build lock: %w", err)
+		}
+		if ok {
+			return 0, nil
+		}
+		if wait > time.Second {
+			break
+		}
+		if err := sleepCtx(ctx, wait); err != nil {
+			return 0, err
+		}
+	}
+	var other Generation
+	gens, err := b.p.Generations(ctx, b.r.name)
+	if err != nil {
+		return 0, err
+	}
+	for _, g := range gens {
+		if g.State == StateBuilding || g.State == StateCatchUp {
+			other = g
+		}
+	}
+	what := "a rebuild"
+	if other.Generation != 0 {
+		what = fmt.Sprintf("generation %d (code version %d, %s)", other.Generation, other.CodeVersion, cmp.Or(other.Phase, other.State))
+	}
+	if !b.opts.Wait {
+		return 0, fmt.Errorf("%s is being built by another process: %w", what, ErrBuildInProgress)
+	}
+	b.gen = other
+	b.note(fmt.Sprintf("waiting: %s is being built by another process", what))
+	if _, err := b.conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, b.lockKey()); err != nil {
+		return 0, fmt.Errorf("build lock: %w", err)
+	}
+	return other.Generation, nil
+}
+
+// unlock releases the build lock; if it cannot, it closes the session,
+// which releases it.
+func (b *builder) unlock(ctx context.Context) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	var released bool
+	if err := b.conn.QueryRow(uctx, `SELECT pg_advisory_unlock($1)`, b.lockKey()).Scan(&released); err != nil || !released {
+		_ = b.conn.Conn().Close(uctx)
+	}
+}

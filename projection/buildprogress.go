@@ -1,0 +1,63 @@
+package projection
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// This file holds the progress of a side-by-side rebuild (build.go): the
+// phase recorded in the generation's row and the reports to
+// BuildOptions.Progress.
+
+// setPhase records the phase in the generation's row and reports it.
+func (b *builder) setPhase(ctx context.Context, phase string, fraction func() float64) error {
+	b.phase, b.phaseStart, b.phaseRead, b.fraction = phase, time.Now(), 0, fraction
+	b.gen.Phase = phase
+	if _, err := b.p.pool.Exec(ctx, `UPDATE `+b.p.table("generations")+` SET phase = $2, updated_at = now() WHERE key = $1`,
+		b.gen.Key, phase); err != nil {
+		return fmt.Errorf("record phase %s: %w", phase, err)
+	}
+	b.p.log.InfoContext(ctx, "rebuild phase", "projection", b.r.name, "generation", b.gen.Generation, "phase", phase,
+		"events", b.res.Events)
+	b.report(true, "")
+	return nil
+}
+
+// note reports a message.
+func (b *builder) note(msg string) { b.report(true, msg) }
+
+// report calls BuildOptions.Progress.
+func (b *builder) report(force bool, note string) {
+	if b.opts.Progress == nil {
+		return
+	}
+	now := time.Now()
+	if !force && now.Sub(b.lastShown) < 50*time.Millisecond {
+		return
+	}
+	b.lastShown = now
+	pr := BuildProgress{Projection: b.r.name, Generation: b.gen.Generation, Phase: b.phase, Events: b.res.Events,
+		PhaseEvents: b.phaseRead, Fraction: -1, Position: b.gen.Position, Note: note}
+	if !b.phaseStart.IsZero() {
+		pr.Elapsed = now.Sub(b.phaseStart)
+	}
+	if s := pr.Elapsed.Seconds(); s > 0 {
+		pr.Rate = float64(pr.PhaseEvents) / s
+	}
+	if b.fraction != nil {
+		pr.Fraction = b.fraction()
+		if pr.Fraction > 0 && pr.Fraction < 1 {
+			pr.ETA = time.Duration(float64(pr.Elapsed) * (1 - pr.Fraction) / pr.Fraction)
+		}
+	}
+	b.opts.Progress(pr)
+}
+
+// streamFraction returns the stream's progress function, if it has one.
+func (b *builder) streamFraction() func() float64 {
+	if sp, ok := b.opts.Stream.(StreamProgress); ok {
+		return sp.Fraction
+	}
+	return nil
+}
