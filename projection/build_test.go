@@ -3,10 +3,8 @@ package projection_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,177 +15,8 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
-	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
 )
-
-// genStream is a projection.Stream over events appended to it while it is
-// read, as an event store's log: position i (as text) is the i-th record,
-// 1-based. Records for which skip returns true stand for events that are
-// not for the projections.
-type genStream struct {
-	mu     sync.Mutex
-	events []aggregate.Event
-	skip   func(i int) bool
-	chunk  int
-	// reads counts the records read, readFrom the start of every Read.
-	reads    atomic.Int64
-	readFrom []int
-	// onBatch, if set, is called before each batch is handed over.
-	onBatch func(ctx context.Context, sb projection.StreamBatch) error
-}
-
-func newGenStream(events []aggregate.Event, chunk int) *genStream {
-	return &genStream{events: slices.Clone(events), chunk: chunk}
-}
-
-func (s *genStream) Append(es ...aggregate.Event) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.events = append(s.events, es...)
-}
-
-func (s *genStream) All() []aggregate.Event {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.events)
-}
-
-func genPos(i int) projection.Position { return projection.Position(fmt.Sprintf("%012d", i)) }
-
-func (s *genStream) Read(ctx context.Context, from projection.Position, fn func(context.Context, projection.StreamBatch) error) error {
-	start := 0
-	if from != nil {
-		n, err := strconv.Atoi(string(from))
-		if err != nil {
-			return err
-		}
-		start = n
-	}
-	s.mu.Lock()
-	end := len(s.events)
-	events := s.events[:end:end]
-	s.readFrom = append(s.readFrom, start)
-	s.mu.Unlock()
-	for i := start; i < end; i += s.chunk {
-		hi := min(i+s.chunk, end)
-		sb := projection.StreamBatch{Read: int64(hi - i), Position: genPos(hi), Time: time.Now()}
-		for k := i; k < hi; k++ {
-			if s.skip == nil || !s.skip(k) {
-				sb.Events = append(sb.Events, events[k])
-			}
-		}
-		if s.onBatch != nil {
-			if err := s.onBatch(ctx, sb); err != nil {
-				return err
-			}
-		}
-		if err := fn(ctx, sb); err != nil {
-			return err
-		}
-		s.reads.Add(sb.Read)
-	}
-	return ctx.Err()
-}
-
-// genBundle is a migrated schema with the ledger at generation 1.
-type genBundle struct {
-	db     *pgtest.DB
-	ledger *ledger.Projection
-	proc   *projection.Processor
-}
-
-func genSetup(t *testing.T, ps ...projection.Projection) *genBundle {
-	t.Helper()
-	db := pgtest.NewMigrated(t)
-	genCleanup(t, db)
-	b := &genBundle{db: db, ledger: ledger.New(nil)}
-	if len(ps) == 0 {
-		ps = []projection.Projection{b.ledger}
-	}
-	b.proc = genProcessor(t, db, ps...)
-	require.NoError(t, b.proc.Setup(t.Context()))
-	return b
-}
-
-// genCleanup drops the generations' schemas of db's schema when the test
-// ends (before pgtest drops db's).
-func genCleanup(t testing.TB, db *pgtest.DB) {
-	t.Cleanup(func() {
-		ctx := context.Background()
-		rows, err := db.Pool.Query(ctx, `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)`, db.Schema+"_")
-		if err != nil {
-			t.Errorf("list generation schemas: %v", err)
-			return
-		}
-		schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Errorf("list generation schemas: %v", err)
-		}
-		for _, s := range schemas {
-			if _, err := db.Pool.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{s}.Sanitize()+` CASCADE`); err != nil {
-				t.Errorf("drop %s: %v", s, err)
-			}
-		}
-	})
-}
-
-func genProcessor(t *testing.T, db *pgtest.DB, ps ...projection.Projection) *projection.Processor {
-	t.Helper()
-	proc, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema, MaxAttempts: 2, RetryBackoff: time.Millisecond}, ps...)
-	require.NoError(t, err)
-	return proc
-}
-
-// genModel loads the ledger of generation gen: its schema first on the
-// search_path ("" for generation 1).
-func genModel(t *testing.T, b *genBundle, schema string) *ledger.Model {
-	t.Helper()
-	var m *ledger.Model
-	require.NoError(t, pgx.BeginFunc(t.Context(), b.db.Pool, func(tx pgx.Tx) error {
-		if schema != "" {
-			if _, err := tx.Exec(t.Context(), `SET LOCAL search_path = `+pgx.Identifier{schema}.Sanitize()); err != nil {
-				return err
-			}
-		}
-		var err error
-		m, err = b.ledger.Load(t.Context(), tx)
-		return err
-	}))
-	return m
-}
-
-func genFold(t *testing.T, events []aggregate.Event) *ledger.Model {
-	t.Helper()
-	m, err := ledger.Fold(events)
-	require.NoError(t, err)
-	return m
-}
-
-// genLive returns the live generation of the ledger.
-func genLive(t *testing.T, proc *projection.Processor) projection.Generation {
-	t.Helper()
-	gens, err := proc.Generations(t.Context(), "ledger")
-	require.NoError(t, err)
-	for _, g := range gens {
-		if g.State == projection.StateLive {
-			return g
-		}
-	}
-	t.Fatal("no live generation")
-	return projection.Generation{}
-}
-
-func genStates(t *testing.T, proc *projection.Processor) map[int]string {
-	t.Helper()
-	gens, err := proc.Generations(t.Context(), "ledger")
-	require.NoError(t, err)
-	out := map[int]string{}
-	for _, g := range gens {
-		out[g.Generation] = g.State
-	}
-	return out
-}
 
 func TestBuild(t *testing.T) {
 	t.Parallel()
@@ -468,16 +297,30 @@ func TestBuildReplay(t *testing.T) {
 				require.NoError(t, err)
 				stream := newGenStream(events, 20)
 				ctx, cancel := context.WithCancel(t.Context())
-				seen := 0
+				// The replay is cancelled as the stream hands over its third
+				// batch of the phase: the first transaction (two batches of
+				// 20, BatchSize 40) has committed its position. (Progress
+				// reports are throttled: a fast replay may report once.)
+				var inPhase atomic.Bool
+				var handed atomic.Int32
+				stream.onBatch = func(ctx context.Context, sb projection.StreamBatch) error {
+					if phase == projection.PhaseReplay && inPhase.Load() && handed.Add(1) == 3 {
+						cancel()
+						return ctx.Err()
+					}
+					return nil
+				}
 				_, err = b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: stream, BatchSize: 40,
 					Progress: func(pr projection.BuildProgress) {
 						if pr.Phase == phase {
-							if seen++; seen == 2 || phase != projection.PhaseReplay {
+							inPhase.Store(true)
+							if phase != projection.PhaseReplay {
 								cancel()
 							}
 						}
 					}})
 				require.ErrorIs(t, err, context.Canceled)
+				stream.onBatch = nil
 				require.Equal(t, map[int]string{1: projection.StateLive, 2: map[string]string{projection.PhaseReplay: projection.StateBuilding,
 					projection.PhaseFinalize: projection.StateBuilding}[phase] + map[string]string{projection.PhaseCatchUp: projection.StateCatchUp,
 					projection.PhaseVerify: projection.StateCatchUp}[phase]}, genStates(t, b.proc))

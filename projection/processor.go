@@ -131,7 +131,7 @@ type registered struct {
 	// key is the projection's gate key: the value of the projection column
 	// of every gate row (versions, applied, parked, quarantine, conflicts)
 	// of the generation this registration feeds. Generation 1 uses the
-	// bare name (see generations.go).
+	// bare name (see gennames.go).
 	key string
 	// schema is the generation's read-model schema, put first on the
 	// search_path while the projection's handler runs; "" leaves the
