@@ -206,7 +206,7 @@
 // [github.com/inorder/inorder/source/esdb/esdbtest], an in-process
 // EventStoreDB. Set ESDB_URL to run them against a real node instead:
 //
-//	docker compose up -d eventstore
+//	docker compose up -d kurrentdb
 //	ESDB_URL='esdb://localhost:2113?tls=false' go test -count=1 ./source/esdb/
 //
 // Every test then uses its own stream prefix and group names and does not
