@@ -23,6 +23,8 @@ type Buffer struct {
 	list    string
 	stats   string
 	perAggr string
+	clear   string
+	unmatch string
 }
 
 // New returns a Buffer for the tables in schema ("" means
@@ -32,7 +34,6 @@ func New(schema string) *Buffer {
 		schema = migrations.DefaultSchema
 	}
 	t := pgx.Identifier{schema, "parked"}.Sanitize()
-	v := pgx.Identifier{schema, "versions"}.Sanitize()
 	return &Buffer{
 		schema: schema,
 		park: `INSERT INTO ` + t + ` (projection, aggregate, version, event_id, hash, type, data, metadata)
@@ -55,19 +56,21 @@ CROSS JOIN LATERAL (SELECT event_id, hash, type, parked_at FROM ` + t + `
   CROSS JOIN LATERAL (SELECT ctid FROM ` + t + `
     WHERE projection = $1 AND aggregate = d.aggregate AND version = d.version OFFSET 0) p))`,
 		list: `SELECT p.projection, p.aggregate, p.version, p.event_id, p.hash, p.type,
-  CASE WHEN $5 THEN NULL ELSE p.data END, CASE WHEN $5 THEN NULL ELSE p.metadata END, p.parked_at,
-  coalesce(v.version, 0)
-FROM ` + t + ` p LEFT JOIN ` + v + ` v ON v.projection = p.projection AND v.aggregate = p.aggregate
+  CASE WHEN $5 THEN NULL ELSE p.data END, CASE WHEN $5 THEN NULL ELSE p.metadata END, p.parked_at
+FROM ` + t + ` p
 WHERE ($1 = '' OR p.projection = $1) AND ($2 = '' OR p.aggregate = $2) AND ($4::timestamptz IS NULL OR p.parked_at <= $4)
 ORDER BY p.parked_at, p.projection, p.aggregate, p.version LIMIT $3`,
 		stats: `SELECT p.projection, count(*), count(DISTINCT p.aggregate), min(p.parked_at)
-FROM ` + t + ` p WHERE ($1 = '' OR p.projection = $1) GROUP BY p.projection ORDER BY p.projection`,
-		perAggr: `SELECT p.projection, p.aggregate, coalesce(v.version, 0), count(*), min(p.version), max(p.version), min(p.parked_at)
-FROM ` + t + ` p LEFT JOIN ` + v + ` v ON v.projection = p.projection AND v.aggregate = p.aggregate
+FROM ` + t + ` p WHERE (coalesce(cardinality($1::text[]), 0) = 0 OR p.projection = ANY($1)) GROUP BY p.projection ORDER BY p.projection`,
+		perAggr: `SELECT p.projection, p.aggregate, count(*), min(p.version), max(p.version), min(p.parked_at)
+FROM ` + t + ` p
 WHERE ($1 = '' OR p.projection = $1) AND ($4::timestamptz IS NULL OR p.parked_at <= $4)
-GROUP BY p.projection, p.aggregate, v.version
+GROUP BY p.projection, p.aggregate
 HAVING ($2 = '' OR p.aggregate = $2)
 ORDER BY min(p.parked_at), p.projection, p.aggregate LIMIT $3`,
+		clear: `DELETE FROM ` + t + ` WHERE projection = $1`,
+		unmatch: `SELECT count(*) FROM ` + t + ` n WHERE n.projection = $1
+  AND NOT EXISTS (SELECT 1 FROM ` + t + ` o WHERE o.projection = $2 AND o.aggregate = n.aggregate AND o.version = n.version)`,
 	}
 }
 
@@ -148,6 +151,28 @@ func (b *Buffer) QueueDelete(batch *pgx.Batch, projection string, aggregates []s
 	batch.Queue(b.delete, projection, aggregates, versions)
 }
 
+// QueueClear queues the deletion of every parked event of projection: its
+// gate state is being reset (an in-place rebuild) or dropped (a retired
+// generation).
+func (b *Buffer) QueueClear(batch *pgx.Batch, projection string) {
+	batch.Queue(b.clear, projection)
+}
+
+// Unmatched returns how many events projection has parked that other has
+// not parked at the same (aggregate, version): a new generation compared
+// with the live one before a switch.
+func (b *Buffer) Unmatched(ctx context.Context, q Querier, projection, other string) (int64, error) {
+	rows, err := q.Query(ctx, b.unmatch, projection, other)
+	if err != nil {
+		return 0, fmt.Errorf("buffer: compare parked: %w", err)
+	}
+	n, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, fmt.Errorf("buffer: compare parked: %w", err)
+	}
+	return n, nil
+}
+
 // Contiguous returns the prefix of parked (sorted by version, one
 // aggregate) that directly follows current: versions current+1,
 // current+2, … without a gap.
@@ -196,14 +221,13 @@ func (o ListOptions) limit() int {
 	return o.Limit
 }
 
-// Entry is a parked event as operators see it.
+// Entry is a parked event as operators see it. The aggregate's applied
+// version, which the parked table does not hold, is the caller's to add
+// (package projection owns the versions table).
 type Entry struct {
 	Parked
 	// Projection is the projection the event waits in.
 	Projection string
-	// Current is the aggregate's applied version in that projection: the
-	// event waits for versions Current+1 … Version-1.
-	Current int64
 }
 
 // List returns parked events, oldest first.
@@ -214,17 +238,16 @@ func (b *Buffer) List(ctx context.Context, q Querier, opts ListOptions) ([]Entry
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Entry, error) {
 		var e Entry
-		err := row.Scan(&e.Projection, &e.Aggregate, &e.Version, &e.ID, &e.Hash, &e.Type, &e.Data, &e.Metadata, &e.ParkedAt, &e.Current)
+		err := row.Scan(&e.Projection, &e.Aggregate, &e.Version, &e.ID, &e.Hash, &e.Type, &e.Data, &e.Metadata, &e.ParkedAt)
 		return e, err
 	})
 }
 
-// Waiting describes one aggregate with parked events.
+// Waiting describes one aggregate with parked events. Like Entry, it
+// leaves the aggregate's applied version to the caller.
 type Waiting struct {
 	Projection string
 	Aggregate  string
-	// Current is the applied version; the aggregate waits for Current+1.
-	Current int64
 	// Count is how many events are parked.
 	Count int64
 	// MinVersion and MaxVersion bound the parked versions.
@@ -232,10 +255,6 @@ type Waiting struct {
 	// Oldest is when the oldest of them was parked.
 	Oldest time.Time
 }
-
-// Missing returns the versions the aggregate waits for before MinVersion:
-// Current+1 … MinVersion-1.
-func (w Waiting) Missing() (from, to int64) { return w.Current + 1, w.MinVersion - 1 }
 
 // Waiting lists the aggregates that have parked events, the longest waiting
 // first.
@@ -246,7 +265,7 @@ func (b *Buffer) Waiting(ctx context.Context, q Querier, opts ListOptions) ([]Wa
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Waiting, error) {
 		var w Waiting
-		err := row.Scan(&w.Projection, &w.Aggregate, &w.Current, &w.Count, &w.MinVersion, &w.MaxVersion, &w.Oldest)
+		err := row.Scan(&w.Projection, &w.Aggregate, &w.Count, &w.MinVersion, &w.MaxVersion, &w.Oldest)
 		return w, err
 	})
 }
@@ -262,10 +281,10 @@ type Stats struct {
 	Oldest time.Time
 }
 
-// Stats returns parked counts per projection (projection "" means all);
-// projections without parked events are absent.
-func (b *Buffer) Stats(ctx context.Context, q Querier, projection string) ([]Stats, error) {
-	rows, err := q.Query(ctx, b.stats, projection)
+// Stats returns parked counts per projection, of the given projections (none
+// means all); projections without parked events are absent.
+func (b *Buffer) Stats(ctx context.Context, q Querier, projections ...string) ([]Stats, error) {
+	rows, err := q.Query(ctx, b.stats, projections)
 	if err != nil {
 		return nil, fmt.Errorf("buffer: parked stats: %w", err)
 	}

@@ -104,19 +104,17 @@ func TestOperatorViews(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	_, err := b.db.Pool.Exec(ctx, `INSERT INTO versions (projection, aggregate, version, parked) VALUES ('p1', 'a', 2, 2), ('p1', 'b', 0, 1)`)
-	require.NoError(t, err)
 	b.park(t, "p1", ev("a", 5), ev("a", 6))
 	b.park(t, "p1", ev("b", 3))
 	b.park(t, "p2", ev("z", 9))
-	_, err = b.db.Pool.Exec(ctx, `UPDATE parked SET parked_at = now() - interval '1 hour' WHERE aggregate = 'a'`)
+	_, err := b.db.Pool.Exec(ctx, `UPDATE parked SET parked_at = now() - interval '1 hour' WHERE aggregate = 'a'`)
 	require.NoError(t, err)
 
 	entries, err := b.buf.List(ctx, b.db.Pool, buffer.ListOptions{Projection: "p1"})
 	require.NoError(t, err)
 	require.Len(t, entries, 3)
 	require.Equal(t, "a", entries[0].Aggregate, "oldest first")
-	require.EqualValues(t, 2, entries[0].Current)
+	require.EqualValues(t, 5, entries[0].Version)
 
 	w, err := b.buf.Waiting(ctx, b.db.Pool, buffer.ListOptions{Projection: "p1"})
 	require.NoError(t, err)
@@ -125,8 +123,6 @@ func TestOperatorViews(t *testing.T) {
 	require.EqualValues(t, 2, w[0].Count)
 	require.EqualValues(t, 5, w[0].MinVersion)
 	require.EqualValues(t, 6, w[0].MaxVersion)
-	from, to := w[0].Missing()
-	require.Equal(t, [2]int64{3, 4}, [2]int64{from, to})
 
 	old, err := b.buf.Waiting(ctx, b.db.Pool, buffer.ListOptions{OlderThan: 30 * time.Minute})
 	require.NoError(t, err)
@@ -136,15 +132,20 @@ func TestOperatorViews(t *testing.T) {
 	one, err := b.buf.Waiting(ctx, b.db.Pool, buffer.ListOptions{Aggregate: "b"})
 	require.NoError(t, err)
 	require.Len(t, one, 1)
-	require.EqualValues(t, 0, one[0].Current)
+	require.EqualValues(t, 3, one[0].MinVersion)
 
-	stats, err := b.buf.Stats(ctx, b.db.Pool, "")
+	stats, err := b.buf.Stats(ctx, b.db.Pool)
 	require.NoError(t, err)
 	require.Len(t, stats, 2)
 	require.Equal(t, "p1", stats[0].Projection)
 	require.EqualValues(t, 3, stats[0].Events)
 	require.EqualValues(t, 2, stats[0].Aggregates)
 	require.WithinDuration(t, time.Now().Add(-time.Hour), stats[0].Oldest, time.Minute)
+	some, err := b.buf.Stats(ctx, b.db.Pool, "p2", "p3")
+	require.NoError(t, err)
+	require.Len(t, some, 1)
+	require.Equal(t, "p2", some[0].Projection)
+	require.EqualValues(t, 1, some[0].Events)
 
 	limited, err := b.buf.List(ctx, b.db.Pool, buffer.ListOptions{Limit: 1})
 	require.NoError(t, err)
@@ -164,4 +165,24 @@ func TestLoadKeys(t *testing.T) {
 	require.Equal(t, "a:5", got[0].StableID())
 	require.Equal(t, ev("a", 5).Hash(), got[0].Hash)
 	require.Nil(t, got[0].Data, "keys only")
+}
+
+func TestClearAndUnmatched(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.park(t, "p1", ev("a", 5), ev("a", 6), ev("b", 3))
+	b.park(t, "p1@2", ev("a", 5), ev("b", 4))
+	n, err := b.buf.Unmatched(ctx, b.db.Pool, "p1@2", "p1")
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "b:4 is parked in p1@2 only")
+	n, err = b.buf.Unmatched(ctx, b.db.Pool, "p1", "p1@2")
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n, "a:6 and b:3 are parked in p1 only")
+
+	batch := &pgx.Batch{}
+	b.buf.QueueClear(batch, "p1")
+	require.NoError(t, b.db.Pool.SendBatch(ctx, batch).Close())
+	require.Empty(t, b.load(t, "p1", "a", "b"))
+	require.Equal(t, []int64{5, 4}, versions(b.load(t, "p1@2", "a", "b")))
 }

@@ -11,6 +11,9 @@
 // version lock, so parking and draining never race.
 //
 // The Queue methods add statements to a [pgx.Batch] so the processor sends
-// them in one round trip with its other work. [Buffer.List] and [Buffer.Stats]
-// are for operators: what waits, for how long, and behind which version.
+// them in one round trip with its other work. [Buffer.List], [Buffer.Waiting]
+// and [Buffer.Stats] are for operators: what waits and for how long (package
+// projection, which owns the versions table, adds the version each aggregate
+// is at). The parked table is this package's alone: every statement on it
+// is here.
 package buffer

@@ -97,6 +97,7 @@ func (p *Processor) Status(ctx context.Context, opts *StatusOptions) (Status, er
 		opts = &StatusOptions{}
 	}
 	var st Status
+	var keys []string // the gate key of each of st.Projections
 	err := pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(`SELECT now()`).QueryRow(func(row pgx.Row) error { return row.Scan(&st.Time) })
@@ -105,15 +106,12 @@ func (p *Processor) Status(ctx context.Context, opts *StatusOptions) (Status, er
 		b.Queue(`WITH n AS (SELECT n.name, n.ord, coalesce(g.key, n.name) AS key
   FROM unnest($1::text[]) WITH ORDINALITY AS n(name, ord)
   LEFT JOIN `+p.table("generations")+` g ON g.projection = n.name AND g.state = 'live')
-SELECT n.name, coalesce(v.aggs, 0), coalesce(v.events, 0),
-  coalesce(pk.events, 0), coalesce(pk.aggs, 0), pk.oldest,
+SELECT n.name, n.key, coalesce(v.aggs, 0), coalesce(v.events, 0),
   coalesce(q.n, 0), coalesce(c.open, 0), coalesce(c.acked, 0)
 FROM n
 LEFT JOIN (SELECT projection, count(*) AS aggs,
     least(sum(version::numeric), $2::numeric)::bigint AS events
   FROM `+p.table("versions")+` WHERE projection IN (SELECT key FROM n) AND NOT $3 GROUP BY projection) v ON v.projection = n.key
-LEFT JOIN (SELECT projection, count(*) AS events, count(DISTINCT aggregate) AS aggs, min(parked_at) AS oldest
-  FROM `+p.table("parked")+` WHERE projection IN (SELECT key FROM n) GROUP BY projection) pk ON pk.projection = n.key
 LEFT JOIN (SELECT projection, count(*) AS n
   FROM `+p.table("quarantine")+` WHERE projection IN (SELECT key FROM n) GROUP BY projection) q ON q.projection = n.key
 LEFT JOIN (SELECT projection, count(*) FILTER (WHERE acked_at IS NULL) AS open,
@@ -122,15 +120,13 @@ LEFT JOIN (SELECT projection, count(*) FILTER (WHERE acked_at IS NULL) AS open,
 ORDER BY n.ord`, p.Projections(), int64(math.MaxInt64), opts.NoTotals).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var s ProjectionStatus
-				var oldest *time.Time
-				if err := rows.Scan(&s.Name, &s.Aggregates, &s.Events, &s.Parked, &s.ParkedAggregates, &oldest,
+				var key string
+				if err := rows.Scan(&s.Name, &key, &s.Aggregates, &s.Events,
 					&s.Quarantined, &s.Conflicts, &s.ConflictsAcknowledged); err != nil {
 					return err
 				}
-				if oldest != nil {
-					s.OldestParked = *oldest
-				}
 				st.Projections = append(st.Projections, s)
+				keys = append(keys, key)
 			}
 			return rows.Err()
 		})
@@ -138,7 +134,26 @@ ORDER BY n.ord`, p.Projections(), int64(math.MaxInt64), opts.NoTotals).Query(fun
 			QueryRow(func(row pgx.Row) error { return row.Scan(&st.Rejected.Total, &st.Rejected.Pending) })
 		queueCheckpoints(b, p.table("checkpoints"), &st.Checkpoints)
 		p.queueGenerations(b, p.Projections(), &st.Generations)
-		return tx.SendBatch(ctx, b).Close()
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		// The parked counts, in the same snapshot, from the parked table's
+		// owner.
+		parked, err := p.buf.Stats(ctx, tx, keys...)
+		if err != nil {
+			return err
+		}
+		byKey := make(map[string]buffer.Stats, len(parked))
+		for _, ps := range parked {
+			byKey[ps.Projection] = ps
+		}
+		for i, key := range keys {
+			if ps, ok := byKey[key]; ok {
+				s := &st.Projections[i]
+				s.Parked, s.ParkedAggregates, s.OldestParked = ps.Events, ps.Aggregates, ps.Oldest
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return Status{}, fmt.Errorf("projection: status: %w", err)
@@ -208,14 +223,29 @@ func (p *Processor) Parked(ctx context.Context, opts ListOptions) ([]ParkedEntry
 	if err != nil {
 		return nil, err
 	}
-	es, err := p.buf.List(ctx, p.pool, p.bufferOptions(opts))
+	var out []ParkedEntry
+	err = p.snapshot(ctx, func(tx pgx.Tx) error {
+		es, err := p.buf.List(ctx, tx, p.bufferOptions(opts))
+		if err != nil {
+			return err
+		}
+		keys := make([]gateKey, len(es))
+		for i, e := range es {
+			keys[i] = gateKey{e.Projection, e.Aggregate}
+		}
+		current, err := p.currentVersions(ctx, tx, keys)
+		if err != nil {
+			return err
+		}
+		out = make([]ParkedEntry, len(es))
+		for i, e := range es {
+			out[i] = ParkedEntry{Projection: e.Projection, Aggregate: e.Aggregate, Version: e.Version, EventID: e.StableID(),
+				Type: e.Type, Data: Payload(e.Data), Metadata: Payload(e.Metadata), ParkedAt: e.ParkedAt, Current: current[keys[i]]}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("projection: %w", err)
-	}
-	out := make([]ParkedEntry, len(es))
-	for i, e := range es {
-		out[i] = ParkedEntry{Projection: e.Projection, Aggregate: e.Aggregate, Version: e.Version, EventID: e.StableID(),
-			Type: e.Type, Data: Payload(e.Data), Metadata: Payload(e.Metadata), ParkedAt: e.ParkedAt, Current: e.Current}
 	}
 	return out, nil
 }
@@ -230,15 +260,66 @@ func (p *Processor) Waiting(ctx context.Context, opts ListOptions) ([]WaitingEnt
 	if err != nil {
 		return nil, err
 	}
-	ws, err := p.buf.Waiting(ctx, p.pool, p.bufferOptions(opts))
+	var out []WaitingEntry
+	err = p.snapshot(ctx, func(tx pgx.Tx) error {
+		ws, err := p.buf.Waiting(ctx, tx, p.bufferOptions(opts))
+		if err != nil {
+			return err
+		}
+		keys := make([]gateKey, len(ws))
+		for i, w := range ws {
+			keys[i] = gateKey{w.Projection, w.Aggregate}
+		}
+		current, err := p.currentVersions(ctx, tx, keys)
+		if err != nil {
+			return err
+		}
+		out = make([]WaitingEntry, len(ws))
+		for i, w := range ws {
+			cur := current[keys[i]]
+			out[i] = WaitingEntry{Projection: w.Projection, Aggregate: w.Aggregate, Current: cur, Parked: w.Count,
+				MinVersion: w.MinVersion, MaxVersion: w.MaxVersion, MissingFrom: cur + 1, MissingTo: w.MinVersion - 1, Oldest: w.Oldest}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("projection: %w", err)
 	}
-	out := make([]WaitingEntry, len(ws))
-	for i, w := range ws {
-		from, to := w.Missing()
-		out[i] = WaitingEntry{Projection: w.Projection, Aggregate: w.Aggregate, Current: w.Current, Parked: w.Count,
-			MinVersion: w.MinVersion, MaxVersion: w.MaxVersion, MissingFrom: from, MissingTo: to, Oldest: w.Oldest}
+	return out, nil
+}
+
+// gateKey is an aggregate of a projection (its gate key).
+type gateKey struct{ projection, aggregate string }
+
+// snapshot runs fn in a read-only repeatable-read transaction: listings
+// that read more than one table see them at one point in time.
+func (p *Processor) snapshot(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
+}
+
+// currentVersions returns the applied version of each of keys (absent: 0).
+func (p *Processor) currentVersions(ctx context.Context, q pgx.Tx, keys []gateKey) (map[gateKey]int64, error) {
+	out := make(map[gateKey]int64, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	projs, aggs := make([]string, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		projs[i], aggs[i] = k.projection, k.aggregate
+	}
+	rows, err := q.Query(ctx, `SELECT v.projection, v.aggregate, v.version
+FROM unnest($1::text[], $2::text[]) AS k(projection, aggregate)
+JOIN `+p.table("versions")+` v ON v.projection = k.projection AND v.aggregate = k.aggregate`, projs, aggs)
+	if err != nil {
+		return nil, fmt.Errorf("current versions: %w", err)
+	}
+	var k gateKey
+	var v int64
+	if _, err := pgx.ForEachRow(rows, []any{&k.projection, &k.aggregate, &v}, func() error {
+		out[k] = v
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("current versions: %w", err)
 	}
 	return out, nil
 }

@@ -24,6 +24,11 @@ var ErrNotResettable = errors.New("projection does not implement Resetter")
 // and its errors must be returned (a rebuild whose emit failed fails).
 type Replay func(ctx context.Context, emit func(ctx context.Context, events []aggregate.Event) error) error
 
+// gateTables are the tables of a projection's gate state that this package
+// owns, keyed by the projection's gate key; the parked table's rows are
+// package buffer's (Buffer.QueueClear).
+var gateTables = []string{"versions", "applied", "quarantine", "conflicts"}
+
 // RebuildOptions configures Processor.Rebuild. A nil *RebuildOptions is valid.
 type RebuildOptions struct {
 	// Progress, if set, is called after each batch the replay emits, from
@@ -111,9 +116,10 @@ func (p *Processor) Rebuild(ctx context.Context, projection string, replay Repla
 	start := time.Now()
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		for _, t := range []string{"versions", "applied", "parked", "quarantine", "conflicts"} {
+		for _, t := range gateTables {
 			b.Queue(`DELETE FROM `+p.table(t)+` WHERE projection = $1`, r.key)
 		}
+		p.buf.QueueClear(b, r.key)
 		b.Queue(p.sql.operatorLog, "rebuild-start", projection, "", nil, nil, "")
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("delete gate state: %w", err)

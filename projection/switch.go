@@ -163,13 +163,13 @@ func (b *builder) setPhaseTx(ctx context.Context, tx pgx.Tx, phase string) error
 func (p *Processor) verify(ctx context.Context, tx pgx.Tx, b *builder, live, g *Generation) ([]string, error) {
 	var problems []string
 	var quarantined, parked int64
-	err := tx.QueryRow(ctx, `SELECT
-  (SELECT count(*) FROM `+p.table("quarantine")+` n WHERE n.projection = $1
-     AND NOT EXISTS (SELECT 1 FROM `+p.table("quarantine")+` o WHERE o.projection = $2 AND o.aggregate = n.aggregate AND o.version = n.version)),
-  (SELECT count(*) FROM `+p.table("parked")+` n WHERE n.projection = $1
-     AND NOT EXISTS (SELECT 1 FROM `+p.table("parked")+` o WHERE o.projection = $2 AND o.aggregate = n.aggregate AND o.version = n.version))`,
-		g.Key, live.Key).Scan(&quarantined, &parked)
+	err := tx.QueryRow(ctx, `SELECT count(*) FROM `+p.table("quarantine")+` n WHERE n.projection = $1
+  AND NOT EXISTS (SELECT 1 FROM `+p.table("quarantine")+` o WHERE o.projection = $2 AND o.aggregate = n.aggregate AND o.version = n.version)`,
+		g.Key, live.Key).Scan(&quarantined)
 	if err != nil {
+		return nil, fmt.Errorf("compare gate state: %w", err)
+	}
+	if parked, err = p.buf.Unmatched(ctx, tx, g.Key, live.Key); err != nil {
 		return nil, fmt.Errorf("compare gate state: %w", err)
 	}
 	if quarantined > 0 {
@@ -419,9 +419,10 @@ WHERE key = $1 AND state <> 'live'`, g.Key)
 	}
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		for _, t := range []string{"versions", "applied", "parked", "quarantine", "conflicts"} {
+		for _, t := range gateTables {
 			b.Queue(`DELETE FROM `+p.table(t)+` WHERE projection = $1`, g.Key)
 		}
+		p.buf.QueueClear(b, g.Key)
 		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'dropped', updated_at = now() WHERE key = $1`, g.Key)
 		b.Queue(p.sql.operatorLog, "rebuild-drop", g.Projection, "", nil, int64(g.Generation),
 			fmt.Sprintf("generation %d (code version %d, was %s) dropped", g.Generation, g.CodeVersion, g.State))
