@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/inorder/inorder/internal/retry"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -135,7 +136,7 @@ func (h *handler) aggregate(w http.ResponseWriter, r *http.Request) {
 					h.onWait()
 				}
 				waiting = true
-				if err := sleep(r.Context(), min(backoff, left)); err != nil {
+				if err := retry.Sleep(r.Context(), min(backoff, left)); err != nil {
 					h.fail(w, r, "wait for min_version", err)
 					return
 				}
@@ -167,17 +168,6 @@ func (h *handler) version(ctx context.Context, name, id string) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, h.opts.RequestTimeout)
 	defer cancel()
 	return h.proc.Version(ctx, name, id)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // list serves a page of read models.

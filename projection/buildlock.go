@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/inorder/inorder/internal/retry"
 )
 
 // This file holds the build lock of a side-by-side rebuild (build.go): a
@@ -33,7 +35,7 @@ func (b *builder) lock(ctx context.Context) (waitedFor int, err error) {
 		if wait > time.Second {
 			break
 		}
-		if err := sleepCtx(ctx, wait); err != nil {
+		if err := retry.Sleep(ctx, wait); err != nil {
 			return 0, err
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder/inorder/internal/retry"
 )
 
 // This file holds the end of a side-by-side rebuild — verification and the
@@ -68,24 +70,13 @@ func (b *builder) verifyAndSwitch(ctx context.Context) error {
 		default:
 			return err
 		}
-		if err := sleepCtx(ctx, wait); err != nil {
+		if err := retry.Sleep(ctx, wait); err != nil {
 			return err
 		}
 		wait = min(2*wait, time.Second)
 		if _, err := b.catchUpPass(ctx); err != nil {
 			return err
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"time"
 
@@ -192,18 +193,10 @@ func (s *Source) MeasureLag(ctx context.Context) (Lag, error) {
 
 // lagLoop measures the lag now and every LagEvery until ctx is done.
 func (s *Source) lagLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.LagEvery)
-	defer t.Stop()
-	for {
-		if _, err := s.MeasureLag(ctx); err != nil && ctx.Err() == nil {
-			s.log.Debug("esdb lag not measured", "name", s.cfg.Name, "error", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	s.every(ctx, s.cfg.LagEvery, true, slog.LevelDebug, "esdb lag not measured", func(ctx context.Context) error {
+		_, err := s.MeasureLag(ctx)
+		return err
+	})
 }
 
 func (s *Source) measure(ctx context.Context) (lagProbe, error) {

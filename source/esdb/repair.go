@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -26,18 +27,7 @@ const (
 
 // repairLoop runs a gap-repair round every RepairEvery until ctx is done.
 func (s *Source) repairLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.RepairEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := s.repairRound(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("esdb gap repair round failed", "name", s.cfg.Name, "error", err)
-			}
-		}
-	}
+	s.every(ctx, s.cfg.RepairEvery, false, slog.LevelWarn, "esdb gap repair round failed", s.repairRound)
 }
 
 // gap is what one aggregate waits for, over the processor's projections.

@@ -474,16 +474,25 @@ func (s *Source) advanceLocked(p esdbc.Position) bool {
 // saveLoop saves the watermark every CheckpointEvery when it moved without a
 // batch saving it: filtered-out events and server checkpoints.
 func (s *Source) saveLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.CheckpointEvery)
+	s.every(ctx, s.cfg.CheckpointEvery, false, slog.LevelWarn, "esdb checkpoint not saved", s.saveWatermark)
+}
+
+// every calls fn every d until ctx is done — first at once when now is set
+// — and logs its errors at level with msg, except those of ctx's end.
+func (s *Source) every(ctx context.Context, d time.Duration, now bool, level slog.Level, msg string, fn func(context.Context) error) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
+		if now {
+			if err := fn(ctx); err != nil && ctx.Err() == nil {
+				s.log.Log(ctx, level, msg, "name", s.cfg.Name, "error", err)
+			}
+		}
+		now = true
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := s.saveWatermark(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("esdb checkpoint not saved", "name", s.cfg.Name, "error", err)
-			}
 		}
 	}
 }
