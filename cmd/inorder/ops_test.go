@@ -257,3 +257,38 @@ func TestReadyMaxLag(t *testing.T) {
 	run.signal(t, syscall.SIGTERM)
 	require.NoError(t, run.wait(t, time.Minute))
 }
+
+// TestDeclaredGap follows the runbook's gap path with the shipped ledger:
+// version 2 of a payment will never come; declared missing, the ledger is
+// told (projection.GapHandler) and the versions parked behind it apply
+// instead of being quarantined.
+func TestDeclaredGap(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.run(t, "migrate")
+	e.process(t, event(t, "pay-7", 1, ledger.Authorized, ledger.Data{Payer: "c", Payee: "m", Amount: 100}),
+		event(t, "pay-7", 3, ledger.Approved, ledger.Data{}), event(t, "pay-7", 4, ledger.Captured, ledger.Data{Amount: 60}))
+	out := e.run(t, "parked", "list")
+	require.Regexp(t, `(?m)^ledger\s+pay-7\s+1\s+2\s+2\s+3-4\s`, out)
+
+	var act map[string]any
+	e.runJSON(t, &act, "parked", "declare-gap", "pay-7", "--to", "2", "--projection", "ledger", "--reason", "deleted at the source")
+	require.Equal(t, "declare-gap", act["action"])
+	require.EqualValues(t, 1, act["before"])
+	require.EqualValues(t, 4, act["after"], "the parked versions 3 and 4 applied")
+
+	var st projection.Status
+	e.runJSON(t, &st, "status")
+	require.Zero(t, st.Projections[0].Parked, "nothing parked")
+	require.Zero(t, st.Projections[0].Quarantined, "nothing quarantined")
+	m, err := ledger.New(nil).Load(t.Context(), e.db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, ledger.Payment{ID: "pay-7", Payer: "c", Payee: "m", Status: "captured", Authorized: 100, Captured: 60, Version: 4},
+		m.Payments["pay-7"])
+
+	var log []projection.OperatorLogEntry
+	e.runJSON(t, &log, "oplog")
+	require.Len(t, log, 1)
+	require.Equal(t, "declare-gap", log[0].Action)
+	require.Equal(t, "deleted at the source", log[0].Reason)
+}
