@@ -111,7 +111,8 @@ func (h *handler) aggregate(w http.ResponseWriter, r *http.Request) {
 	}
 
 	deadline := time.Now().Add(wait)
-	backoff := minBackoff
+	// Polls until the deadline, which the loop checks itself.
+	bo := retry.Policy{Initial: minBackoff, Max: maxBackoff, MaxElapsed: -1}.Start()
 	waiting := false
 	for {
 		if minVersion > 0 {
@@ -136,11 +137,11 @@ func (h *handler) aggregate(w http.ResponseWriter, r *http.Request) {
 					h.onWait()
 				}
 				waiting = true
-				if err := retry.Sleep(r.Context(), min(backoff, left)); err != nil {
+				d, _ := bo.Next()
+				if err := retry.Sleep(r.Context(), min(d, left)); err != nil {
 					h.fail(w, r, "wait for min_version", err)
 					return
 				}
-				backoff = min(2*backoff, maxBackoff)
 				continue
 			}
 		}

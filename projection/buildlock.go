@@ -23,8 +23,10 @@ func (b *builder) lockKey() int64 {
 // waits for it and returns the generation that was being built.
 func (b *builder) lock(ctx context.Context) (waitedFor int, err error) {
 	// A build that was cancelled in this process a moment ago may still
-	// hold the lock: its connection closed, its server session ending.
-	for wait := 5 * time.Millisecond; ; wait *= 2 {
+	// hold the lock: its connection closed, its server session ending. So
+	// try for a moment before deciding that another process holds it.
+	bo := retry.Policy{Initial: 5 * time.Millisecond, Max: 640 * time.Millisecond, MaxElapsed: 1300 * time.Millisecond}.Start()
+	for {
 		var ok bool
 		if err := b.conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, b.lockKey()).Scan(&ok); err != nil {
 			return 0, fmt.Errorf("build lock: %w", err)
@@ -32,11 +34,12 @@ func (b *builder) lock(ctx context.Context) (waitedFor int, err error) {
 		if ok {
 			return 0, nil
 		}
-		if wait > time.Second {
-			break
-		}
-		if err := retry.Sleep(ctx, wait); err != nil {
+		again, err := bo.Wait(ctx)
+		if err != nil {
 			return 0, err
+		}
+		if !again {
+			break
 		}
 	}
 	var other Generation

@@ -38,7 +38,8 @@ func (b *builder) verifyAndSwitch(ctx context.Context) error {
 		return err
 	}
 	deadline := time.Now().Add(b.opts.VerifyTimeout)
-	wait := 20 * time.Millisecond
+	// Until the deadline, which the loop checks itself.
+	bo := retry.Policy{Initial: 20 * time.Millisecond, Max: time.Second, MaxElapsed: -1}.Start()
 	for {
 		prev, err := b.p.trySwitch(ctx, b)
 		if err == nil {
@@ -70,10 +71,9 @@ func (b *builder) verifyAndSwitch(ctx context.Context) error {
 		default:
 			return err
 		}
-		if err := retry.Sleep(ctx, wait); err != nil {
+		if _, err := bo.Wait(ctx); err != nil {
 			return err
 		}
-		wait = min(2*wait, time.Second)
 		if _, err := b.catchUpPass(ctx); err != nil {
 			return err
 		}
