@@ -158,12 +158,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			h.log.ErrorContext(r.Context(), "httpapi: panic", "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+			h.log.ErrorContext(r.Context(), "http api panic", "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
 			if !rec.wrote {
 				writeError(rec, http.StatusInternalServerError, CodeInternal, "internal error")
 			}
 		}
-		h.log.DebugContext(r.Context(), "httpapi: request", "method", r.Method, "path", r.URL.Path,
+		h.log.DebugContext(r.Context(), "http api request", "method", r.Method, "path", r.URL.Path,
 			"status", rec.status, "duration", time.Since(start))
 	}()
 	hdr := rec.Header()
@@ -233,13 +233,13 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, what string, err 
 	switch {
 	case r.Context().Err() != nil:
 		// The client is gone; nobody reads the answer.
-		h.log.DebugContext(r.Context(), "httpapi: request cancelled", "what", what, "path", r.URL.Path, "error", err)
+		h.log.DebugContext(r.Context(), "http api request cancelled", "what", what, "path", r.URL.Path, "error", err)
 		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "the request was cancelled")
 	case errors.Is(err, context.DeadlineExceeded) || projection.IsTransient(err):
-		h.log.WarnContext(r.Context(), "httpapi: database unavailable", "what", what, "path", r.URL.Path, "error", err)
+		h.log.WarnContext(r.Context(), "http api database unavailable", "what", what, "path", r.URL.Path, "error", err)
 		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "the database is unavailable or too slow; retry later")
 	default:
-		h.log.ErrorContext(r.Context(), "httpapi: internal error", "what", what, "path", r.URL.Path, "error", err)
+		h.log.ErrorContext(r.Context(), "http api internal error", "what", what, "path", r.URL.Path, "error", err)
 		writeError(w, http.StatusInternalServerError, CodeInternal, "internal error")
 	}
 }
@@ -256,7 +256,7 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), min(readyTimeout, h.opts.RequestTimeout))
 	defer cancel()
 	if err := h.proc.Ping(ctx); err != nil {
-		h.log.WarnContext(ctx, "httpapi: database not ready", "error", err)
+		h.log.WarnContext(ctx, "http api database not ready", "error", err)
 		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "the database is not reachable")
 		return
 	}

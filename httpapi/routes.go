@@ -65,7 +65,7 @@ func (h *handler) reader(w http.ResponseWriter, name string) (projection.Reader,
 // encoded.
 func (h *handler) respond(w http.ResponseWriter, r *http.Request, v any) {
 	if err := writeJSON(w, http.StatusOK, v); err != nil {
-		h.log.ErrorContext(r.Context(), "httpapi: encode response", "path", r.URL.Path, "error", err)
+		h.log.ErrorContext(r.Context(), "http api encode response", "path", r.URL.Path, "error", err)
 	}
 }
 

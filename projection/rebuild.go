@@ -95,7 +95,7 @@ func (p *Processor) Rebuild(ctx context.Context, projection string, replay Repla
 		return fail("acquire lock connection", err)
 	}
 	defer conn.Release()
-	p.log.InfoContext(ctx, "inorder: rebuild waiting for the projection's lock", "projection", projection)
+	p.log.InfoContext(ctx, "rebuild waiting for the projection's lock", "projection", projection)
 	if _, err := conn.Exec(ctx, p.sql.pauseExclusive, r.lockKey); err != nil {
 		// A cancelled wait may have closed the connection; the lock, if it
 		// was granted, went with the session.
@@ -108,7 +108,7 @@ func (p *Processor) Rebuild(ctx context.Context, projection string, replay Repla
 		defer cancel()
 		var released bool
 		if uerr := conn.QueryRow(uctx, p.sql.pauseRelease, r.lockKey).Scan(&released); uerr != nil || !released {
-			p.log.WarnContext(uctx, "inorder: rebuild could not unlock; closing its connection", "projection", projection, "error", uerr)
+			p.log.WarnContext(uctx, "rebuild could not unlock; closing its connection", "projection", projection, "error", uerr)
 			_ = conn.Conn().Close(uctx)
 		}
 	}()
@@ -134,7 +134,7 @@ func (p *Processor) Rebuild(ctx context.Context, projection string, replay Repla
 	if err != nil {
 		return fail("reset", err)
 	}
-	p.log.InfoContext(ctx, "inorder: rebuild started", "projection", projection)
+	p.log.InfoContext(ctx, "rebuild started", "projection", projection)
 
 	solo := p.solo(r)
 	var mu sync.Mutex // emit may be called from several goroutines
@@ -165,7 +165,7 @@ func (p *Processor) Rebuild(ctx context.Context, projection string, replay Repla
 		fmt.Sprintf("%d events in %v", events, time.Since(start).Round(time.Millisecond))); err != nil {
 		return fail("log", err)
 	}
-	p.log.InfoContext(ctx, "inorder: rebuild done", "projection", projection, "events", events, "elapsed", time.Since(start))
+	p.log.InfoContext(ctx, "rebuild done", "projection", projection, "events", events, "elapsed", time.Since(start))
 	return nil
 }
 

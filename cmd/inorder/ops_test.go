@@ -152,6 +152,10 @@ func TestJSONLogs(t *testing.T) {
 	require.NoError(t, err)
 	requireJSONLines(t, "rebuild stderr", errOut)
 	require.Contains(t, errOut, `"msg":"progress"`)
+	_, errOut, err = e.exec(t, "rebuild", "ledger", "--in-place", "--yes", "--log-level", "info")
+	require.NoError(t, err)
+	requireJSONLines(t, "rebuild --in-place stderr", errOut)
+	require.Contains(t, errOut, `"msg":"rebuild done"`)
 
 	_, errOut, err = e.exec(t, "status", "--schema", "nope")
 	require.Equal(t, 1, exitCode(t, err))
