@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/inorder/inorder/effects"
+	"github.com/inorder/inorder/internal/httpstatus"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -152,19 +153,19 @@ func positive[T int | int64 | time.Duration](v, def T) T {
 // then the routes.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rec := &recorder{ResponseWriter: w}
+	rec := &httpstatus.Recorder{ResponseWriter: w}
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
 			h.log.ErrorContext(r.Context(), "http api panic", "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
-			if !rec.wrote {
+			if !rec.Wrote() {
 				writeError(rec, http.StatusInternalServerError, CodeInternal, "internal error")
 			}
 		}
 		h.log.DebugContext(r.Context(), "http api request", "method", r.Method, "path", r.URL.Path,
-			"status", rec.status, "duration", time.Since(start))
+			"status", rec.Status(), "duration", time.Since(start))
 	}()
 	hdr := rec.Header()
 	hdr.Set("Cache-Control", "no-store")
@@ -262,28 +263,3 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
-
-// recorder remembers the status written, for the request log and the panic
-// handler.
-type recorder struct {
-	http.ResponseWriter
-	status int
-	wrote  bool
-}
-
-func (r *recorder) WriteHeader(code int) {
-	if !r.wrote {
-		r.status, r.wrote = code, true
-	}
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *recorder) Write(b []byte) (int, error) {
-	if !r.wrote {
-		r.status, r.wrote = http.StatusOK, true
-	}
-	return r.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection.
-func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

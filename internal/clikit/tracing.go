@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/inorder/inorder/internal/httpstatus"
 	"github.com/inorder/inorder/metrics"
 )
 
@@ -119,9 +120,9 @@ func InstrumentHTTP(h http.Handler, m *metrics.Metrics, t *Tracing) http.Handler
 			defer span.End()
 			r = r.WithContext(ctx)
 		}
-		rec := &codeRecorder{ResponseWriter: w, code: http.StatusOK}
+		rec := &httpstatus.Recorder{ResponseWriter: w}
 		h.ServeHTTP(rec, r)
-		m.ObserveHTTP(r.Pattern, rec.code, time.Since(start))
+		m.ObserveHTTP(r.Pattern, rec.Status(), time.Since(start))
 		if span == nil {
 			return
 		}
@@ -129,31 +130,9 @@ func InstrumentHTTP(h http.Handler, m *metrics.Metrics, t *Tracing) http.Handler
 			span.SetName(r.Pattern)
 			span.SetAttributes(semconv.HTTPRoute(r.Pattern))
 		}
-		span.SetAttributes(semconv.HTTPResponseStatusCode(rec.code))
-		if rec.code >= 500 {
-			span.SetStatus(codes.Error, http.StatusText(rec.code))
+		span.SetAttributes(semconv.HTTPResponseStatusCode(rec.Status()))
+		if rec.Status() >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(rec.Status()))
 		}
 	})
 }
-
-// codeRecorder remembers the status code written.
-type codeRecorder struct {
-	http.ResponseWriter
-	code  int
-	wrote bool
-}
-
-func (r *codeRecorder) WriteHeader(code int) {
-	if !r.wrote {
-		r.code, r.wrote = code, true
-	}
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *codeRecorder) Write(b []byte) (int, error) {
-	r.wrote = true
-	return r.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection.
-func (r *codeRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
