@@ -295,6 +295,11 @@ func run(o *options) error {
 			took = time.Since(began)
 		}
 	}
+	// The source's batch figures, read before the workers stop.
+	var src sourceFigures
+	for _, u := range metricsURLs {
+		src.add(scrapeSource(u))
+	}
 	rss, err := stopAll()
 	if err != nil {
 		_, _ = server.stop()
@@ -332,6 +337,9 @@ func run(o *options) error {
 	fmt.Printf("mode=%s consumers=%d workers=%d batch=%d events=%d seconds=%.2f events/s=%.0f peak-rss-MiB=%s server-rss-MiB=%.0f verified=%v\n",
 		o.mode, o.consumers, o.workers, o.batchSize, len(events), took.Seconds(), float64(len(events))/took.Seconds(),
 		strings.Join(rssText, "/"), serverRSS, verified)
+	fmt.Printf("source: window=%.0f batches=%.0f (full %.0f, window %.0f, max_wait %.0f, flush %.0f, retry %.0f) mean-fill=%.2f worker-wait-s idle=%.1f filling=%.1f (summed over %d workers × %d processes, %.1f s each)\n",
+		src.window, src.batches(), src.closed["full"], src.closed["window"], src.closed["max_wait"], src.closed["flush"], src.closed["retry"],
+		src.meanFill(), src.idle, src.filling, o.workers, o.consumers, took.Seconds())
 	if !verified {
 		return errors.New("the read model differs from the in-order fold")
 	}
@@ -367,4 +375,90 @@ func scrapeApplied(u string) float64 {
 		}
 	}
 	return n
+}
+
+// sourceFigures are the source's batch metrics (package source/esdb's
+// collector), summed over processes: inorder_source_window_events,
+// inorder_source_batches_total by reason, inorder_source_batch_fill_ratio
+// and inorder_source_worker_wait_seconds_total by state.
+type sourceFigures struct {
+	window, fillSum, fillCount, idle, filling float64
+	closed                                    map[string]float64
+}
+
+func (f *sourceFigures) add(g sourceFigures) {
+	f.window += g.window
+	f.fillSum += g.fillSum
+	f.fillCount += g.fillCount
+	f.idle += g.idle
+	f.filling += g.filling
+	if f.closed == nil {
+		f.closed = map[string]float64{}
+	}
+	for k, v := range g.closed {
+		f.closed[k] += v
+	}
+}
+
+func (f *sourceFigures) batches() float64 {
+	var n float64
+	for _, v := range f.closed {
+		n += v
+	}
+	return n
+}
+
+func (f *sourceFigures) meanFill() float64 {
+	if f.fillCount == 0 {
+		return 0
+	}
+	return f.fillSum / f.fillCount
+}
+
+// scrapeSource reads a worker's source metrics; zero values when it does
+// not answer.
+func scrapeSource(u string) sourceFigures {
+	out := sourceFigures{closed: map[string]float64{}}
+	resp, err := http.Get(u)
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return out
+	}
+	for _, m := range fams["inorder_source_window_events"].GetMetric() {
+		out.window += m.GetGauge().GetValue()
+	}
+	for _, m := range fams["inorder_source_batches_total"].GetMetric() {
+		out.closed[labelOf(m.GetLabel(), "reason")] += m.GetCounter().GetValue()
+	}
+	for _, m := range fams["inorder_source_batch_fill_ratio"].GetMetric() {
+		out.fillSum += m.GetHistogram().GetSampleSum()
+		out.fillCount += float64(m.GetHistogram().GetSampleCount())
+	}
+	for _, m := range fams["inorder_source_worker_wait_seconds_total"].GetMetric() {
+		switch labelOf(m.GetLabel(), "state") {
+		case "idle":
+			out.idle += m.GetCounter().GetValue()
+		case "filling":
+			out.filling += m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+// labelOf returns the value of a metric's label name, "" if it has none.
+func labelOf[L interface {
+	GetName() string
+	GetValue() string
+}](labels []L, name string) string {
+	for _, l := range labels {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
 }
