@@ -3,10 +3,13 @@ package effects_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
@@ -157,4 +160,88 @@ func TestRebuildDoesNotResend(t *testing.T) {
 
 	res := b.process(t, es[0])
 	require.Equal(t, projection.Duplicate, res[0].Outcome)
+}
+
+// TestBuildDoesNotResend: a side-by-side rebuild (Processor.Build) replays
+// every event into a new generation through the handler, which records its
+// intents again — under the projection's name, not the generation's, so
+// with the same keys: nothing is recorded, enqueued or sent, and the new
+// generation goes live.
+func TestBuildDoesNotResend(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := t.Context()
+	t.Cleanup(func() { dropGenerationSchemas(t, b) })
+	es := slices.Concat(events(t, "a", 12), events(t, "b", 9))
+	b.process(t, es...)
+	b.start(t)
+	b.waitAllDone(t)
+	require.Len(t, b.idem.callsByKey(), len(es))
+	jobs := b.count(t, `SELECT count(*) FROM river_job`)
+
+	res, err := b.proc.Build(ctx, "notifier", &projection.BuildOptions{Stream: &sliceStream{events: es, chunk: effects.DirectJobs + 2},
+		BatchSize: effects.DirectJobs + 2})
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Generation, "the new generation is live")
+	require.EqualValues(t, len(es), res.Events)
+	gens, err := b.proc.Generations(ctx, "notifier")
+	require.NoError(t, err)
+	require.Len(t, gens, 2)
+	require.Equal(t, projection.StateLive, gens[1].State)
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM `+pgx.Identifier{gens[1].Schema, "fx_model"}.Sanitize()),
+		"the replay ran the handler into the new generation's read model")
+	require.Equal(t, len(es), b.count(t, `SELECT count(*) FROM effects`), "no intent recorded again")
+	require.Equal(t, jobs, b.count(t, `SELECT count(*) FROM river_job`), "no job enqueued")
+	require.Zero(t, b.count(t, `SELECT count(*) FROM effects WHERE state <> 'done'`))
+	calls := b.idem.callsByKey()
+	require.Len(t, calls, len(es))
+	for _, e := range es {
+		require.Equal(t, 1, calls[keyOf(kindNotify, e)], "one remote call for %s v%d", e.Aggregate, e.Version)
+	}
+}
+
+// sliceStream is a projection.Stream over events, chunk events per batch;
+// a position is the index after the batch's last event.
+type sliceStream struct {
+	events []aggregate.Event
+	chunk  int
+}
+
+func (s *sliceStream) Read(ctx context.Context, from projection.Position, fn func(context.Context, projection.StreamBatch) error) error {
+	start := 0
+	if from != nil {
+		n, err := strconv.Atoi(string(from))
+		if err != nil {
+			return fmt.Errorf("position %q: %w", from, err)
+		}
+		start = n
+	}
+	for i := start; i < len(s.events); i += s.chunk {
+		hi := min(i+s.chunk, len(s.events))
+		sb := projection.StreamBatch{Events: s.events[i:hi], Read: int64(hi - i), Position: projection.Position(strconv.Itoa(hi)), Time: time.Now()}
+		if err := fn(ctx, sb); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropGenerationSchemas drops the schemas of b's generations (they live
+// beside the test's schema, which pgtest drops).
+func dropGenerationSchemas(t *testing.T, b *bundle) {
+	ctx := context.Background()
+	rows, err := b.db.Pool.Query(ctx, `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)`, b.db.Schema+"_")
+	if err != nil {
+		t.Errorf("list generation schemas: %v", err)
+		return
+	}
+	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Errorf("list generation schemas: %v", err)
+	}
+	for _, s := range schemas {
+		if _, err := b.db.Pool.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{s}.Sanitize()+` CASCADE`); err != nil {
+			t.Errorf("drop %s: %v", s, err)
+		}
+	}
 }
