@@ -15,26 +15,61 @@ import (
 
 // apply runs projection r's handler over the plans' runs and queues the
 // gate's writes after the handler's statements, in one pipeline.
+//
+// An inline projection's handler is given its runs (Tx.InlineRuns); on the
+// fast path (a speculative attempt) the pipeline ends with the check of the
+// aggregates' version rows, and a handler that fails, a row its upsert did
+// not write or a check that fails is an errInlineMiss: the attempt takes the
+// general path. On the general path, rows behind their aggregate's version
+// catch up first.
 func (a *attempt) apply(ctx context.Context, r *registered, plans []*aggPlan, conflicts []conflict) error {
 	ht := newTx(a.tx, r.name)
 	r.enterSchema(ht)
 	var events []aggregate.Event
+	var entries [][]byte
+	it := r.inlineTable()
 	for _, pl := range plans {
 		for _, c := range pl.run {
 			events = append(events, c.ev)
+			if it != nil {
+				entries = append(entries, inlineEntry(c.ev.Aggregate, c.ev.Version, c.id, c.hash))
+			}
+		}
+	}
+	fast := it != nil && a.mode.speculative
+	if it != nil {
+		ht.setInline(r, events, entries)
+		if !fast {
+			a.queueAlign(ht.batch, r, it, plans)
 		}
 	}
 	// The handler goes first, so a read it starts with is not held back by
 	// the gate's writes; those join the handler's queued statements.
 	if err := a.p.callHandler(ctx, ht, r, events); err != nil {
+		if fast {
+			return fmt.Errorf("%w: handler: %w", errInlineMiss, err)
+		}
 		return &handlerFailure{projection: r.name, err: err}
 	}
 	a.queueWrites(ht.batch, r, plans, conflicts)
+	check := func() error { return nil }
+	if fast {
+		check = a.queueInlineCheck(ht.batch, r)
+	}
 	r.leaveSchema(ht)
 	if err := ht.Flush(ctx); err != nil {
+		if fast {
+			return fmt.Errorf("%w: %w", errInlineMiss, err)
+		}
 		return &handlerFailure{projection: r.name, err: err}
 	}
-	return nil
+	if err := ht.inlineShort(r.name); err != nil {
+		if fast {
+			return err
+		}
+		return &handlerFailure{projection: r.name, err: err}
+	}
+	return check()
 }
 
 // applyCarefully applies one aggregate's run under savepoints, cutting the
@@ -81,6 +116,9 @@ func (p *Processor) trySavepoint(ctx context.Context, tx pgx.Tx, r *registered, 
 		herr = ht.Flush(ctx)
 	}
 	if herr == nil {
+		herr = ht.inlineShort(r.name)
+	}
+	if herr == nil {
 		if err := sp.Commit(ctx); err != nil {
 			return nil, fmt.Errorf("release savepoint: %w", err)
 		}
@@ -100,10 +138,16 @@ func (p *Processor) callHandler(ctx context.Context, tx *Tx, r *registered, even
 	if len(events) == 0 {
 		return nil
 	}
+	if tx.inline == nil && r.inlineTable() != nil {
+		tx.setInline(r, events, nil)
+	}
 	if r.batch != nil {
 		return r.batch.ApplyBatch(ctx, tx, events)
 	}
-	for _, e := range events {
+	for i, e := range events {
+		if tx.inline != nil {
+			tx.inline.event = i
+		}
 		if err := r.event.Apply(ctx, tx, e); err != nil {
 			return &HandlerError{Projection: r.name, Aggregate: e.Aggregate, Version: e.Version, Err: err}
 		}

@@ -2,6 +2,7 @@ package projection
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -24,6 +25,9 @@ type attempt struct {
 	// states holds, per projection, the version rows read, locked or
 	// assumed (speculation), by aggregate.
 	states []map[string]aggState
+	// inline holds, per inline projection, the rows the general path
+	// locked, by aggregate (see inline_gate.go).
+	inline []map[string]inlineRow
 	// rejected are rejections found by this attempt (unstorable
 	// deliveries), recorded with the batch's.
 	rejected []rejection
@@ -80,6 +84,44 @@ func (a *attempt) gate(ctx context.Context) error {
 		}
 		return a.careful(ctx)
 	}
+	err := a.gatePlanned(ctx, b)
+	if !errors.Is(err, errInlineMiss) || !a.mode.speculative {
+		return err
+	}
+	// An inline projection's fast path did not hold (or its handler failed
+	// there): undo everything since the speculation began and take the
+	// general path, in the same transaction.
+	p.misspeculated.Add(1)
+	a.out.misspeculated, a.out.continues = true, false
+	a.mode.speculative = false
+	a.reset()
+	// Alone: the statements of a pipeline are prepared before any runs,
+	// and the transaction may be aborted until this one does.
+	if _, err := a.tx.Exec(ctx, `ROLLBACK TO SAVEPOINT inorder_speculation`); err != nil {
+		return fmt.Errorf("rollback to speculation: %w", err)
+	}
+	b = &pgx.Batch{}
+	b.Queue(`RELEASE SAVEPOINT inorder_speculation`)
+	return a.gatePlanned(ctx, b)
+}
+
+// reset forgets the outcomes and states of a rolled-back pass.
+func (a *attempt) reset() {
+	for _, d := range a.valid {
+		clear(a.bt.results[d.idx].Projections)
+		a.bt.results[d.idx].Err = nil
+	}
+	clear(a.out.tally)
+	for i := range a.states {
+		clear(a.states[i])
+	}
+	a.inline = nil
+}
+
+// gatePlanned takes the version rows (sending b first), plans, writes the
+// version rows and applies the plans, for every projection.
+func (a *attempt) gatePlanned(ctx context.Context, b *pgx.Batch) error {
+	p := a.p
 	if err := a.takeVersions(ctx, b); err != nil {
 		return err
 	}
@@ -124,6 +166,10 @@ func (a *attempt) takeVersions(ctx context.Context, b *pgx.Batch) error {
 	b.Queue(`SAVEPOINT inorder_speculation`)
 	written := make([]int64, len(p.projs))
 	for _, r := range p.projs {
+		if r.inlineTable() != nil {
+			a.queueInlineSpeculation(b, r, &written[r.index])
+			continue
+		}
 		if err := a.queueSpeculation(b, r, &written[r.index]); err != nil {
 			return err
 		}
@@ -137,7 +183,6 @@ func (a *attempt) takeVersions(ctx context.Context, b *pgx.Batch) error {
 		}
 	}
 	if !a.out.misspeculated {
-		p.speculated.Add(1)
 		a.out.continues = true
 		return nil
 	}

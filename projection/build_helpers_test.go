@@ -100,9 +100,21 @@ type genBundle struct {
 
 func genSetup(t *testing.T, ps ...projection.Projection) *genBundle {
 	t.Helper()
+	return genSetupLedger(t, ledger.New(nil), ps...)
+}
+
+// genSetupRows is genSetup with a ledger that keeps version rows (not
+// inline).
+func genSetupRows(t *testing.T) *genBundle {
+	t.Helper()
+	return genSetupLedger(t, ledger.New(&ledger.Options{VersionRows: true}))
+}
+
+func genSetupLedger(t *testing.T, l *ledger.Projection, ps ...projection.Projection) *genBundle {
+	t.Helper()
 	db := pgtest.NewMigrated(t)
 	genCleanup(t, db)
-	b := &genBundle{db: db, ledger: ledger.New(nil)}
+	b := &genBundle{db: db, ledger: l}
 	if len(ps) == 0 {
 		ps = []projection.Projection{b.ledger}
 	}

@@ -229,7 +229,7 @@ func TestBuildReplay(t *testing.T) {
 	t.Run("IrregularStreamGoesThroughTheGate", func(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
-		b := genSetup(t)
+		b := genSetupRows(t) // it counts the version rows' applied log
 		events := ledger.Generate(rand.New(rand.NewPCG(17, 18)), 30, 6)
 		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
 		require.NoError(t, err)
@@ -266,24 +266,8 @@ func TestBuildReplay(t *testing.T) {
 
 	t.Run("BoundedMemory", func(t *testing.T) {
 		t.Parallel()
-		ctx := t.Context()
-		b := genSetup(t)
-		events := ledger.Generate(rand.New(rand.NewPCG(19, 20)), 200, 20)
-		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
-		require.NoError(t, err)
-		_, err = b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 100), BatchSize: 300, MaxAggregates: 50})
-		require.NoError(t, err)
-		live := genLive(t, b.proc)
-		require.Equal(t, genFold(t, events), genModel(t, b, live.Schema))
-		// Logs of 20 versions: one full page in applied, 4 in the row.
-		require.EqualValues(t, 200*16, opCount(t, b.db, `SELECT count(*) FROM applied WHERE projection = 'ledger@2'`))
-		require.EqualValues(t, len(events), opCount(t, b.db, `SELECT count(*) FROM applied_log WHERE projection = 'ledger@2'`))
-		require.EqualValues(t, 200, opCount(t, b.db, `SELECT count(*) FROM versions WHERE projection = 'ledger@2' AND version = 20 AND log_base = 16 AND cardinality(log_ids) = 4`))
-		out, err := b.proc.Process(ctx, projection.Batch{Events: events[:300]})
-		require.NoError(t, err)
-		for _, r := range out {
-			require.Equal(t, projection.Duplicate, r.Outcome)
-		}
+		t.Run("inline", func(t *testing.T) { t.Parallel(); boundedMemory(t, genSetup(t), true) })
+		t.Run("version-rows", func(t *testing.T) { t.Parallel(); boundedMemory(t, genSetupRows(t), false) })
 	})
 
 	t.Run("ResumesAfterEachPhase", func(t *testing.T) {
@@ -335,6 +319,35 @@ func TestBuildReplay(t *testing.T) {
 			})
 		}
 	})
+}
+
+// boundedMemory is TestBuildReplay/BoundedMemory on b, whose ledger is
+// inline or not.
+func boundedMemory(t *testing.T, b *genBundle, inline bool) {
+	ctx := t.Context()
+
+	events := ledger.Generate(rand.New(rand.NewPCG(19, 20)), 200, 20)
+	_, err := b.proc.Process(ctx, projection.Batch{Events: events})
+	require.NoError(t, err)
+	_, err = b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 100), BatchSize: 300, MaxAggregates: 50})
+	require.NoError(t, err)
+	live := genLive(t, b.proc)
+	require.Equal(t, genFold(t, events), genModel(t, b, live.Schema))
+	if inline {
+		// Each payment's row logs its last 16 versions.
+		require.EqualValues(t, 200, opCount(t, b.db, `SELECT count(*) FROM `+pgx.Identifier{live.Schema, "ledger_payments"}.Sanitize()+
+			` WHERE version = 20 AND octet_length(inorder_log) = 16 * 8`))
+	} else {
+		// Logs of 20 versions: one full page in applied, 4 in the row.
+		require.EqualValues(t, 200*16, opCount(t, b.db, `SELECT count(*) FROM applied WHERE projection = 'ledger@2'`))
+		require.EqualValues(t, len(events), opCount(t, b.db, `SELECT count(*) FROM applied_log WHERE projection = 'ledger@2'`))
+		require.EqualValues(t, 200, opCount(t, b.db, `SELECT count(*) FROM versions WHERE projection = 'ledger@2' AND version = 20 AND log_base = 16 AND cardinality(log_ids) = 4`))
+	}
+	out, err := b.proc.Process(ctx, projection.Batch{Events: events[:300]})
+	require.NoError(t, err)
+	for _, r := range out {
+		require.Equal(t, projection.Duplicate, r.Outcome)
+	}
 }
 
 func TestBuildConcurrency(t *testing.T) {

@@ -69,9 +69,8 @@ SET state = 'catchup', phase = 'catch-up', position = $2, position_time = $3, ev
 // earlier pages (statements.go and appliedlog.go have the layout). One
 // sort of the journal does both.
 //
-// This is the seam for inline projections (issue 13), whose own rows carry
-// their aggregates' versions: for them (versionRows false) nothing is
-// written here.
+// Inline projections get them too: their fast path needs a version row for
+// every aggregate that has a row (inline_gate.go).
 func (b *builder) writeGateState(ctx context.Context, tx pgx.Tx, journal string) error {
 	if !b.versionRows() {
 		return nil
@@ -97,10 +96,6 @@ ON CONFLICT (projection, aggregate) DO NOTHING`
 }
 
 // versionRows reports whether the new generation's gate keeps a version row
-// per aggregate. Inline projections (issue 13) keep an aggregate's version
-// in their own row: for them the replay writes no version rows at all —
-// neither at finalize (writeGateState) nor for the aggregates it hands to
-// the gate (throughGate, which the inline gate then serves) — and the
-// journal only resumes the replay. Until they exist, every projection has
-// version rows.
+// per aggregate: every projection does, inline ones included (their fast
+// path needs one for every aggregate that has a row).
 func (b *builder) versionRows() bool { return true }

@@ -37,9 +37,9 @@ import (
 // transaction first, then the replay's with its position, so a crash in
 // between replays the gated events again — duplicates, for the gate.
 //
-// Inline projections (which keep an aggregate's version in their own row,
-// issue 13) need no version rows: finalize is where they would skip them
-// (see writeGateState).
+// Inline projections (which keep an aggregate's version in their own row)
+// get version rows all the same: their fast path needs one for every
+// aggregate that has a row (inline_gate.go).
 
 // Tables of the replay, in the generation's schema. The leading underscore
 // keeps them apart from the projection's tables (and out of the content
@@ -454,6 +454,9 @@ SET position = $2, position_time = $3, events = $4, updated_at = now() WHERE key
 			}
 			b.gate.projs[0].leaveSchema(ht)
 			if err := ht.Flush(ctx); err != nil {
+				return &handlerFailure{projection: b.r.name, err: err}
+			}
+			if err := ht.inlineShort(b.r.name); err != nil {
 				return &handlerFailure{projection: b.r.name, err: err}
 			}
 			return nil

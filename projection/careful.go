@@ -31,8 +31,19 @@ func (a *attempt) careful(ctx context.Context) error {
 			a.setAside(r, agg, err, nil)
 		}
 	}
+	aggs := a.bt.aggs
 	if len(unstorable) > 0 {
 		a.valid = slices.DeleteFunc(slices.Clone(a.valid), func(d delivery) bool { return unstorable[d.ev.Aggregate] != nil })
+		aggs = slices.DeleteFunc(slices.Clone(aggs), func(agg string) bool { return unstorable[agg] != nil })
+	}
+	// Inline projections' own rows, after every version row.
+	if b := (&pgx.Batch{}); len(aggs) > 0 {
+		a.queueInlineLocks(b, aggs)
+		if b.Len() > 0 {
+			if err := a.tx.SendBatch(ctx, b).Close(); err != nil {
+				return fmt.Errorf("lock inline rows: %w", err)
+			}
+		}
 	}
 	plans := make([][]*aggPlan, len(p.projs))
 	conflicts := make([][]conflict, len(p.projs))
@@ -116,6 +127,9 @@ func (a *attempt) applyAggregate(ctx context.Context, r *registered, pl *aggPlan
 		check, err := a.queueVersionWrite(b, r, []*aggPlan{pl})
 		if err != nil {
 			return err
+		}
+		if t := r.inlineTable(); t != nil {
+			a.queueAlign(b, r, t, []*aggPlan{pl})
 		}
 		if b.Len() > 0 {
 			if err := tx.SendBatch(ctx, b).Close(); err != nil {

@@ -130,6 +130,24 @@ ORDER BY n.ord`, p.Projections(), int64(math.MaxInt64), opts.NoTotals).Query(fun
 			}
 			return rows.Err()
 		})
+		// Inline projections' rows hold the versions their fast path
+		// applied (inline_views.go).
+		for i, name := range p.Projections() {
+			t := p.inlineView(ctx, name)
+			if t == nil || opts.NoTotals {
+				continue
+			}
+			expr, join := versionJoin(t)
+			b.Queue(`SELECT least(coalesce(sum(`+expr+`::numeric), 0), $2::numeric)::bigint FROM `+p.table("versions")+` v`+join+`
+WHERE v.projection = `+p.liveKeySQL(1), name, int64(math.MaxInt64)).QueryRow(func(row pgx.Row) error {
+				var n *int64
+				if err := row.Scan(&n); err != nil || n == nil || i >= len(st.Projections) {
+					return err
+				}
+				st.Projections[i].Events = *n
+				return nil
+			})
+		}
 		b.Queue(`SELECT count(*), count(*) FILTER (WHERE replayed_at IS NULL) FROM ` + p.table("rejected")).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&st.Rejected.Total, &st.Rejected.Pending) })
 		queueCheckpoints(b, p.table("checkpoints"), &st.Checkpoints)
@@ -341,8 +359,7 @@ func (p *Processor) Version(ctx context.Context, projection, aggregate string) (
 		return 0, fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
 	}
 	var v int64
-	err := p.pool.QueryRow(ctx, `SELECT version FROM `+p.table("versions")+` WHERE projection = `+p.liveKeySQL(1)+` AND aggregate = $2`,
-		projection, aggregate).Scan(&v)
+	err := p.pool.QueryRow(ctx, p.inlineVersionSQL(p.inlineView(ctx, projection), p.liveKeySQL(1)), projection, aggregate).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
@@ -366,13 +383,14 @@ func (p *Processor) Aggregates(ctx context.Context, opts ListOptions) ([]Aggrega
 	if err := p.needProjection(opts); err != nil {
 		return nil, err
 	}
+	expr, join := versionJoin(p.inlineView(ctx, opts.Projection))
 	opts, err := p.liveFilter(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := p.pool.Query(ctx, `SELECT aggregate, version, parked, blocked FROM `+p.table("versions")+`
-WHERE projection = $1 AND ($2 = '' OR aggregate = $2) AND aggregate COLLATE "C" > $3
-ORDER BY aggregate COLLATE "C" LIMIT $4`, opts.Projection, opts.Aggregate, opts.After, opts.limit())
+	rows, err := p.pool.Query(ctx, `SELECT v.aggregate, `+expr+`, v.parked, v.blocked FROM `+p.table("versions")+` v`+join+`
+WHERE v.projection = $1 AND ($2 = '' OR v.aggregate = $2) AND v.aggregate COLLATE "C" > $3
+ORDER BY v.aggregate COLLATE "C" LIMIT $4`, opts.Projection, opts.Aggregate, opts.After, opts.limit())
 	if err != nil {
 		return nil, fmt.Errorf("projection: list aggregates: %w", err)
 	}
@@ -394,9 +412,13 @@ func (p *Processor) AppliedLog(ctx context.Context, opts ListOptions) ([]Applied
 	if err := p.needProjection(opts); err != nil {
 		return nil, err
 	}
+	it := p.inlineView(ctx, opts.Projection)
 	opts, err := p.liveFilter(ctx, opts)
 	if err != nil {
 		return nil, err
+	}
+	if it != nil {
+		return p.inlineAppliedLog(ctx, it, opts)
 	}
 	rows, err := p.pool.Query(ctx, `SELECT aggregate, version, event_id, hash FROM `+p.table("applied_log")+`
 WHERE projection = $1 AND ($2 = '' OR aggregate = $2) AND aggregate COLLATE "C" > $3

@@ -36,7 +36,10 @@ func TestInspect(t *testing.T) {
 	db := pgtest.NewMigrated(t)
 	const poison = "pay-000001"
 	fault := newOpFault(poison, 2)
-	proc := opProcessor(t, db, opConfig(), ledger.New(nil), opFaultyBatch{opJournal{"journal"}, fault})
+	// The ledger keeps version rows, whose applied log holds ids and
+	// hashes (the inline ledger's views are covered by the conformance
+	// suite's RequireSettled).
+	proc := opProcessor(t, db, opConfig(), ledger.New(&ledger.Options{VersionRows: true}), opFaultyBatch{opJournal{"journal"}, fault})
 
 	// 4 payments × 3 versions. pay-000000 v1 is withheld (v2 and v3 park in
 	// both projections); the journal quarantines pay-000001 v2 (v3 parks

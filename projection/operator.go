@@ -88,6 +88,17 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 			}
 			return fmt.Errorf("lock version: %w", err)
 		}
+		it := r.inlineTable()
+		var row inlineRow
+		if it != nil {
+			// An inline projection's row, after the version row: its
+			// version is the later of the two (see inline_gate.go).
+			var lerr error
+			if row, lerr = lockInlineOne(ctx, tx, it, agg); lerr != nil {
+				return lerr
+			}
+			st.version = max(st.version, row.version)
+		}
 		var q *candidate
 		if st.blocked {
 			c := candidate{idx: -1, origin: fromQuarantine}
@@ -125,6 +136,12 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 			r.leaveSchema(ht)
 			if err := ht.Flush(ctx); err != nil {
 				return &HandlerError{Projection: projection, Aggregate: agg, Version: to, Err: fmt.Errorf("gap %d-%d: %w", from+1, to, err)}
+			}
+		}
+		if it != nil && row.version < st.version {
+			// The row catches up with a gap, and before the run applies.
+			if _, err := tx.Exec(ctx, newInlineSQL(it).align, []string{agg}, []int64{st.version}); err != nil {
+				return fmt.Errorf("align inline row: %w", err)
 			}
 		}
 		pl := &aggPlan{agg: agg, before: st, attempts: 1}

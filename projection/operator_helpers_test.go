@@ -69,6 +69,14 @@ func (p opFaultyBatch) ApplyBatch(ctx context.Context, tx *projection.Tx, events
 	return p.BatchHandler.ApplyBatch(ctx, tx, events)
 }
 
+// InlineTable forwards the wrapped projection's (projection.Inline).
+func (p opFaultyBatch) InlineTable() (projection.InlineTable, bool) {
+	if in, ok := p.BatchHandler.(projection.Inline); ok {
+		return in.InlineTable()
+	}
+	return projection.InlineTable{}, false
+}
+
 func (p opFaultyBatch) Setup(ctx context.Context, tx pgx.Tx) error {
 	return p.BatchHandler.(projection.Setuper).Setup(ctx, tx)
 }
@@ -89,6 +97,14 @@ func (p opFaultyEvent) Apply(ctx context.Context, tx *projection.Tx, e aggregate
 		return err
 	}
 	return p.EventHandler.Apply(ctx, tx, e)
+}
+
+// InlineTable forwards the wrapped projection's (projection.Inline).
+func (p opFaultyEvent) InlineTable() (projection.InlineTable, bool) {
+	if in, ok := p.EventHandler.(projection.Inline); ok {
+		return in.InlineTable()
+	}
+	return projection.InlineTable{}, false
 }
 
 func (p opFaultyEvent) Setup(ctx context.Context, tx pgx.Tx) error {
@@ -119,6 +135,9 @@ func opLedger(t *testing.T, cfg *projection.Config, kind string, fault *opFault)
 	switch kind {
 	case "batch":
 		l := ledger.New(nil)
+		p, b.load = opFaultyBatch{l, fault}, l.Load
+	case "batch-rows":
+		l := ledger.New(&ledger.Options{VersionRows: true})
 		p, b.load = opFaultyBatch{l, fault}, l.Load
 	case "event":
 		l := ledger.NewSimple(nil)

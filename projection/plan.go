@@ -47,6 +47,24 @@ type record struct {
 	state string // "applied", "parked", "quarantined", "delivery"
 	id    string
 	hash  []byte
+	// entry, when set, is an inline row's log entry of the version (see
+	// InlineEntry), which id and hash are unknown.
+	entry []byte
+	// loose marks a version older than every log: any delivery of it counts
+	// as a duplicate.
+	loose bool
+}
+
+// matches reports whether delivery d of agg's version v is the one r
+// records.
+func (r record) matches(agg string, v int64, d delivery) bool {
+	switch {
+	case r.loose:
+		return true
+	case r.entry != nil:
+		return bytes.Equal(inlineEntry(agg, v, d.id, d.hash), r.entry)
+	}
+	return r.same(d.id, d.hash)
 }
 
 func (r record) same(id string, hash []byte) bool {
@@ -130,7 +148,7 @@ func (pl *planner) plan(agg string, st aggState, ds []delivery, parked []buffer.
 				ref = record{state: "skipped"}
 			}
 			for _, d := range group {
-				if known && ref.same(d.id, d.hash) {
+				if known && ref.matches(agg, v, d) {
 					pl.outcomes(d.idx, Duplicate)
 				} else {
 					pl.conflict(agg, v, ref, d)
@@ -317,8 +335,39 @@ func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []confli
 			return rows.Err()
 		})
 	}
+	inline := r.inlineTable() != nil
+	if inline && len(staleAggs) > 0 {
+		// The row's log first; what it does not cover, from the applied
+		// table (operators' records), else older than both (loose).
+		rows := a.inlineRows(r)
+		var restAggs []string
+		var restVers []int64
+		for k, agg := range staleAggs {
+			v := staleVers[k]
+			row := rows[agg]
+			if rec, ok := inlineApplied(row, v); ok {
+				if applied[agg] == nil {
+					applied[agg] = map[int64]record{}
+				}
+				applied[agg][v] = rec
+				continue
+			}
+			if v <= row.version {
+				if applied[agg] == nil {
+					applied[agg] = map[int64]record{}
+				}
+				applied[agg][v] = record{state: "applied", loose: true}
+			}
+			restAggs, restVers = append(restAggs, agg), append(restVers, v)
+		}
+		staleAggs, staleVers = restAggs, restVers
+	}
 	if len(staleAggs) > 0 {
-		batch.Queue(p.sql.loadApplied, r.key, staleAggs, staleVers).Query(func(rows pgx.Rows) error {
+		load := p.sql.loadApplied
+		if inline {
+			load = p.sql.loadAppliedTable
+		}
+		batch.Queue(load, r.key, staleAggs, staleVers).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var agg string
 				var v int64

@@ -296,6 +296,9 @@ func (p *Processor) committed(m txMode, out txResult, contended bool) {
 			p.lockFirst.CompareAndSwap(n, n-1)
 		}
 	}
+	if m.speculative && !out.misspeculated {
+		p.speculated.Add(1)
+	}
 	switch {
 	case out.misspeculated:
 		p.noSpeculation.Store(true)

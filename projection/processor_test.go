@@ -24,12 +24,24 @@ type bundle struct {
 
 func setup(t *testing.T, cfg *projection.Config) *bundle {
 	t.Helper()
+	return setupLedger(t, cfg, nil)
+}
+
+// setupRows is setup with the ledger keeping its gate state in version rows
+// (not inline).
+func setupRows(t *testing.T, cfg *projection.Config) *bundle {
+	t.Helper()
+	return setupLedger(t, cfg, &ledger.Options{VersionRows: true})
+}
+
+func setupLedger(t *testing.T, cfg *projection.Config, opts *ledger.Options) *bundle {
+	t.Helper()
 	db := pgtest.NewMigrated(t)
 	if cfg == nil {
 		cfg = &projection.Config{}
 	}
 	cfg.Schema = db.Schema
-	l := ledger.New(nil)
+	l := ledger.New(opts)
 	proc, err := projection.New(db.Pool, cfg, l)
 	require.NoError(t, err)
 	require.NoError(t, proc.Setup(context.Background()))
@@ -107,36 +119,8 @@ func TestProcessor(t *testing.T) {
 
 	t.Run("DuplicatesAndConflicts", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, nil)
-		events := ledger.Generate(rand.New(rand.NewPCG(7, 8)), 1, 4)
-		_, err := b.proc.Process(ctx, projection.Batch{Events: events[:2]})
-		require.NoError(t, err)
-		_, err = b.proc.Process(ctx, projection.Batch{Events: events[3:4]}) // parked
-		require.NoError(t, err)
-
-		stale := events[0]
-		otherID := events[1]
-		otherID.ID = "something-else"
-		otherPayload := events[3]
-		otherPayload.Data = []byte(`{"amount": 1}`)
-		res, err := b.proc.Process(ctx, projection.Batch{Events: []aggregate.Event{stale, otherID, events[3], otherPayload, otherPayload}})
-		require.NoError(t, err)
-		require.Equal(t, []projection.Outcome{D, C, D, C, C}, outcomes(res))
-
-		var n, count int64
-		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*), sum(count) FROM conflicts`).Scan(&n, &count))
-		require.EqualValues(t, 2, n)
-		require.EqualValues(t, 3, count)
-		var state, existing, incoming string
-		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT existing_state, existing_event_id, incoming_event_id FROM conflicts WHERE version = 2`).
-			Scan(&state, &existing, &incoming))
-		require.Equal(t, "applied", state)
-		require.Equal(t, events[1].StableID(), existing)
-		require.Equal(t, "something-else", incoming)
-
-		_, err = b.proc.Process(ctx, projection.Batch{Events: events[2:3]})
-		require.NoError(t, err)
-		b.requireFold(t, events)
+		t.Run("inline", func(t *testing.T) { t.Parallel(); duplicatesAndConflicts(t, setup(t, nil), true) })
+		t.Run("version-rows", func(t *testing.T) { t.Parallel(); duplicatesAndConflicts(t, setupRows(t, nil), false) })
 	})
 
 	t.Run("RejectsAndKeepsBadInput", func(t *testing.T) {
@@ -230,6 +214,53 @@ func TestSameEventConcurrently(t *testing.T) {
 	}
 }
 
+// duplicatesAndConflicts is TestProcessor/DuplicatesAndConflicts on b,
+// whose ledger is inline or not.
+func duplicatesAndConflicts(t *testing.T, b *bundle, inline bool) {
+	ctx := context.Background()
+	const (
+		D = projection.Duplicate
+		C = projection.Conflict
+	)
+
+	events := ledger.Generate(rand.New(rand.NewPCG(7, 8)), 1, 4)
+	_, err := b.proc.Process(ctx, projection.Batch{Events: events[:2]})
+	require.NoError(t, err)
+	_, err = b.proc.Process(ctx, projection.Batch{Events: events[3:4]}) // parked
+	require.NoError(t, err)
+
+	stale := events[0]
+	otherID := events[1]
+	otherID.ID = "something-else"
+	otherPayload := events[3]
+	otherPayload.Data = []byte(`{"amount": 1}`)
+	res, err := b.proc.Process(ctx, projection.Batch{Events: []aggregate.Event{stale, otherID, events[3], otherPayload, otherPayload}})
+	require.NoError(t, err)
+	require.Equal(t, []projection.Outcome{D, C, D, C, C}, outcomes(res))
+
+	var n, count int64
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*), sum(count) FROM conflicts`).Scan(&n, &count))
+	require.EqualValues(t, 2, n)
+	require.EqualValues(t, 3, count)
+	var state, existing, incoming string
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT existing_state, existing_event_id, incoming_event_id FROM conflicts WHERE version = 2`).
+		Scan(&state, &existing, &incoming))
+	require.Equal(t, "applied", state)
+	if inline {
+		// The row's log keeps an entry of the version, not its id.
+		var hash []byte
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT existing_hash FROM conflicts WHERE version = 2`).Scan(&hash))
+		require.Equal(t, projection.InlineEntry(events[1]), hash)
+	} else {
+		require.Equal(t, events[1].StableID(), existing)
+	}
+	require.Equal(t, "something-else", incoming)
+
+	_, err = b.proc.Process(ctx, projection.Batch{Events: events[2:3]})
+	require.NoError(t, err)
+	b.requireFold(t, events)
+}
+
 func fmtInt(n int) string { return fmt.Sprintf("goroutines=%d", n) }
 
 // TestSpeculation covers the batches that write their version rows without
@@ -238,6 +269,26 @@ func fmtInt(n int) string { return fmt.Sprintf("goroutines=%d", n) }
 // first, and no row the speculative write inserted by mistake may survive.
 func TestSpeculation(t *testing.T) {
 	t.Parallel()
+	for _, rows := range []bool{false, true} {
+		name := "inline"
+		if rows {
+			name = "version-rows"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testSpeculation(t, rows)
+		})
+	}
+}
+
+// testSpeculation is TestSpeculation of the inline ledger, or with rows of
+// the ledger that keeps version rows.
+func testSpeculation(t *testing.T, rows bool) {
+	mk := setup
+	kind := "batch"
+	if rows {
+		mk, kind = setupRows, "batch-rows"
+	}
 	ctx := context.Background()
 	const (
 		A = projection.Applied
@@ -257,7 +308,13 @@ func TestSpeculation(t *testing.T) {
 	noBadRows := func(t *testing.T, b *bundle) {
 		t.Helper()
 		var n int
-		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM versions WHERE rev < 1`).Scan(&n))
+		// Inline, the fast path's version rows of new aggregates stay at
+		// rev 0 (inline_gate.go).
+		least := 1
+		if !rows {
+			least = 0
+		}
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM versions WHERE rev < $1`, least).Scan(&n))
 		require.Zero(t, n, "version rows left by a wrong speculation")
 	}
 	process := func(t *testing.T, b *bundle, events ...aggregate.Event) []projection.Outcome {
@@ -269,7 +326,7 @@ func TestSpeculation(t *testing.T) {
 
 	t.Run("InOrderBatchesSpeculate", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, nil)
+		b := mk(t, nil)
 		delta := misses(b)
 		events := ledger.Generate(rand.New(rand.NewPCG(11, 1)), 50, 6)
 		for chunk := range slices.Chunk(events, 40) {
@@ -286,7 +343,7 @@ func TestSpeculation(t *testing.T) {
 
 	t.Run("MissingRow", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, nil)
+		b := mk(t, nil)
 		events := ledger.Generate(rand.New(rand.NewPCG(11, 2)), 1, 3)
 		delta := misses(b)
 		// 2..3 assume the row is at 1; it does not exist.
@@ -301,7 +358,7 @@ func TestSpeculation(t *testing.T) {
 
 	t.Run("Redelivery", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, nil)
+		b := mk(t, nil)
 		events := ledger.Generate(rand.New(rand.NewPCG(11, 3)), 3, 3)
 		process(t, b, events...)
 		delta := misses(b)
@@ -322,7 +379,7 @@ func TestSpeculation(t *testing.T) {
 
 	t.Run("ParkedSuccessors", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, nil)
+		b := mk(t, nil)
 		events := ledger.Generate(rand.New(rand.NewPCG(11, 4)), 1, 5)
 		// 4..5 park (the row is created at version 0 with 2 parked);
 		// then 1..3 continue the row's version, but must drain 4..5, which
@@ -342,7 +399,7 @@ func TestSpeculation(t *testing.T) {
 		t.Parallel()
 		events := ledger.Generate(rand.New(rand.NewPCG(11, 5)), 1, 4)
 		agg := events[0].Aggregate
-		ob := opLedger(t, opConfig(), "batch", newOpFault(agg, 2))
+		ob := opLedger(t, opConfig(), kind, newOpFault(agg, 2))
 		res, err := ob.proc.Process(ctx, projection.Batch{Events: events[:2]})
 		require.NoError(t, err)
 		require.Equal(t, []projection.Outcome{A, projection.Quarantined}, outcomes(res))
@@ -363,7 +420,7 @@ func TestSpeculation(t *testing.T) {
 	// by many goroutines, each batch several times: one effect per event.
 	t.Run("Concurrent", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, nil)
+		b := mk(t, nil)
 		events := ledger.Generate(rand.New(rand.NewPCG(11, 6)), 20, 8)
 		chunks := slices.Collect(slices.Chunk(events, 16))
 		var wg sync.WaitGroup

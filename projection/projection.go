@@ -92,6 +92,7 @@ type Tx struct {
 	tx         pgx.Tx
 	batch      *pgx.Batch
 	projection string
+	inline     *inlineTx // the runs of an inline projection's handler
 }
 
 func newTx(tx pgx.Tx, projection string) *Tx {

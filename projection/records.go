@@ -43,7 +43,8 @@ func (a *attempt) queueWrites(b *pgx.Batch, r *registered, plans []*aggPlan, con
 // move there), and the conflicts. Every row but the conflicts belongs to an
 // aggregate whose version row the transaction holds.
 func (p *Processor) queueWrites(b *pgx.Batch, w gateWrites) {
-	name, tally := w.r.key, w.tally // name: the gate key
+	name, tally := w.r.key, w.tally    // name: the gate key
+	inline := w.r.inlineTable() != nil // its rows log what it applies
 	var park []aggregate.Event
 	var parkHashes [][]byte
 	var delAggs, logAggs, logIDs, spill []string
@@ -57,7 +58,7 @@ func (p *Processor) queueWrites(b *pgx.Batch, w gateWrites) {
 		for k, c := range pl.run {
 			switch {
 			case k < pl.cut:
-				if !w.logInRow {
+				if !w.logInRow && !inline {
 					logAggs, logVers, logIDs, logHashes = append(logAggs, pl.agg), append(logVers, c.ev.Version), append(logIDs, c.id), append(logHashes, c.hash)
 				}
 				if c.origin == fromParked {
@@ -91,9 +92,12 @@ func (p *Processor) queueWrites(b *pgx.Batch, w gateWrites) {
 		// the plan short corrects it.
 		if after != pl.written && after != pl.before {
 			trim := pl.written.version - after.version // log entries of the run's cut part
+			if inline {
+				trim = 0 // the row holds none
+			}
 			b.Queue(p.sql.setVersion, name, pl.agg, after.version, after.parked, after.blocked, trim)
 		}
-		if w.logInRow && crossesPage(pl.before.version, after.version) {
+		if w.logInRow && !inline && crossesPage(pl.before.version, after.version) {
 			spill = append(spill, pl.agg)
 		}
 	}
@@ -125,6 +129,9 @@ func (p *Processor) queueConflicts(b *pgx.Batch, projection string, cs []conflic
 	ehash, ihash, data, meta := make([][]byte, n), make([][]byte, n), make([][]byte, n), make([][]byte, n)
 	for i, c := range cs {
 		aggs[i], vers[i], states[i], eids[i], ehash[i] = c.agg, c.version, c.existing.state, c.existing.id, c.existing.hash
+		if c.existing.entry != nil {
+			ehash[i] = c.existing.entry // an inline row's log entry
+		}
 		if ehash[i] == nil {
 			ehash[i] = []byte{}
 		}

@@ -148,7 +148,9 @@ func TestRetryQuarantinedProcesses(t *testing.T) {
 		From: opPtr(retryPoisonVersion - 1), To: opPtr(retryPoisonVersion)}}, opLogRows(t, b.db, "retry"))
 
 	b.requireFold(t, events)
-	require.EqualValues(t, retryVersions, opCount(t, b.db, `SELECT count(*) FROM applied_log WHERE aggregate = $1`, retryPoison))
+	applied, err := b.proc.AppliedLog(ctx, projection.ListOptions{Projection: "ledger", Aggregate: retryPoison})
+	require.NoError(t, err)
+	require.Len(t, applied, retryVersions)
 	v, err := b.proc.Version(ctx, "ledger", retryPoison)
 	require.NoError(t, err)
 	require.EqualValues(t, retryVersions, v)

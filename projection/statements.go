@@ -13,6 +13,8 @@ type statements struct {
 	readVersions, lockVersions, lockOne   string
 	casVersions, setVersion, resetVersion string
 	specVersions                          string
+	markVersions, checkVersions           string
+	loadAppliedTable                      string
 	loadApplied, insertApplied            string
 	spillLog, trimLog, spillAll           string
 	loadQuarantineRefs, loadQuarantine    string
@@ -105,6 +107,19 @@ SET version = EXCLUDED.version, rev = v.rev + 1, updated_at = now(),
 WHERE v.version = CASE WHEN EXCLUDED.rev > 0 THEN 0 ELSE -EXCLUDED.rev END AND v.parked = 0 AND NOT v.blocked
 RETURNING v.rev)
 SELECT count(*) FILTER (WHERE rev > 0) FROM w`,
+		// markVersions inserts the empty version rows of the aggregates of
+		// an inline projection's fast path that start at version 1, and
+		// returns how many it inserted (see inline_gate.go).
+		markVersions: `WITH w AS (INSERT INTO ` + versions + ` (projection, aggregate)
+SELECT $1, k.aggregate FROM unnest($2::text[]) AS k(aggregate)
+ON CONFLICT (projection, aggregate) DO NOTHING RETURNING 1)
+SELECT count(*) FROM w`,
+		// checkVersions counts the version rows of $2 that let an inline
+		// projection's fast path continue from the versions of $3: nothing
+		// parked or quarantined, no later version.
+		checkVersions: `SELECT count(*) FROM unnest($2::text[], $3::bigint[]) AS k(aggregate, expected)
+CROSS JOIN LATERAL (SELECT 1 FROM ` + versions + `
+  WHERE projection = $1 AND aggregate = k.aggregate AND parked = 0 AND NOT blocked AND version <= k.expected OFFSET 0) v`,
 		// setVersion overwrites the state of a row this transaction holds,
 		// dropping the last $6 entries of its log: those of a run that
 		// casVersions planned and a careful attempt cut short (before the
@@ -168,6 +183,12 @@ CROSS JOIN LATERAL (
   UNION ALL
   (SELECT event_id, hash FROM ` + applied + `
    WHERE projection = $1 AND aggregate = k.aggregate AND version = k.version OFFSET 0)) a`,
+		// loadAppliedTable is loadApplied without the version rows' logs:
+		// inline projections keep theirs in their own rows.
+		loadAppliedTable: `SELECT k.aggregate, k.version, a.event_id, a.hash
+FROM unnest($2::text[], $3::bigint[]) AS k(aggregate, version)
+CROSS JOIN LATERAL (SELECT event_id, hash FROM ` + applied + `
+   WHERE projection = $1 AND aggregate = k.aggregate AND version = k.version OFFSET 0) a`,
 		insertApplied: `INSERT INTO ` + applied + ` (projection, aggregate, version, event_id, hash)
 SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::bytea[])`,
 

@@ -24,10 +24,13 @@ type aggState struct {
 // aggregates, for every projection, into a.states; locked, it creates the
 // missing rows and locks them all, in aggregate order, with one statement
 // per projection.
+//
+// Inline projections' version rows are always locked, and then, after every
+// version row, their own rows (see inline_gate.go).
 func (a *attempt) queueReads(b *pgx.Batch, locked bool) {
 	for _, r := range a.p.projs {
 		read := a.p.sql.readVersions
-		if locked {
+		if locked || r.inlineTable() != nil {
 			read = a.p.sql.lockVersions
 		}
 		into := a.states[r.index]
@@ -35,6 +38,7 @@ func (a *attempt) queueReads(b *pgx.Batch, locked bool) {
 			return scanStates(rows, into)
 		})
 	}
+	a.queueInlineLocks(b, a.bt.aggs)
 }
 
 // scanStates reads rows of (aggregate, version, parked, blocked, rev) into
@@ -172,6 +176,7 @@ func (a *attempt) queueVersionWrite(b *pgx.Batch, r *registered, plans []*aggPla
 	var parked []int32
 	var blocked []bool
 	var log logEntries
+	inline := r.inlineTable() != nil
 	for _, pl := range plans {
 		next := pl.after()
 		if next == pl.before {
@@ -181,8 +186,10 @@ func (a *attempt) queueVersionWrite(b *pgx.Batch, r *registered, plans []*aggPla
 		revs = append(revs, pl.before.rev+1)
 		pl.written = next
 		log.start()
-		for _, c := range pl.run {
-			log.add(pl.agg, c.ev.Version, c.id, c.hash)
+		if !inline { // an inline projection's row logs its runs
+			for _, c := range pl.run {
+				log.add(pl.agg, c.ev.Version, c.id, c.hash)
+			}
 		}
 	}
 	if len(aggs) == 0 {

@@ -378,4 +378,8 @@ type AppliedEntry struct {
 	Version    int64  `json:"version"`
 	EventID    string `json:"event_id"`
 	Hash       []byte `json:"hash"`
+	// Entry is, for the recent versions of an inline projection (see
+	// Inline), the entry of the row's log (InlineEntry), which stands for
+	// the event's id and hash: EventID and Hash are then empty.
+	Entry []byte `json:"entry,omitempty"`
 }

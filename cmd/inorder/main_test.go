@@ -288,7 +288,7 @@ func TestDemo(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, errOut, "refusing to drop it")
 	require.Contains(t, out, "verified")
-	require.Equal(t, int64(80), e.count(t, `SELECT sum(version) FROM versions`), "the refused run changed nothing")
+	require.Equal(t, int64(80), e.count(t, `SELECT sum(version) FROM ledger_payments`), "the refused run changed nothing")
 }
 
 func quote(ident string) string { return `"` + strings.ReplaceAll(ident, `"`, `""`) + `"` }

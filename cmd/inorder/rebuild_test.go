@@ -201,7 +201,7 @@ func TestRebuildSideBySide(t *testing.T) {
 	var schema string
 	require.NoError(t, e.db.Pool.QueryRow(t.Context(), `SELECT schema FROM generations WHERE projection = 'ledger' AND state = 'live'`).Scan(&schema))
 	deadline := time.Now().Add(2 * time.Minute)
-	for e.count(t, `SELECT coalesce(sum(version), 0)::bigint FROM versions WHERE projection = 'ledger@2'`) != int64(len(final)) ||
+	for e.count(t, `SELECT coalesce(sum(version), 0)::bigint FROM `+pgx.Identifier{schema, "ledger_payments"}.Sanitize()) != int64(len(final)) ||
 		e.applied(t) != int64(len(final)) {
 		require.True(t, time.Now().Before(deadline), "not every event applied to both generations")
 		time.Sleep(20 * time.Millisecond)

@@ -203,6 +203,8 @@ type Projection struct {
 	schema string
 	t      tables
 	fx     *effects.Client
+	// inline is the payment row's gate state (nil: version rows).
+	inline *projection.InlineTable
 }
 
 type tables struct{ payments, legs, balances string }
@@ -214,6 +216,10 @@ type Options struct {
 	// Schema holds the read-model tables; default: unqualified names,
 	// resolved through the connection's search_path.
 	Schema string
+	// VersionRows keeps the gate's state in inorder's version rows instead
+	// of the payment row (the projection is then not inline: see
+	// projection.Inline), as a projection without such a row must.
+	VersionRows bool
 	// Effects, if set, records a "payment settled" webhook intent
 	// (SettledWebhook) for every capture that moves money, in the
 	// transaction that applies it; a Webhook handler registered on the
@@ -237,7 +243,24 @@ func New(opts *Options) *Projection {
 		return pgx.Identifier{p.schema, t}.Sanitize()
 	}
 	p.t = tables{payments: q("ledger_payments"), legs: q("ledger_legs"), balances: q("ledger_balances")}
+	if !opts.VersionRows {
+		t := pgx.Identifier{"ledger_payments"}
+		if p.schema != "" {
+			t = pgx.Identifier{p.schema, "ledger_payments"}
+		}
+		p.inline = &projection.InlineTable{Table: t, Key: "payment_id", Version: "version", Log: "inorder_log"}
+	}
 	return p
+}
+
+// InlineTable implements projection.Inline: a payment's row carries its
+// version and applied log, so the gate writes no row of its own on the fast
+// path (unless Options.VersionRows).
+func (p *Projection) InlineTable() (projection.InlineTable, bool) {
+	if p.inline == nil {
+		return projection.InlineTable{}, false
+	}
+	return *p.inline, true
 }
 
 // Name implements projection.Projection.
@@ -258,7 +281,9 @@ func (p *Projection) Setup(ctx context.Context, tx pgx.Tx) error {
 		`CREATE TABLE IF NOT EXISTS `+p.t.payments+` (
   payment_id text PRIMARY KEY, payer text NOT NULL, payee text NOT NULL, status text NOT NULL,
   authorized bigint NOT NULL, captured bigint NOT NULL, refunded bigint NOT NULL,
-  version bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())`,
+  version bigint NOT NULL, updated_at timestamptz NOT NULL DEFAULT now(),
+  inorder_log bytea NOT NULL DEFAULT '')`,
+		`ALTER TABLE `+p.t.payments+` ADD COLUMN IF NOT EXISTS inorder_log bytea NOT NULL DEFAULT ''`,
 		`CREATE TABLE IF NOT EXISTS `+p.t.legs+` (
   payment_id text NOT NULL, version bigint NOT NULL, leg smallint NOT NULL,
   account text NOT NULL, amount bigint NOT NULL, PRIMARY KEY (payment_id, version, leg))`,
@@ -290,7 +315,9 @@ func (p *Projection) ApplyBatch(ctx context.Context, tx *projection.Tx, events [
 	if err != nil {
 		return err
 	}
-	w.queue(tx, p.t)
+	if err := w.queue(tx, p.t, p.inline); err != nil {
+		return err
+	}
 	return p.recordSettlements(ctx, tx, w)
 }
 
@@ -374,8 +401,9 @@ func foldInto(state map[string]*Payment, events []aggregate.Event) (*writes, err
 }
 
 // queue queues the writes; balances are upserted in account order so
-// concurrent transactions lock them in the same order.
-func (w *writes) queue(tx *projection.Tx, t tables) {
+// concurrent transactions lock them in the same order. Inline (it set),
+// the payments' upsert carries the gate's compare-and-set and log.
+func (w *writes) queue(tx *projection.Tx, t tables, it *projection.InlineTable) error {
 	n := len(w.payments)
 	ids, payers, payees, statuses := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	auth, capt, refd, vers := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
@@ -383,11 +411,32 @@ func (w *writes) queue(tx *projection.Tx, t tables) {
 		ids[i], payers[i], payees[i], statuses[i] = pm.ID, pm.Payer, pm.Payee, pm.Status
 		auth[i], capt[i], refd[i], vers[i] = pm.Authorized, pm.Captured, pm.Refunded, pm.Version
 	}
-	tx.Queue(`INSERT INTO `+t.payments+` (payment_id, payer, payee, status, authorized, captured, refunded, version)
+	runs := tx.InlineRuns()
+	if it == nil || runs == nil { // not inline, or not run as such (a wrapper)
+		tx.Queue(`INSERT INTO `+t.payments+` (payment_id, payer, payee, status, authorized, captured, refunded, version)
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[])
 ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status, authorized = EXCLUDED.authorized,
   captured = EXCLUDED.captured, refunded = EXCLUDED.refunded, version = EXCLUDED.version, updated_at = now()`,
-		ids, payers, payees, statuses, auth, capt, refd, vers)
+			ids, payers, payees, statuses, auth, capt, refd, vers)
+	} else {
+		if len(runs) != n {
+			return fmt.Errorf("ledger: %d payments to write, %d inline runs", n, len(runs))
+		}
+		logs := make([][]byte, n)
+		for i, ru := range runs {
+			if ru.Aggregate != ids[i] || ru.Version != vers[i] {
+				return fmt.Errorf("ledger: payment %s v%d written with the inline run of %s v%d", ids[i], vers[i], ru.Aggregate, ru.Version)
+			}
+			logs[i] = ru.Log
+		}
+		tx.QueueInline(`INSERT INTO `+t.payments+` AS pm (payment_id, payer, payee, status, authorized, captured, refunded, version, inorder_log)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bytea[])
+ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status, authorized = EXCLUDED.authorized,
+  captured = EXCLUDED.captured, refunded = EXCLUDED.refunded, version = EXCLUDED.version, updated_at = now(),
+  `+it.SetLog("pm")+`
+WHERE `+it.Condition("pm"),
+			ids, payers, payees, statuses, auth, capt, refd, vers, logs)
+	}
 	if len(w.legs) > 0 {
 		m := len(w.legs)
 		pays, accts := make([]string, m), make([]string, m)
@@ -413,6 +462,7 @@ SELECT * FROM unnest($1::text[], $2::bigint[], $3::smallint[], $4::text[], $5::b
 SELECT * FROM unnest($1::text[], $2::bigint[]) AS u(account, balance) ORDER BY u.account COLLATE "C"
 ON CONFLICT (account) DO UPDATE SET balance = b.balance + EXCLUDED.balance`, accts, amts)
 	}
+	return nil
 }
 
 // Load reads the whole read model, for comparison with Fold.
@@ -513,13 +563,18 @@ func (s Simple) Gap(ctx context.Context, tx *projection.Tx, g projection.Gap) er
 	return s.p.Gap(ctx, tx, g)
 }
 
+// InlineTable implements projection.Inline (see Projection.InlineTable).
+func (s Simple) InlineTable() (projection.InlineTable, bool) { return s.p.InlineTable() }
+
 // Apply implements projection.EventHandler.
 func (s Simple) Apply(ctx context.Context, tx *projection.Tx, e aggregate.Event) error {
 	w, err := s.p.fold(ctx, tx, []aggregate.Event{e})
 	if err != nil {
 		return err
 	}
-	w.queue(tx, s.p.t)
+	if err := w.queue(tx, s.p.t, s.p.inline); err != nil {
+		return err
+	}
 	return s.p.recordSettlements(ctx, tx, w)
 }
 
@@ -533,4 +588,6 @@ var (
 	_ effects.Binder          = Simple{}
 	_ projection.GapHandler   = (*Projection)(nil)
 	_ projection.GapHandler   = Simple{}
+	_ projection.Inline       = (*Projection)(nil)
+	_ projection.Inline       = Simple{}
 )

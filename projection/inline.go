@@ -1,0 +1,214 @@
+package projection
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inorder/inorder/aggregate"
+)
+
+// This file holds the API of inline projections: projections whose own
+// row per aggregate carries the gate's state on the fast path (see
+// inline_gate.go for the gate's side, and docs/guarantees.md).
+
+// Inline is implemented by projections whose read model has exactly one row
+// per aggregate, written by every applied event, that keeps the aggregate's
+// version (a payment, an order, an account summary). For such a projection
+// the gate keeps no state of its own on the fast path: a batch whose run of
+// each aggregate continues the version the row holds, with nothing parked,
+// quarantined or in conflict, is applied by the projection's own upsert,
+// which carries the compare-and-set (InlineTable.Condition) and the recent
+// applied versions (InlineTable.SetLog). Everything else — a version to
+// park, a stale or conflicting delivery, a failing handler, an operator
+// action — leaves the fast path for inorder's tables, in the same
+// transaction.
+//
+// The projection's obligations:
+//
+//   - every applied event writes its aggregate's row through Tx.QueueInline,
+//     with the version and log of Tx.InlineRuns, and the upsert's
+//     ON CONFLICT DO UPDATE carries Condition and SetLog: a BatchHandler
+//     writes each aggregate's row once per call (one row per entry of
+//     InlineRuns), an EventHandler once per Apply;
+//   - the row's writes come in aggregate order (byte order), as the events
+//     do, so that concurrent transactions lock rows in one order;
+//   - nothing else changes the version and log columns, and Reset empties the
+//     table (a rebuild replays every version).
+//
+// InlineTable may return false to keep the gate's state in inorder's version
+// rows instead (the general path for every batch).
+type Inline interface {
+	Projection
+	InlineTable() (InlineTable, bool)
+}
+
+// InlineTable names the row that carries an inline projection's gate state.
+type InlineTable struct {
+	// Table is the table, unqualified (found through the search_path, and
+	// in a generation's schema when the projection is rebuilt side by side)
+	// or qualified by its schema.
+	Table pgx.Identifier
+	// Key is the column that holds the aggregate id (text, unique).
+	Key string
+	// Version is the column that holds the aggregate's version (bigint).
+	Version string
+	// Log is the column that holds the applied log (bytea NOT NULL DEFAULT
+	// ''): InlineLogEntries entries of 8 bytes, of the row's last versions.
+	Log string
+}
+
+// InlineLogEntries is how many versions an inline row's log keeps: a stale
+// redelivery of one of them is told apart from a conflicting one; an older
+// one is counted a duplicate without that check.
+const InlineLogEntries = 16
+
+// inlineEntrySize is the size of one entry of an inline row's log.
+const inlineEntrySize = 8
+
+// Condition returns the condition for the WHERE clause of the upsert's
+// ON CONFLICT DO UPDATE, with alias the upserted table's alias: the row
+// moves only from the version before the run it is written with (its
+// version less its log's entries).
+func (t InlineTable) Condition(alias string) string {
+	a := pgx.Identifier{alias}.Sanitize() + "."
+	v, l := pgx.Identifier{t.Version}.Sanitize(), pgx.Identifier{t.Log}.Sanitize()
+	return a + v + ` = EXCLUDED.` + v + ` - octet_length(EXCLUDED.` + l + `) / ` + strconv.Itoa(inlineEntrySize)
+}
+
+// SetLog returns the SET item of the upsert's ON CONFLICT DO UPDATE that
+// appends the run's log entries to the row's log, keeping the last
+// InlineLogEntries.
+func (t InlineTable) SetLog(alias string) string {
+	a := pgx.Identifier{alias}.Sanitize() + "."
+	l := pgx.Identifier{t.Log}.Sanitize()
+	keep := strconv.Itoa(InlineLogEntries*inlineEntrySize - 1)
+	return l + ` = substring(` + a + l + ` || EXCLUDED.` + l + ` FROM greatest(octet_length(` + a + l + `) + octet_length(EXCLUDED.` + l + `) - ` + keep + `, 1))`
+}
+
+// InlineRun is what an inline projection writes an aggregate's row with:
+// the version of the run's last event and the run's log entries (its
+// version less the log's entries is the version the row must hold).
+type InlineRun struct {
+	Aggregate string
+	Version   int64
+	Log       []byte
+}
+
+// InlineEntry returns the log entry of an applied event: 8 bytes of a digest
+// of its stable id and payload hash.
+func InlineEntry(e aggregate.Event) []byte {
+	return inlineEntry(e.Aggregate, e.Version, e.StableID(), e.Hash())
+}
+
+// inlineEntry is InlineEntry of a delivery: the payload hash's first bytes
+// when the id is the default one (it follows from the version), else a
+// digest of both.
+func inlineEntry(agg string, version int64, id string, hash []byte) []byte {
+	if id == aggregate.DefaultID(agg, version) {
+		return hash[:inlineEntrySize:inlineEntrySize]
+	}
+	h := sha256.New()
+	h.Write([]byte(id))
+	h.Write([]byte{0})
+	h.Write(hash)
+	return h.Sum(nil)[:inlineEntrySize]
+}
+
+// inlineTable returns r's inline table, qualified by its generation's
+// schema when unqualified, or nil if r is not inline.
+func (r *registered) inlineTable() *InlineTable { return inlineTableIn(r.p, r.schema) }
+
+// inlineTableIn returns p's inline table, qualified by schema when
+// unqualified, or nil if p is not inline.
+func inlineTableIn(p Projection, schema string) *InlineTable {
+	in, ok := p.(Inline)
+	if !ok {
+		return nil
+	}
+	t, ok := in.InlineTable()
+	if !ok {
+		return nil
+	}
+	if len(t.Table) == 1 && schema != "" {
+		t.Table = pgx.Identifier{schema, t.Table[0]}
+	}
+	return &t
+}
+
+// inlineTx is the inline state of a handler's Tx.
+type inlineTx struct {
+	runs []InlineRun
+	// event is the run of the event an EventHandler's Apply is given (-1
+	// for a BatchHandler, which is given every run).
+	event int
+	// want is the rows the handler must write through QueueInline; got
+	// those it wrote (known once the queued statements are sent).
+	want, got int64
+}
+
+// InlineRuns returns, for an inline projection's handler, the run of each
+// aggregate of the events it is given, in their order; nil for other
+// projections.
+func (t *Tx) InlineRuns() []InlineRun {
+	switch {
+	case t.inline == nil:
+		return nil
+	case t.inline.event >= 0:
+		return t.inline.runs[t.inline.event : t.inline.event+1]
+	}
+	return t.inline.runs
+}
+
+// QueueInline queues the upsert of an inline projection's rows (see
+// Inline): the rows it writes are counted, and a count short of the
+// aggregates the handler applies tells the gate that a row was not where the
+// events continue it (the compare-and-set did not match).
+func (t *Tx) QueueInline(sql string, args ...any) {
+	in := t.inline
+	t.batch.Queue(sql, args...).Exec(func(ct pgconn.CommandTag) error {
+		if in != nil {
+			in.got += ct.RowsAffected()
+		}
+		return nil
+	})
+}
+
+// setInline prepares t for r's handler applying events, whose log entries
+// are entries (nil: computed from the events).
+func (t *Tx) setInline(r *registered, events []aggregate.Event, entries [][]byte) {
+	if r.inlineTable() == nil {
+		t.inline = nil
+		return
+	}
+	in := &inlineTx{event: -1}
+	for i, e := range events {
+		entry := []byte(nil)
+		if entries != nil {
+			entry = entries[i]
+		} else {
+			entry = inlineEntry(e.Aggregate, e.Version, e.StableID(), e.Hash())
+		}
+		if n := len(in.runs); n > 0 && in.runs[n-1].Aggregate == e.Aggregate && r.batch != nil {
+			in.runs[n-1].Version = e.Version
+			in.runs[n-1].Log = append(in.runs[n-1].Log, entry...)
+			continue
+		}
+		in.runs = append(in.runs, InlineRun{Aggregate: e.Aggregate, Version: e.Version, Log: append([]byte(nil), entry...)})
+	}
+	in.want = int64(len(in.runs))
+	t.inline = in
+}
+
+// inlineShort returns an error if t's handler wrote fewer inline rows than
+// it applies aggregates (call it once the queued statements are sent).
+func (t *Tx) inlineShort(projection string) error {
+	if t.inline == nil || t.inline.got == t.inline.want {
+		return nil
+	}
+	return fmt.Errorf("%w: inline projection %s wrote %d of its %d rows (its upsert must go through Tx.QueueInline with InlineTable.Condition)",
+		errInlineMiss, projection, t.inline.got, t.inline.want)
+}
