@@ -54,11 +54,22 @@ func ledgerSubject(mk func(t *testing.T, db *pgtest.DB) []ledgerModel) projectio
 	}
 }
 
-// TestConformanceLedger runs the conformance suite on the set-based ledger.
+// TestConformanceLedger runs the conformance suite on the set-based ledger,
+// an inline projection (projection.Inline): its fast path writes no version
+// row.
 func TestConformanceLedger(t *testing.T) {
 	t.Parallel()
 	projectiontest.Run(t, ledgerSubject(func(*testing.T, *pgtest.DB) []ledgerModel {
 		return []ledgerModel{ledger.New(nil)}
+	}), projectiontest.Features{})
+}
+
+// TestConformanceLedgerVersionRows runs the conformance suite on the
+// set-based ledger keeping its gate state in version rows (not inline).
+func TestConformanceLedgerVersionRows(t *testing.T) {
+	t.Parallel()
+	projectiontest.Run(t, ledgerSubject(func(*testing.T, *pgtest.DB) []ledgerModel {
+		return []ledgerModel{ledger.New(&ledger.Options{VersionRows: true})}
 	}), projectiontest.Features{})
 }
 
@@ -72,8 +83,9 @@ func TestConformanceLedgerSimple(t *testing.T) {
 }
 
 // TestConformanceTwoProjections runs the conformance suite on one processor
-// with two projections — the set-based and the per-event ledger, each with
-// its own tables — so every batch goes through two gates in one transaction.
+// with two projections — the set-based ledger (inline) and the per-event
+// ledger (version rows), each with its own tables — so every batch goes
+// through two gates of both kinds in one transaction.
 func TestConformanceTwoProjections(t *testing.T) {
 	t.Parallel()
 	projectiontest.Run(t, ledgerSubject(func(t *testing.T, db *pgtest.DB) []ledgerModel {
@@ -85,7 +97,7 @@ func TestConformanceTwoProjections(t *testing.T) {
 		})
 		return []ledgerModel{
 			ledger.New(&ledger.Options{Name: "ledger-batch", Schema: batch}),
-			ledger.NewSimple(&ledger.Options{Name: "ledger-event", Schema: event}),
+			ledger.NewSimple(&ledger.Options{Name: "ledger-event", Schema: event, VersionRows: true}),
 		}
 	}), projectiontest.Features{Seeds: 2, Aggregates: 200, MaxBatch: 100})
 }
