@@ -36,7 +36,7 @@ func (a *attempt) apply(ctx context.Context, r *registered, plans []*aggPlan, co
 			}
 		}
 	}
-	fast := it != nil && a.mode.speculative
+	fast := it != nil && (a.mode.speculative || len(a.fastAggs(r)) > 0)
 	if it != nil {
 		ht.setInline(r, events, entries)
 		if !fast {
@@ -54,7 +54,7 @@ func (a *attempt) apply(ctx context.Context, r *registered, plans []*aggPlan, co
 	a.queueWrites(ht.batch, r, plans, conflicts)
 	check := func() error { return nil }
 	if fast {
-		check = a.queueInlineCheck(ht.batch, r)
+		check = a.queueInlineCheck(ht.batch, r, a.mode.speculative)
 	}
 	r.leaveSchema(ht)
 	if err := ht.Flush(ctx); err != nil {

@@ -28,6 +28,9 @@ type attempt struct {
 	// inline holds, per inline projection, the rows the general path
 	// locked, by aggregate (see inline_gate.go).
 	inline []map[string]inlineRow
+	// fast holds, per inline projection, the aggregates a mixed attempt
+	// takes by the fast path, with the version each run continues.
+	fast []map[string]int64
 	// rejected are rejections found by this attempt (unstorable
 	// deliveries), recorded with the batch's.
 	rejected []rejection
@@ -85,7 +88,7 @@ func (a *attempt) gate(ctx context.Context) error {
 		return a.careful(ctx)
 	}
 	err := a.gatePlanned(ctx, b)
-	if !errors.Is(err, errInlineMiss) || !a.mode.speculative {
+	if !errors.Is(err, errInlineMiss) || !a.mode.speculative && !a.hasFast() {
 		return err
 	}
 	// An inline projection's fast path did not hold (or its handler failed
@@ -93,7 +96,7 @@ func (a *attempt) gate(ctx context.Context) error {
 	// general path, in the same transaction.
 	p.misspeculated.Add(1)
 	a.out.misspeculated, a.out.continues = true, false
-	a.mode.speculative = false
+	a.mode.speculative, a.mode.mixed = false, false
 	a.reset()
 	// Alone: the statements of a pipeline are prepared before any runs,
 	// and the transaction may be aborted until this one does.
@@ -115,7 +118,7 @@ func (a *attempt) reset() {
 	for i := range a.states {
 		clear(a.states[i])
 	}
-	a.inline = nil
+	a.inline, a.fast = nil, nil
 }
 
 // gatePlanned takes the version rows (sending b first), plans, writes the
@@ -154,9 +157,22 @@ func (a *attempt) gatePlanned(ctx context.Context, b *pgx.Batch) error {
 func (a *attempt) takeVersions(ctx context.Context, b *pgx.Batch) error {
 	p, bt := a.p, a.bt
 	if !a.mode.speculative {
+		if a.mode.mixed {
+			if err := a.preRead(ctx, b); err != nil {
+				return err
+			}
+			b = &pgx.Batch{}
+			if a.hasFast() {
+				b.Queue(`SAVEPOINT inorder_speculation`)
+				a.out.fastPath = true
+			}
+		}
 		a.queueReads(b, a.mode.locked)
 		if err := a.tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("read versions: %w", err)
+		}
+		if err := a.checkFresh(); err != nil {
+			return err
 		}
 		if bt.runs != nil {
 			a.out.continues = continues(bt.runs, a.states)
@@ -183,7 +199,7 @@ func (a *attempt) takeVersions(ctx context.Context, b *pgx.Batch) error {
 		}
 	}
 	if !a.out.misspeculated {
-		a.out.continues = true
+		a.out.continues, a.out.fastPath = true, true
 		return nil
 	}
 	// Undo what was written and take the ordinary way.

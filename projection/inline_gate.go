@@ -107,12 +107,22 @@ func (a *attempt) queueInlineSpeculation(b *pgx.Batch, r *registered, written *i
 
 // queueInlineCheck queues step 3 of the fast path for inline projection r
 // and returns the check to run once it was sent.
-func (a *attempt) queueInlineCheck(b *pgx.Batch, r *registered) func() error {
+//
+// A mixed attempt checks its fast aggregates that are not new (spec false).
+func (a *attempt) queueInlineCheck(b *pgx.Batch, r *registered, spec bool) func() error {
 	var aggs []string
 	var expected []int64
-	for _, ru := range a.bt.runs {
-		if ru.first > 1 {
-			aggs, expected = append(aggs, ru.agg), append(expected, ru.first-1)
+	if spec {
+		for _, ru := range a.bt.runs {
+			if ru.first > 1 {
+				aggs, expected = append(aggs, ru.agg), append(expected, ru.first-1)
+			}
+		}
+	} else {
+		for _, agg := range a.bt.aggs { // in aggregate order
+			if e, ok := a.fastAggs(r)[agg]; ok && e > 0 {
+				aggs, expected = append(aggs, agg), append(expected, e)
+			}
 		}
 	}
 	if len(aggs) == 0 {
@@ -221,4 +231,170 @@ func lockInlineOne(ctx context.Context, tx pgx.Tx, t *InlineTable, agg string) (
 		return row, fmt.Errorf("lock inline row: %w", err)
 	}
 	return row, nil
+}
+
+// hasInline reports whether any of p's projections is inline.
+func (p *Processor) hasInline() bool {
+	for _, r := range p.projs {
+		if r.inlineTable() != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// fastAggs returns the aggregates a mixed attempt takes by projection r's
+// fast path, with the version each run continues (nil if none).
+func (a *attempt) fastAggs(r *registered) map[string]int64 {
+	if a.fast == nil {
+		return nil
+	}
+	return a.fast[r.index]
+}
+
+// hasFast reports whether a mixed attempt takes any aggregate by a fast
+// path.
+func (a *attempt) hasFast() bool {
+	for _, f := range a.fast {
+		if len(f) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// slowAggs returns the aggregates whose version rows projection r locks:
+// all but its fast ones that are not new (the lock inserts the version
+// rows of the new ones, as the fast path of new aggregates does).
+func (a *attempt) slowAggs(r *registered) []string {
+	fast := a.fastAggs(r)
+	if len(fast) == 0 {
+		return a.bt.aggs
+	}
+	out := make([]string, 0, len(a.bt.aggs))
+	for _, agg := range a.bt.aggs {
+		if e, ok := fast[agg]; !ok || e == 0 {
+			out = append(out, agg)
+		}
+	}
+	// The fast aggregates that are not new continue their rows' versions.
+	states := a.states[r.index]
+	for agg, e := range fast {
+		if e > 0 {
+			states[agg] = aggState{version: e}
+		}
+	}
+	return out
+}
+
+// rowAggs returns the aggregates whose rows inline projection r locks: all
+// but its new fast ones (which have none). A mixed attempt locks the rows of
+// its fast aggregates too, with the others, in one pass in aggregate order:
+// its handler writes them all, and a row locked out of that order could
+// deadlock with another transaction.
+func (a *attempt) rowAggs(r *registered) []string {
+	fast := a.fastAggs(r)
+	if len(fast) == 0 {
+		return a.bt.aggs
+	}
+	out := make([]string, 0, len(a.bt.aggs))
+	for _, agg := range a.bt.aggs {
+		if e, ok := fast[agg]; !ok || e > 0 {
+			out = append(out, agg)
+		}
+	}
+	return out
+}
+
+// checkFresh checks, after a mixed attempt took them, that nothing moved
+// its fast aggregates since the pre-read: the version rows of the new ones
+// are empty, the rows of the others are at the versions the runs continue.
+// Else the attempt takes the general path.
+func (a *attempt) checkFresh() error {
+	for i, fast := range a.fast {
+		rows := a.inlineRows(a.p.projs[i])
+		for agg, e := range fast {
+			if e == 0 && a.states[i][agg] != (aggState{}) {
+				return errInlineMiss
+			}
+			if e > 0 && rows[agg].version != e {
+				return errInlineMiss
+			}
+		}
+	}
+	return nil
+}
+
+// preRead sends b with, for every inline projection, the read of its rows'
+// versions and its version rows, without locks, and sets a.fast: the
+// aggregates whose deliveries form a run that continues the row's version,
+// with nothing parked or quarantined and no later version in the version
+// row — or that are new (no row, no version row) with a run from version 1.
+func (a *attempt) preRead(ctx context.Context, b *pgx.Batch) error {
+	runs := aggRuns(a.valid)
+	a.fast = make([]map[string]int64, len(a.p.projs))
+	for _, r := range a.p.projs {
+		t := r.inlineTable()
+		if t == nil {
+			continue
+		}
+		fast := map[string]int64{}
+		a.fast[r.index] = fast
+		k, v := pgx.Identifier{t.Key}.Sanitize(), pgx.Identifier{t.Version}.Sanitize()
+		b.Queue(`SELECT k.aggregate, t.version, v.version, v.parked, v.blocked FROM unnest($2::text[]) AS k(aggregate)
+LEFT JOIN LATERAL (SELECT `+v+` AS version FROM `+t.Table.Sanitize()+` WHERE `+k+` = k.aggregate OFFSET 0) t ON true
+LEFT JOIN LATERAL (SELECT version, parked, blocked FROM `+a.p.table("versions")+`
+  WHERE projection = $1 AND aggregate = k.aggregate OFFSET 0) v ON true`, r.key, a.bt.aggs).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var agg string
+				var tv, vv *int64
+				var parked *int32
+				var blocked *bool
+				if err := rows.Scan(&agg, &tv, &vv, &parked, &blocked); err != nil {
+					return err
+				}
+				ru, ok := runs[agg]
+				switch {
+				case !ok:
+				case tv == nil && vv == nil && ru.first == 1:
+					fast[agg] = 0
+				case tv != nil && vv != nil && *tv == ru.first-1 && *vv <= ru.first-1 && *parked == 0 && !*blocked:
+					fast[agg] = ru.first - 1
+				}
+			}
+			return rows.Err()
+		})
+	}
+	if err := a.tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("read inline rows: %w", err)
+	}
+	return nil
+}
+
+// aggRuns returns the runs of the aggregates whose deliveries in valid
+// (sorted by aggregate and version) form one: every version from the first
+// to the last, duplicates allowed.
+func aggRuns(valid []delivery) map[string]run {
+	runs := map[string]run{}
+	for i := 0; i < len(valid); {
+		agg := valid[i].ev.Aggregate
+		ru := run{agg: agg, first: valid[i].ev.Version, last: valid[i].ev.Version, lo: i}
+		ok := true
+		j := i + 1
+		for ; j < len(valid) && valid[j].ev.Aggregate == agg; j++ {
+			switch v := valid[j].ev.Version; v {
+			case ru.last:
+			case ru.last + 1:
+				ru.last = v
+			default:
+				ok = false
+			}
+		}
+		ru.hi = j
+		if ok {
+			runs[agg] = ru
+		}
+		i = j
+	}
+	return runs
 }

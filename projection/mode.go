@@ -50,17 +50,24 @@ type txMode struct {
 	// savepoint; if one does not, the attempt rolls back to the savepoint
 	// and reads them.
 	speculative bool
+	// mixed, for inline projections, reads their rows and version rows
+	// first (without locks) and takes the fast path for the aggregates whose
+	// runs continue their rows with nothing parked or quarantined, the
+	// general path for the others, in one transaction (inline_gate.go).
+	mixed bool
 }
 
 // mode returns the mode of the next attempt at bt.
 func (p *Processor) mode(bt *batch, handlerFailures int, contended, refused bool) txMode {
 	careful := refused || handlerFailures >= p.cfg.MaxAttempts-1
 	locked := careful || contended || p.lockFirst.Load() > 0
-	return txMode{
+	m := txMode{
 		careful:     careful,
 		locked:      locked,
 		speculative: !locked && bt.runs != nil && !p.noSpeculation.Load(),
 	}
+	m.mixed = !careful && !m.speculative && p.hasInline()
+	return m
 }
 
 // txResult is what a committed attempt reports.
@@ -72,6 +79,9 @@ type txResult struct {
 	continues bool
 	// misspeculated is true when the attempt speculated and had to read.
 	misspeculated bool
+	// fastPath is true when the attempt took aggregates by a fast path
+	// (speculation, or a mixed attempt's fast aggregates).
+	fastPath bool
 }
 
 // errContended reports that a version row changed between the optimistic

@@ -296,7 +296,7 @@ func (p *Processor) committed(m txMode, out txResult, contended bool) {
 			p.lockFirst.CompareAndSwap(n, n-1)
 		}
 	}
-	if m.speculative && !out.misspeculated {
+	if out.fastPath && !out.misspeculated {
 		p.speculated.Add(1)
 	}
 	switch {

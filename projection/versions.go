@@ -34,11 +34,15 @@ func (a *attempt) queueReads(b *pgx.Batch, locked bool) {
 			read = a.p.sql.lockVersions
 		}
 		into := a.states[r.index]
-		b.Queue(read, r.key, a.bt.aggs).Query(func(rows pgx.Rows) error {
+		b.Queue(read, r.key, a.slowAggs(r)).Query(func(rows pgx.Rows) error {
 			return scanStates(rows, into)
 		})
 	}
-	a.queueInlineLocks(b, a.bt.aggs)
+	for _, r := range a.p.projs {
+		if t := r.inlineTable(); t != nil {
+			a.queueInlineLock(b, r, t, a.rowAggs(r))
+		}
+	}
 }
 
 // scanStates reads rows of (aggregate, version, parked, blocked, rev) into
@@ -177,8 +181,13 @@ func (a *attempt) queueVersionWrite(b *pgx.Batch, r *registered, plans []*aggPla
 	var blocked []bool
 	var log logEntries
 	inline := r.inlineTable() != nil
+	fast := a.fastAggs(r)
 	for _, pl := range plans {
 		next := pl.after()
+		if _, ok := fast[pl.agg]; ok {
+			pl.written = next // the projection's row carries it
+			continue
+		}
 		if next == pl.before {
 			continue
 		}
