@@ -55,6 +55,18 @@
 // two transactions can never both apply, park or drain the same version: the
 // second one's compare-and-set fails, or it waits for the first one's lock.
 //
+// An [Inline] projection — one row per aggregate, written by every applied
+// event — carries the gate's state in that row instead: on the fast path its
+// own upsert is the compare-and-set ([InlineTable.Condition]) and keeps the
+// applied log of the row's last [InlineLogEntries] versions
+// ([InlineTable.SetLog]), and the gate writes no row of its own. Once the
+// upsert holds the rows, the gate checks that no version row has parked or
+// quarantined events or a later version; an aggregate that leaves the fast
+// path goes through the steps above, in the same transaction. Batches after
+// one that left it read the rows first and split their aggregates between
+// the two paths. docs/guarantees.md states the checks and the projection's
+// obligations.
+//
 // Only then does Process return each delivery's [Outcome], so a source
 // acknowledges after the commit and never before. Any delivery order, any
 // duplication and any number of concurrent workers give the read model of the

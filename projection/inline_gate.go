@@ -1,9 +1,11 @@
 package projection
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -65,15 +67,21 @@ type inlineSQL struct {
 func newInlineSQL(t *InlineTable) inlineSQL {
 	tbl := t.Table.Sanitize()
 	k, v, l := pgx.Identifier{t.Key}.Sanitize(), pgx.Identifier{t.Version}.Sanitize(), pgx.Identifier{t.Log}.Sanitize()
+	// gapBytes is the size of the zero entries of the versions a row
+	// catches up with (at most a log's worth).
+	gapBytes := strconv.Itoa(inlineEntrySize) + ` * least(k.version - t.` + v + `, ` + strconv.Itoa(InlineLogEntries) + `)::int`
 	return inlineSQL{
 		// lock locks the rows of $1 (sorted), one probe each.
 		lock: `SELECT k.aggregate, t.version, t.log FROM unnest($1::text[]) AS k(aggregate)
 CROSS JOIN LATERAL (SELECT ` + v + ` AS version, ` + l + ` AS log FROM ` + tbl + `
   WHERE ` + k + ` = k.aggregate OFFSET 0 FOR UPDATE) t`,
 		// align moves rows the transaction holds up to the versions of $2
-		// (an operator's gap); their logs stay (they hold no entries of
-		// the versions skipped).
-		align: `UPDATE ` + tbl + ` AS t SET ` + v + ` = k.version FROM unnest($1::text[], $2::bigint[]) AS k(aggregate, version)
+		// (an operator's gap), logging a zero entry for each version
+		// skipped (inlineGap), the last InlineLogEntries kept.
+		align: `UPDATE ` + tbl + ` AS t SET ` + v + ` = k.version,
+  ` + l + ` = substring(t.` + l + ` || decode(repeat('00', ` + gapBytes + `), 'hex')
+    FROM greatest(octet_length(t.` + l + `) + ` + gapBytes + ` - ` + strconv.Itoa(InlineLogEntries*inlineEntrySize-1) + `, 1))
+FROM unnest($1::text[], $2::bigint[]) AS k(aggregate, version)
 WHERE t.` + k + ` = k.aggregate AND t.` + v + ` < k.version`,
 	}
 }
@@ -201,15 +209,25 @@ func (a *attempt) inlineRows(r *registered) map[string]inlineRow {
 	return a.inline[r.index]
 }
 
+// inlineGap is the entry of a version that an operator's gap skipped (the
+// row caught up with it): no event's entry is all zero bytes but by a
+// chance of 2^-64.
+var inlineGap = make([]byte, inlineEntrySize)
+
 // inlineApplied returns what inline projection r's row of agg logs of
-// version v, a stale version: its entry, when the row's log covers v.
-func inlineApplied(row inlineRow, v int64) (record, bool) {
+// version v, a stale version: its entry, when the row's log covers v
+// (logged), unless it is a version that an operator's gap skipped (gap).
+func inlineApplied(row inlineRow, v int64) (rec record, logged, gap bool) {
 	n := int64(len(row.log) / inlineEntrySize)
 	if v > row.version || v <= row.version-n {
-		return record{}, false
+		return record{}, false, false
 	}
 	k := n - 1 - (row.version - v)
-	return record{state: "applied", entry: row.log[k*inlineEntrySize : (k+1)*inlineEntrySize]}, true
+	entry := row.log[k*inlineEntrySize : (k+1)*inlineEntrySize]
+	if bytes.Equal(entry, inlineGap) {
+		return record{}, true, true
+	}
+	return record{state: "applied", entry: entry}, true, false
 }
 
 // lockInlineOne locks inline projection r's row of agg for an operator

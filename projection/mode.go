@@ -22,12 +22,17 @@ import (
 //     rows in aggregate byte order — written (speculation, compare-and-set)
 //     or locked (locked and careful modes) by one statement per projection,
 //     which the unnest arrays feed in that order;
-//  3. per projection in name order: the projection's own writes (its
+//  3. the rows of inline projections (Inline), per projection in name
+//     order, each in aggregate order: locked by the general path (one
+//     statement, after every version row), written by the handler's upsert
+//     on the fast path — a mixed attempt locks its fast aggregates' rows
+//     with the others', in the same pass, before its handler writes them;
+//  4. per projection in name order: the projection's own writes (its
 //     handler), then the gate's rows of the aggregates whose version rows
 //     the transaction holds (parked, applied, quarantine: no transaction
 //     touches them without holding the version row first), then the
 //     projection's conflicts (one statement, sorted);
-//  4. the rejected deliveries (one statement, sorted by fingerprint), the
+//  5. the rejected deliveries (one statement, sorted by fingerprint), the
 //     source's checkpoint and Batch.BeforeCommit.
 //
 // An operator action locks one version row first (step 2) and then the

@@ -84,7 +84,7 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 		var st aggState
 		if err := tx.QueryRow(ctx, p.sql.lockOne, key, agg).Scan(&st.version, &st.parked, &st.blocked); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("%w: aggregate %q has no state in projection %s", ErrNotFound, agg, projection)
+				return fmt.Errorf("%w: aggregate %q has no state", ErrNotFound, agg)
 			}
 			return fmt.Errorf("lock version: %w", err)
 		}

@@ -345,19 +345,21 @@ func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []confli
 		for k, agg := range staleAggs {
 			v := staleVers[k]
 			row := rows[agg]
-			if rec, ok := inlineApplied(row, v); ok {
+			rec, logged, gap := inlineApplied(row, v)
+			switch {
+			case logged && !gap:
 				if applied[agg] == nil {
 					applied[agg] = map[int64]record{}
 				}
 				applied[agg][v] = rec
 				continue
-			}
-			if v <= row.version {
+			case !logged && v <= row.version:
 				if applied[agg] == nil {
 					applied[agg] = map[int64]record{}
 				}
 				applied[agg][v] = record{state: "applied", loose: true}
 			}
+			// Skipped by an operator, or not logged: the applied table.
 			restAggs, restVers = append(restAggs, agg), append(restVers, v)
 		}
 		staleAggs, staleVers = restAggs, restVers

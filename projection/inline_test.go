@@ -1,0 +1,158 @@
+package projection_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/projection"
+)
+
+// noGapLedger is the inline ledger without its GapHandler: an operator's
+// declared gap then moves the version row only, and the payment row stays
+// behind it until the gate catches it up.
+type noGapLedger struct{ l *ledger.Projection }
+
+func (n noGapLedger) Name() string { return n.l.Name() }
+func (n noGapLedger) ApplyBatch(ctx context.Context, tx *projection.Tx, events []aggregate.Event) error {
+	return n.l.ApplyBatch(ctx, tx, events)
+}
+func (n noGapLedger) Setup(ctx context.Context, tx pgx.Tx) error  { return n.l.Setup(ctx, tx) }
+func (n noGapLedger) InlineTable() (projection.InlineTable, bool) { return n.l.InlineTable() }
+func (n noGapLedger) Reset(ctx context.Context, tx pgx.Tx) error  { return n.l.Reset(ctx, tx) }
+
+// countingInline is an inline projection whose handler writes its row with
+// Tx.Queue instead of Tx.QueueInline: the gate cannot see the rows it
+// wrote, and must not take that for applied.
+type countingInline struct{}
+
+func (countingInline) Name() string { return "counting" }
+func (countingInline) Setup(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS counting (id text PRIMARY KEY, version bigint NOT NULL, log bytea NOT NULL DEFAULT '')`)
+	return err
+}
+func (countingInline) InlineTable() (projection.InlineTable, bool) {
+	return projection.InlineTable{Table: pgx.Identifier{"counting"}, Key: "id", Version: "version", Log: "log"}, true
+}
+func (countingInline) Apply(ctx context.Context, tx *projection.Tx, e aggregate.Event) error {
+	tx.Queue(`INSERT INTO counting (id, version) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version`, e.Aggregate, e.Version)
+	return nil
+}
+
+// TestInline covers what the inline fast path must not get wrong: an
+// aggregate whose version row moved past its row (a declared gap), stale
+// redeliveries within and beyond the row's log, a batch mixing aggregates
+// that continue and aggregates that park, and a handler that does not let
+// the gate count its rows.
+func TestInline(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const (
+		A = projection.Applied
+		P = projection.Parked
+		D = projection.Duplicate
+		C = projection.Conflict
+		Q = projection.Quarantined
+	)
+
+	t.Run("DeclaredGapBeyondTheRow", func(t *testing.T) {
+		t.Parallel()
+		db := setup(t, nil).db
+		l := ledger.New(nil)
+		proc := opProcessor(t, db, opConfig(), noGapLedger{l})
+		events := ledger.Generate(rand.New(rand.NewPCG(41, 1)), 1, 5)
+		agg := events[0].Aggregate
+		res, err := proc.Process(ctx, projection.Batch{Events: events[:1]})
+		require.NoError(t, err)
+		require.Equal(t, []projection.Outcome{A}, outcomes(res))
+		// Versions 2 and 3 will never come; the payment row stays at 1.
+		require.NoError(t, proc.DeclareGap(ctx, "ledger", agg, 3, "lost"))
+		// Version 2 turns up after all: it continues the row (at 1), but
+		// the version row says 3. The fast path must not apply it.
+		res, err = proc.Process(ctx, projection.Batch{Events: events[1:2]})
+		require.NoError(t, err)
+		require.Equal(t, []projection.Outcome{C}, outcomes(res))
+		var state string
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT existing_state FROM conflicts WHERE version = 2`).Scan(&state))
+		require.Equal(t, "skipped", state)
+		// Version 4 applies: the gate catches the row up with the gap first.
+		res, err = proc.Process(ctx, projection.Batch{Events: events[3:]})
+		require.NoError(t, err)
+		require.Equal(t, []projection.Outcome{A, A}, outcomes(res))
+		v, err := proc.Version(ctx, "ledger", agg)
+		require.NoError(t, err)
+		require.EqualValues(t, 5, v)
+		got, err := l.Load(ctx, db.Pool)
+		require.NoError(t, err)
+		require.EqualValues(t, 5, got.Payments[agg].Version)
+	})
+
+	t.Run("StaleWithinAndBeyondTheLog", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		events := ledger.Generate(rand.New(rand.NewPCG(41, 2)), 1, 20)
+		for chunk := range slices.Chunk(events, 7) {
+			_, err := b.proc.Process(ctx, projection.Batch{Events: chunk})
+			require.NoError(t, err)
+		}
+		changed := func(e aggregate.Event) aggregate.Event {
+			e.Data = []byte(`{"amount": 1}`)
+			return e
+		}
+		// Version 10 is within the row's last 16 versions; version 1 is not.
+		res, err := b.proc.Process(ctx, projection.Batch{Events: []aggregate.Event{events[9], changed(events[9]), events[0], changed(events[0])}})
+		require.NoError(t, err)
+		require.Equal(t, []projection.Outcome{D, C, D, D}, outcomes(res))
+		b.requireFold(t, events)
+	})
+
+	t.Run("MixedBatch", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		events := ledger.Generate(rand.New(rand.NewPCG(41, 3)), 2, 5)
+		byAgg := map[string][]aggregate.Event{}
+		for _, e := range events {
+			byAgg[e.Aggregate] = append(byAgg[e.Aggregate], e)
+		}
+		x, y := byAgg["pay-000000"], byAgg["pay-000001"]
+		_, err := b.proc.Process(ctx, projection.Batch{Events: []aggregate.Event{x[0], y[0]}})
+		require.NoError(t, err)
+		s0, m0 := projection.Speculation(b.proc)
+		// x continues (2, 3); y has a gap (3, 5): no speculation for the
+		// batch, but x takes the fast path and y parks.
+		res, err := b.proc.Process(ctx, projection.Batch{Events: []aggregate.Event{x[1], x[2], y[2], y[4]}})
+		require.NoError(t, err)
+		require.Equal(t, []projection.Outcome{A, A, P, P}, outcomes(res))
+		s1, m1 := projection.Speculation(b.proc)
+		require.EqualValues(t, 1, s1-s0, "the batch took x by the fast path")
+		require.Zero(t, m1-m0)
+		var xv int64
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT version FROM versions WHERE aggregate = 'pay-000000'`).Scan(&xv))
+		require.Zero(t, xv, "the fast path wrote no version row for x")
+		// The rest, shuffled: everything drains.
+		rest := []aggregate.Event{y[3], x[4], y[1], x[3]}
+		_, err = b.proc.Process(ctx, projection.Batch{Events: rest})
+		require.NoError(t, err)
+		b.requireFold(t, events)
+	})
+
+	t.Run("RowsNotCounted", func(t *testing.T) {
+		t.Parallel()
+		db := setup(t, nil).db
+		proc := opProcessor(t, db, opConfig(), countingInline{})
+		e := ledger.Generate(rand.New(rand.NewPCG(41, 4)), 1, 1)[0]
+		res, err := proc.Process(ctx, projection.Batch{Events: []aggregate.Event{e}})
+		require.NoError(t, err)
+		require.Equal(t, []projection.Outcome{Q}, outcomes(res))
+		q, err := proc.Quarantined(ctx, projection.ListOptions{Projection: "counting"})
+		require.NoError(t, err)
+		require.Len(t, q, 1)
+		require.Contains(t, q[0].Error, "QueueInline")
+	})
+}
