@@ -1,0 +1,4 @@
+package source
+
+// WorkerOf exposes workerOf to the package's external tests.
+var WorkerOf = workerOf
