@@ -31,7 +31,7 @@ for r in $(seq 1 "$rounds"); do
 		done
 	fi
 	echo "round $r/$rounds ($(date -u +%T) UTC, load $(cut -d' ' -f1-3 /proc/loadavg))" | tee -a "$out" >&2
-	go test -run '^$' -bench BenchmarkRebuild -benchtime=1x -count=1 -timeout 40m "$@" ./projection/ | tee -a "$out" >&2
+	go test -run '^$' -bench BenchmarkRebuild -benchtime=1x -count=1 -timeout 40m ./projection/ "$@" | tee -a "$out" >&2
 done
 
 printf "%-28s %6s %10s %12s %19s %13s %12s\n" variant rounds events/s "vs setbased" "vs inorder-ordered" "vs copy-only" peak-rss-MB
