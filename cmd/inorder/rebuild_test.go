@@ -137,6 +137,7 @@ func TestRebuildSideBySide(t *testing.T) {
 	}()
 
 	rebuild := []string{"rebuild", "ledger", "--replay-batch-size", "200", "--catch-up-events", "5", "--verify-timeout", "5m"}
+	asked := false // a second process asked during the replay
 	killIn := func(phase string) bool {
 		p := e.start(t, rebuild...)
 		deadline := time.Now().Add(2 * time.Minute)
@@ -156,10 +157,28 @@ func TestRebuildSideBySide(t *testing.T) {
 			}
 		}
 		if phase == projection.PhaseReplay {
-			// Meanwhile a second process asks for the same rebuild.
-			_, errOut, err := e.exec(t, "rebuild", "ledger")
-			require.Equal(t, 1, exitCode(t, err), errOut)
-			require.Contains(t, errOut, "generation 2 (code version 1, replay) is being built by another process")
+			// Meanwhile a second process asks for the same rebuild. The
+			// replay is held meanwhile (its next transaction waits for a
+			// lock on its state table), or it could end before the second
+			// process starts.
+			var schema string
+			require.NoError(t, e.db.Pool.QueryRow(t.Context(), `SELECT schema FROM generations WHERE projection = 'ledger' AND generation = 2`).Scan(&schema))
+			state := pgx.Identifier{schema, "_inorder_replay"}.Sanitize()
+			for e.count(t, `SELECT count(*) FROM pg_class WHERE oid = to_regclass($1)`, state) == 0 {
+				// The replay creates its tables after it enters its phase.
+				require.True(t, time.Now().Before(deadline), "the replay's state table never came")
+				time.Sleep(2 * time.Millisecond)
+			}
+			hold, err := e.db.Pool.Begin(t.Context())
+			require.NoError(t, err)
+			_, lerr := hold.Exec(t.Context(), `LOCK TABLE `+state+` IN EXCLUSIVE MODE`)
+			if lerr == nil {
+				_, errOut, err := e.exec(t, "rebuild", "ledger")
+				require.Equal(t, 1, exitCode(t, err), errOut)
+				require.Contains(t, errOut, "generation 2 (code version 1, replay) is being built by another process")
+				asked = true
+			}
+			require.NoError(t, hold.Rollback(t.Context()))
 		}
 		time.Sleep(time.Duration(rand.IntN(30)) * time.Millisecond)
 		p.signal(t, syscall.SIGKILL)
@@ -177,6 +196,7 @@ func TestRebuildSideBySide(t *testing.T) {
 		require.Equal(t, projection.StateLive, state, "generation 1 stays live")
 	}
 	require.GreaterOrEqual(t, killed, 2, "killed in the replay and the catch-up at least")
+	require.True(t, asked, "a second process asked for the rebuild during the replay")
 	t.Logf("killed %d times", killed)
 
 	close(stopAppending)
