@@ -140,7 +140,7 @@ func (a *attempt) queueInlineCheck(b *pgx.Batch, r *registered, spec bool) func(
 	b.Queue(a.p.sql.checkVersions, r.key, aggs, expected).QueryRow(func(row pgx.Row) error { return row.Scan(&n) })
 	return func() error {
 		if n != int64(len(aggs)) {
-			return errInlineMiss
+			return fmt.Errorf("%w: %d of %d version rows let their runs continue", errInlineMiss, n, len(aggs))
 		}
 		return nil
 	}
@@ -325,18 +325,26 @@ func (a *attempt) rowAggs(r *registered) []string {
 }
 
 // checkFresh checks, after a mixed attempt took them, that nothing moved
-// its fast aggregates since the pre-read: the version rows of the new ones
-// are empty, the rows of the others are at the versions the runs continue.
-// Else the attempt takes the general path.
+// its fast aggregates since the pre-read. The version rows of the new ones
+// must be empty, else the attempt takes the general path. The rows of the
+// others may have moved on (another transaction applied versions of them
+// meanwhile: competing consumers): they are held now, so their aggregates
+// stay on the fast path from where the rows stand — the versions the
+// others applied are stale here, checked against the rows' logs — and the
+// check after the upsert covers their version rows as before.
 func (a *attempt) checkFresh() error {
 	for i, fast := range a.fast {
 		rows := a.inlineRows(a.p.projs[i])
 		for agg, e := range fast {
 			if e == 0 && a.states[i][agg] != (aggState{}) {
-				return errInlineMiss
+				return fmt.Errorf("%w: aggregate %s is not new any more", errInlineMiss, agg)
 			}
-			if e > 0 && rows[agg].version != e {
-				return errInlineMiss
+			if v := rows[agg].version; e > 0 && v != e {
+				if v < e { // rows never move back: not the row read
+					return fmt.Errorf("%w: aggregate %s's row is at %d, not %d", errInlineMiss, agg, v, e)
+				}
+				fast[agg] = v
+				a.states[i][agg] = aggState{version: v}
 			}
 		}
 	}

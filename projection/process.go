@@ -299,6 +299,14 @@ func (p *Processor) committed(m txMode, out txResult, contended bool) {
 	if out.fastPath && !out.misspeculated {
 		p.speculated.Add(1)
 	}
+	switch n := p.noMixed.Load(); {
+	case m.mixed && out.misspeculated:
+		// Other transactions keep moving the batches' aggregates (competing
+		// consumers): general attempts for a while, see txMode.mixed.
+		p.noMixed.Store(noMixedBatches)
+	case !m.mixed && n > 0:
+		p.noMixed.CompareAndSwap(n, n-1)
+	}
 	switch {
 	case out.misspeculated:
 		p.noSpeculation.Store(true)

@@ -108,6 +108,10 @@ type Processor struct {
 	// continues it (out-of-order or duplicate deliveries), and no batch has
 	// since found every row where it continued it.
 	noSpeculation atomic.Bool
+	// noMixed, while positive, makes attempts general rather than mixed:
+	// set to noMixedBatches after a mixed attempt missed, each general
+	// batch counts it down.
+	noMixed atomic.Int32
 	// speculated counts the attempts that wrote their version rows without
 	// reading them, misspeculated those that tried and had to read them
 	// after all (tests read them).
@@ -116,6 +120,10 @@ type Processor struct {
 	// nil in the processors that feed a fixed set (views, rebuilds).
 	gens *genCache
 }
+
+// noMixedBatches is how many batches are general after a mixed attempt
+// missed.
+const noMixedBatches = 16
 
 // lockFirstBatches is how many batches lock up front after a contended one.
 const lockFirstBatches = 64
