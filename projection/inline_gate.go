@@ -44,9 +44,17 @@ import (
 // The general path takes the version rows and then the projection's rows
 // (SELECT … FOR UPDATE), in aggregate order; the aggregate's version is the
 // later of the two (an operator's gap moves the version row only, and the
-// row catches up — alignInline — before the handler applies the next run).
-// A stale delivery is checked against the row's log, then against the
-// applied table; older than both, it counts as a duplicate.
+// row catches up — queueAlign — before the handler applies the next run,
+// logging a zero entry for each version skipped). A stale delivery is
+// checked against the row's log, then against the applied table; older
+// than both, it counts as a duplicate.
+//
+// A mixed attempt (txMode.mixed) first reads the rows and version rows
+// without locks (preRead) and takes by the fast path only the aggregates
+// whose runs continue their rows with nothing parked or quarantined; it
+// locks the version rows of the others (and inserts those of the new fast
+// ones), then the rows of all but the new ones in one pass in aggregate
+// order, and checks after the upsert as above.
 
 // errInlineMiss reports that an inline projection's fast path did not hold:
 // the attempt takes the general path.
