@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/inorder/inorder/effects"
+	"github.com/inorder/inorder/httpapi"
+	"github.com/inorder/inorder/internal/clikit"
+	"github.com/inorder/inorder/projection"
+)
+
+// This file holds the status command (operator.go has what it shares with
+// the other operator commands).
+
+// statusOptions configures status.
+type statusOptions struct{ opOptions }
+
+func (o *statusOptions) validate(args []string) error {
+	if err := clikit.NoArgs(args); err != nil {
+		return err
+	}
+	return o.opOptions.validate()
+}
+
+// statusCmd prints the state of every projection.
+type statusCmd struct{ a *App }
+
+func (c *statusCmd) command() *cobra.Command {
+	return leaf("status", "show every projection's gate state, rejected events and checkpoints",
+		`Shows, per projection: the aggregates seen, the events applied, the events
+parked and the age of the oldest, the quarantined events and the conflicts
+recorded; then the rejected deliveries and the sources' checkpoints; then, in
+a binary with effect handlers, the open effect intents per kind (pending,
+running, retrying, failed, uncertain, the oldest waiting). Read-only.`,
+		func(fs *pflag.FlagSet) *statusOptions {
+			o := &statusOptions{}
+			bindOp(fs, &o.opOptions)
+			return o
+		}, c.Run)
+}
+
+// Run prints the status.
+func (c *statusCmd) Run(ctx context.Context, o *statusOptions) error {
+	var proc *projection.Processor
+	var fx *effects.Client
+	var closeFn func()
+	var err error
+	if len(c.a.cfg.Effects) > 0 {
+		fx, proc, closeFn, err = c.a.openEffects(ctx, &o.opOptions)
+	} else {
+		proc, closeFn, err = c.a.open(ctx, &o.opOptions)
+	}
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	var stats httpapi.EffectsStats
+	if fx != nil {
+		stats = fx
+	}
+	st, err := httpapi.Status(ctx, proc, stats)
+	if err != nil {
+		return err
+	}
+	if o.out.JSON {
+		return clikit.WriteJSON(c.a.stdout, st)
+	}
+	t := clikit.NewTable(c.a.stdout, "PROJECTION", "AGGREGATES", "EVENTS", "PARKED", "PARKED AGGS", "OLDEST PARKED", "QUARANTINED", "CONFLICTS")
+	for _, p := range st.Projections {
+		t.Row(p.Name, p.Aggregates, p.Events, p.Parked, p.ParkedAggregates, clikit.AgeOf(p.OldestParked), p.Quarantined, p.Conflicts)
+	}
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	if len(st.Generations) > len(st.Projections) {
+		// Some projection has more than its live generation: a rebuild.
+		fmt.Fprintln(c.a.stdout)
+		t := clikit.NewTable(c.a.stdout, "PROJECTION", "GENERATION", "CODE VERSION", "STATE", "PHASE", "EVENTS", "LAG")
+		for _, g := range st.Generations {
+			lag := "-"
+			if g.Lag > 0 {
+				lag = clikit.Age(g.Lag)
+			}
+			t.Row(g.Projection, g.Generation, g.CodeVersion, g.State, g.Phase, g.Events, lag)
+		}
+		if err := t.Flush(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(c.a.stdout, "\nrejected deliveries: %d (%d not replayed)\n", st.Rejected.Total, st.Rejected.Pending)
+	if len(st.Checkpoints) > 0 {
+		fmt.Fprintln(c.a.stdout)
+		t := clikit.NewTable(c.a.stdout, "CHECKPOINT", "POSITION", "UPDATED")
+		for _, cp := range st.Checkpoints {
+			t.Row(cp.Name, cp.Position.String(), clikit.Age(cp.Age)+" ago")
+		}
+		if err := t.Flush(); err != nil {
+			return err
+		}
+	}
+	if fx != nil {
+		fmt.Fprintln(c.a.stdout)
+		t := clikit.NewTable(c.a.stdout, "EFFECT KIND", "PENDING", "RUNNING", "RETRYING", "FAILED", "UNCERTAIN", "OLDEST PENDING")
+		for _, k := range st.Effects {
+			t.Row(k.Kind, k.Pending, k.Running, k.Retrying, k.Failed, k.Uncertain, clikit.AgeOf(k.OldestPending))
+		}
+		return t.Flush()
+	}
+	return nil
+}
