@@ -303,14 +303,17 @@ func (a *attempt) slowAggs(r *registered) []string {
 			out = append(out, agg)
 		}
 	}
-	// The fast aggregates that are not new continue their rows' versions.
-	states := a.states[r.index]
-	for agg, e := range fast {
+	return out
+}
+
+// assumeFast fills the states of projection r's fast aggregates that are
+// not new: their runs continue their rows' versions.
+func (a *attempt) assumeFast(r *registered) {
+	for agg, e := range a.fastAggs(r) {
 		if e > 0 {
-			states[agg] = aggState{version: e}
+			a.states[r.index][agg] = aggState{version: e}
 		}
 	}
-	return out
 }
 
 // rowAggs returns the aggregates whose rows inline projection r locks: all

@@ -41,16 +41,15 @@ func versionJoin(t *InlineTable) (expr, join string) {
 // projection whose gate key is keySQL, with t its inline table (nil if it
 // has none).
 func (p *Processor) inlineVersionSQL(t *InlineTable, keySQL string) string {
-	expr, join := versionJoin(t)
-	sql := `SELECT ` + expr + ` FROM ` + p.table("versions") + ` v` + join + `
-WHERE v.projection = ` + keySQL + ` AND v.aggregate = $2`
-	if t != nil {
-		// An aggregate whose row exists has a version row (inline_gate.go),
-		// but its row's version is what a reader must see.
-		sql = `SELECT greatest(coalesce((` + sql + `), 0), coalesce((SELECT ` + pgx.Identifier{t.Version}.Sanitize() +
-			` FROM ` + t.Table.Sanitize() + ` WHERE ` + pgx.Identifier{t.Key}.Sanitize() + ` = $2), 0))`
+	sql := `SELECT version FROM ` + p.table("versions") + ` WHERE projection = ` + keySQL + ` AND aggregate = $2`
+	if t == nil {
+		return sql
 	}
-	return sql
+	// The later of the version row's and the projection row's, either of
+	// which may be missing (an aggregate with only parked events has no
+	// row yet).
+	return `SELECT greatest(coalesce((` + sql + `), 0), coalesce((SELECT ` + pgx.Identifier{t.Version}.Sanitize() +
+		` FROM ` + t.Table.Sanitize() + ` WHERE ` + pgx.Identifier{t.Key}.Sanitize() + ` = $2), 0))`
 }
 
 // inlineAppliedLog lists the applied log of inline projection key (a gate

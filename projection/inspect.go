@@ -98,6 +98,12 @@ func (p *Processor) Status(ctx context.Context, opts *StatusOptions) (Status, er
 	}
 	var st Status
 	var keys []string // the gate key of each of st.Projections
+	// Before the transaction: finding the live generations may take
+	// another connection.
+	inline := make([]*InlineTable, len(p.projs))
+	for i, name := range p.Projections() {
+		inline[i] = p.inlineView(ctx, name)
+	}
 	err := pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(`SELECT now()`).QueryRow(func(row pgx.Row) error { return row.Scan(&st.Time) })
@@ -133,7 +139,7 @@ ORDER BY n.ord`, p.Projections(), int64(math.MaxInt64), opts.NoTotals).Query(fun
 		// Inline projections' rows hold the versions their fast path
 		// applied (inline_views.go).
 		for i, name := range p.Projections() {
-			t := p.inlineView(ctx, name)
+			t := inline[i]
 			if t == nil || opts.NoTotals {
 				continue
 			}

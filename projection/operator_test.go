@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -162,7 +163,9 @@ func TestSkipQuarantined(t *testing.T) {
 
 		require.ErrorIs(t, proc.SkipQuarantined(ctx, "nope", "a", "x"), projection.ErrUnknownProjection)
 		require.ErrorIs(t, proc.SkipQuarantined(ctx, "journal", "b", "x"), projection.ErrNotQuarantined)
-		require.ErrorIs(t, proc.SkipQuarantined(ctx, "journal", "zzz", "x"), projection.ErrNotFound)
+		err = proc.SkipQuarantined(ctx, "journal", "zzz", "x")
+		require.ErrorIs(t, err, projection.ErrNotFound)
+		require.Equal(t, 1, strings.Count(err.Error(), "journal"), "the projection named once: %v", err)
 
 		require.NoError(t, proc.SkipQuarantined(ctx, "journal", "a", "corrupt payload, INC-1"))
 		skipped := slices.DeleteFunc(slices.Clone(events), func(e aggregate.Event) bool { return e.Aggregate == "a" && e.Version == 3 })

@@ -119,10 +119,13 @@ func (p *Processor) ReadAggregate(ctx context.Context, projection, aggregate str
 		return AggregateView{}, err
 	}
 	var view AggregateView
+	// Before the transaction: finding the live generation may take
+	// another connection.
+	it := p.inlineView(ctx, projection)
 	err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(p.liveSchemaSQL(), projection)
-		b.Queue(p.inlineVersionSQL(p.inlineView(ctx, projection), p.liveKeySQL(1)),
+		b.Queue(p.inlineVersionSQL(it, p.liveKeySQL(1)),
 			projection, aggregate).QueryRow(func(row pgx.Row) error {
 			if err := row.Scan(&view.Version); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return err

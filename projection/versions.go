@@ -34,6 +34,7 @@ func (a *attempt) queueReads(b *pgx.Batch, locked bool) {
 			read = a.p.sql.lockVersions
 		}
 		into := a.states[r.index]
+		a.assumeFast(r)
 		b.Queue(read, r.key, a.slowAggs(r)).Query(func(rows pgx.Rows) error {
 			return scanStates(rows, into)
 		})
