@@ -190,6 +190,7 @@ func (a *attempt) takeVersions(ctx context.Context, b *pgx.Batch) error {
 			return err
 		}
 	}
+	a.queuePrelock(b)
 	if err := a.tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("write versions: %w", err)
 	}

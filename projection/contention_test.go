@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -13,10 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/projection/projectiontest"
 )
@@ -116,18 +119,41 @@ func contend(ctx context.Context, proc *projection.Processor, work [][]aggregate
 // in helper processes at once: no Process call fails, the processors never
 // meet a deadlock (nor does PostgreSQL count one), the p99 latency of a
 // Process call stays bounded, and the read model is the fold.
+//
+// It runs twice: with the ledger alone (an inline projection), and with the
+// ledger after an event-sourced tally whose handler writes rows that every
+// aggregate shares — the mix in which an inline projection's rows must
+// still be locked in the global order (see txMode).
 func TestContention(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []string{"contend", "contend-tallied"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testContention(t, mode)
+		})
+	}
+}
+
+func testContention(t *testing.T, mode string) {
 	const seed = 21
 	aggregates, versions, goroutines, procs, procGoroutines := contentionSize()
 	deadlocks := &deadlockCounter{}
-	b := setup(t, &projection.Config{Logger: slog.New(deadlocks), RetryBackoff: 5 * time.Millisecond})
+	cfg := &projection.Config{Logger: slog.New(deadlocks), RetryBackoff: 5 * time.Millisecond}
+	// A database of its own: PostgreSQL counts deadlocks per database, and
+	// other tests' handlers may meet some (an event handler that writes
+	// rows several aggregates share cannot keep them in one order).
+	db := pgtest.NewMigratedAlone(t)
+	var more []projection.Projection
+	if mode == "contend-tallied" {
+		more = append(more, typeTally{})
+	}
+	b := setupIn(t, db, cfg, nil, more...)
 	ctx := t.Context()
 	before := pgDeadlocks(t, b)
 
 	helpers := make([]*helperProc, procs)
 	for w := range helpers {
-		helpers[w] = startHelper(t, "contend", b.db, seed, w)
+		helpers[w] = startHelper(t, mode, b.db, seed, w)
 	}
 	for _, h := range helpers {
 		h.expect(t, "READY")
@@ -164,8 +190,68 @@ func TestContention(t *testing.T) {
 	require.Zero(t, seen, "deadlocks the processors retried")
 	b.requireFold(t, events)
 	projectiontest.RequireSettled(t, b.proc, events)
+	if mode == "contend-tallied" {
+		requireTally(t, b, events)
+	}
 	require.Zero(t, pgDeadlocks(t, b)-before, "deadlocks PostgreSQL counted in the test database")
 	require.Less(t, pct(0.99), contentionP99(), "p99 latency of Process")
+}
+
+// typeTally is an event-sourced projection that sorts before the ledger: one
+// row per application of an event (no unique constraint, so a second
+// application would show), and a count per event type — rows that every
+// aggregate's events share, upserted in type order as a handler must.
+type typeTally struct{}
+
+func (typeTally) Name() string { return "audit" }
+
+func (typeTally) Setup(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS tally_events (aggregate text NOT NULL, version bigint NOT NULL);
+CREATE TABLE IF NOT EXISTS tally_types (type text PRIMARY KEY, n bigint NOT NULL)`)
+	return err
+}
+
+func (typeTally) ApplyBatch(_ context.Context, tx *projection.Tx, events []aggregate.Event) error {
+	aggs, vers := make([]string, len(events)), make([]int64, len(events))
+	byType := map[string]int64{}
+	for i, e := range events {
+		aggs[i], vers[i] = e.Aggregate, e.Version
+		byType[e.Type]++
+	}
+	types := slices.Sorted(maps.Keys(byType))
+	ns := make([]int64, len(types))
+	for i, ty := range types {
+		ns[i] = byType[ty]
+	}
+	tx.Queue(`INSERT INTO tally_events SELECT * FROM unnest($1::text[], $2::bigint[])`, aggs, vers)
+	tx.Queue(`INSERT INTO tally_types AS t SELECT * FROM unnest($1::text[], $2::bigint[])
+ON CONFLICT (type) DO UPDATE SET n = t.n + EXCLUDED.n`, types, ns)
+	return nil
+}
+
+// requireTally requires the tally to hold every event once.
+func requireTally(t *testing.T, b *bundle, events []aggregate.Event) {
+	t.Helper()
+	ctx := t.Context()
+	var rows, distinct int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT (aggregate, version)) FROM tally_events`).Scan(&rows, &distinct))
+	require.Equal(t, len(events), rows, "tally rows: one per event")
+	require.Equal(t, len(events), distinct, "tally rows: every event")
+	want := map[string]int64{}
+	for _, e := range events {
+		want[e.Type]++
+	}
+	got := map[string]int64{}
+	rs, err := b.db.Pool.Query(ctx, `SELECT type, n FROM tally_types`)
+	require.NoError(t, err)
+	for rs.Next() {
+		var ty string
+		var n int64
+		require.NoError(t, rs.Scan(&ty, &n))
+		got[ty] = n
+	}
+	require.NoError(t, rs.Err())
+	require.Equal(t, want, got, "tally counts by type")
 }
 
 // pgDeadlocks returns the deadlocks PostgreSQL counted in the test database.

@@ -35,7 +35,9 @@ import (
 //     writes each aggregate's row once per call (one row per entry of
 //     InlineRuns), an EventHandler once per Apply;
 //   - the row's writes come in aggregate order (byte order), as the events
-//     do, so that concurrent transactions lock rows in one order;
+//     do, and before the handler's writes to rows that several aggregates
+//     share, so that concurrent transactions lock rows in one order (see
+//     the lock order of Processor.Process);
 //   - nothing else changes the version and log columns, and Reset empties the
 //     table (a rebuild replays every version).
 //

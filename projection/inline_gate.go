@@ -121,6 +121,38 @@ func (a *attempt) queueInlineSpeculation(b *pgx.Batch, r *registered, written *i
 	})
 }
 
+// queuePrelock queues, for a speculative attempt of a processor in which an
+// inline projection is not the first (see prelockInline), the locks of the
+// rows of every inline projection that the batch's runs continue: step 3 of
+// the lock order, after every version row and before any handler. Without
+// them, the handlers of the projections before an inline one would write
+// their rows (step 4) before its upsert took its rows (step 3).
+//
+// Batches alone would not deadlock there: every transaction that takes an
+// inline row of an aggregate, but an operator's, holds the first
+// projection's version row of it. An operator's action holds only its own
+// projection's rows, and its Gap handler may write rows that other
+// aggregates share.
+func (a *attempt) queuePrelock(b *pgx.Batch) {
+	if !a.p.prelockInline() {
+		return
+	}
+	var aggs []string
+	for _, ru := range a.bt.runs { // in aggregate order
+		if ru.first > 1 {
+			aggs = append(aggs, ru.agg)
+		}
+	}
+	if len(aggs) == 0 {
+		return
+	}
+	for _, r := range a.p.projs {
+		if t := r.inlineTable(); t != nil {
+			b.Queue(newInlineSQL(t).lock, aggs)
+		}
+	}
+}
+
 // queueInlineCheck queues step 3 of the fast path for inline projection r
 // and returns the check to run once it was sent.
 //
@@ -263,6 +295,20 @@ func lockInlineOne(ctx context.Context, tx pgx.Tx, t *InlineTable, agg string) (
 func (p *Processor) hasInline() bool {
 	for _, r := range p.projs {
 		if r.inlineTable() != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// prelockInline reports whether a speculative attempt locks inline rows up
+// front (queuePrelock): when an inline projection is not the first. The
+// first projection's handler runs right after the version rows, so its
+// upsert, which comes before its other writes (see Inline), takes its rows
+// in step 3 of the lock order by itself.
+func (p *Processor) prelockInline() bool {
+	for i, r := range p.projs {
+		if i > 0 && r.inlineTable() != nil {
 			return true
 		}
 	}

@@ -276,11 +276,15 @@ func TestHelperProcess(t *testing.T) {
 	switch mode {
 	case "retry":
 		cfg, p = opConfig(), retryFixedLedger() // the parent's faulty ledger, fixed
-	case "contend":
+	case "contend", "contend-tallied":
 		cfg.Logger, cfg.RetryBackoff = slog.New(deadlocks), 5*time.Millisecond
 	}
 	cfg.Schema = os.Getenv(envHelperSchema)
-	proc, err := projection.New(pool, cfg, p)
+	projs := []projection.Projection{p}
+	if mode == "contend-tallied" {
+		projs = append(projs, typeTally{})
+	}
+	proc, err := projection.New(pool, cfg, projs...)
 	require.NoError(t, err)
 
 	h := &helper{proc: proc, seed: seed, worker: worker, in: bufio.NewReader(os.Stdin)}
@@ -293,7 +297,7 @@ func TestHelperProcess(t *testing.T) {
 		err = h.crash(ctx)
 	case "retry":
 		err = h.retry(ctx)
-	case "contend":
+	case "contend", "contend-tallied":
 		err = h.contend(ctx, deadlocks)
 	default:
 		err = fmt.Errorf("unknown helper mode %q", mode)

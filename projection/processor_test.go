@@ -36,13 +36,24 @@ func setupRows(t *testing.T, cfg *projection.Config) *bundle {
 
 func setupLedger(t *testing.T, cfg *projection.Config, opts *ledger.Options) *bundle {
 	t.Helper()
-	db := pgtest.NewMigrated(t)
+	return setupWith(t, cfg, opts)
+}
+
+// setupWith is setupLedger with more projections beside the ledger.
+func setupWith(t *testing.T, cfg *projection.Config, opts *ledger.Options, more ...projection.Projection) *bundle {
+	t.Helper()
+	return setupIn(t, pgtest.NewMigrated(t), cfg, opts, more...)
+}
+
+// setupIn is setupWith on db.
+func setupIn(t *testing.T, db *pgtest.DB, cfg *projection.Config, opts *ledger.Options, more ...projection.Projection) *bundle {
+	t.Helper()
 	if cfg == nil {
 		cfg = &projection.Config{}
 	}
 	cfg.Schema = db.Schema
 	l := ledger.New(opts)
-	proc, err := projection.New(db.Pool, cfg, l)
+	proc, err := projection.New(db.Pool, cfg, append([]projection.Projection{l}, more...)...)
 	require.NoError(t, err)
 	require.NoError(t, proc.Setup(context.Background()))
 	return &bundle{db: db, proc: proc, ledger: l}

@@ -25,12 +25,16 @@ type aggState struct {
 // missing rows and locks them all, in aggregate order, with one statement
 // per projection.
 //
-// Inline projections' version rows are always locked, and then, after every
-// version row, their own rows (see inline_gate.go).
+// A processor with an inline projection locks every projection's version
+// rows, and then, after every version row, the inline projections' own rows
+// (see inline_gate.go): an optimistic read of another projection's version
+// rows would leave their compare-and-set (writeVersions) for after those
+// locks, out of the global lock order (see txMode).
 func (a *attempt) queueReads(b *pgx.Batch, locked bool) {
+	locked = locked || a.p.hasInline()
 	for _, r := range a.p.projs {
 		read := a.p.sql.readVersions
-		if locked || r.inlineTable() != nil {
+		if locked {
 			read = a.p.sql.lockVersions
 		}
 		into := a.states[r.index]

@@ -411,6 +411,19 @@ func (b *broker) retriedKinds() []string {
 	return out
 }
 
+// retriedWith returns how many retried failures contained substr.
+func (b *broker) retriedWith(substr string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for k, c := range b.retried {
+		if strings.Contains(k, substr) {
+			n += c
+		}
+	}
+	return n
+}
+
 // tailBuffer keeps the last 64 kB written to it, and hands each complete
 // line to line, if set.
 type tailBuffer struct {

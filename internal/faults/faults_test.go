@@ -39,6 +39,9 @@ const (
 	envSize = "INORDER_FAULTS"
 	// envSeed overrides the seed of the workload and the fault schedule.
 	envSeed = "INORDER_FAULTS_SEED"
+	// envPGLog, if set, is where the private cluster's server log is
+	// copied when the test ends (deadlock reports name the statements).
+	envPGLog = "INORDER_FAULTS_PGLOG"
 )
 
 // size is a run's workload and the faults injected into it.
@@ -210,6 +213,9 @@ func TestFaults(t *testing.T) {
 	t.Logf("wall time %v, of which the cluster's start %v", work.Round(time.Millisecond), clusterStart.Round(time.Millisecond))
 	errs := b.errors()
 	require.Empty(t, errs, "%d errors surfaced to the caller", len(errs))
+	// Faults cut, kill and restart; they never order locks. A deadlock is the
+	// gate's lock order broken (see projection's txMode).
+	require.Zero(t, b.retriedWith("SQLSTATE 40P01"), "deadlocks the workers retried (%s reports them)", envPGLog)
 	require.Equal(t, sz.kills, inj.kills)
 	require.Equal(t, sz.immediate, inj.immediate)
 	require.Equal(t, sz.fast, inj.fast)
@@ -370,6 +376,9 @@ func startCluster(t *testing.T, ctx context.Context) *pglocal.Cluster {
 	c, err := pglocal.Start(ctx, pglocal.Options{Dir: filepath.Join(parent, "pg")})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	if keep := os.Getenv(envPGLog); keep != "" {
+		t.Cleanup(func() { b, _ := os.ReadFile(c.LogPath()); _ = os.WriteFile(keep, b, 0o644) })
+	}
 	t.Logf("private cluster on port %d, started in %v", c.Port(), time.Since(began).Round(time.Millisecond))
 	return c
 }

@@ -177,6 +177,45 @@ func NewMigrated(t testing.TB) *DB {
 	return db
 }
 
+// NewMigratedAlone is NewMigrated on a database of t's own, dropped when t
+// ends, for a test that reads statistics PostgreSQL keeps per database
+// (pg_stat_database's deadlocks), which other tests' schemas would blur.
+func NewMigratedAlone(t testing.TB) *DB {
+	t.Helper()
+	base := BaseURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	name := "inorder_test_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
+	ident := pgx.Identifier{name}.Sanitize()
+	if err := adminExec(ctx, base, "CREATE DATABASE "+ident); err != nil {
+		t.Fatalf("pgtest: create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		if err := adminExec(ctx, base, "DROP DATABASE "+ident+" WITH (FORCE)"); err != nil {
+			t.Errorf("pgtest: drop database %s: %v", name, err)
+		}
+	})
+	u, err := withDatabase(base, name)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	db, cleanup, err := open(u)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := cleanup(); err != nil {
+			t.Errorf("pgtest: %v", err)
+		}
+	})
+	if err := migrate(db); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	return db
+}
+
 // resolve picks the server, makes sure the test database exists on it and
 // returns that database's URL and where the server came from.
 func resolve(ctx context.Context) (dbURL, source string, err error) {
