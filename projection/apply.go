@@ -17,11 +17,12 @@ import (
 // gate's writes after the handler's statements, in one pipeline.
 //
 // An inline projection's handler is given its runs (Tx.InlineRuns); on the
-// fast path (a speculative attempt) the pipeline ends with the check of the
-// aggregates' version rows, and a handler that fails, a row its upsert did
-// not write or a check that fails is an errInlineMiss: the attempt takes the
+// fast path (a speculative attempt, or a mixed one's fast aggregates) a
+// handler that fails or a row its upsert did not write (not where the run
+// continues it, or marked) is an errInlineMiss: the attempt takes the
 // general path. On the general path, rows behind their aggregate's version
-// catch up first.
+// catch up and marks are cleared first, and the gate's writes end with the
+// rows' new marks (see Inline).
 func (a *attempt) apply(ctx context.Context, r *registered, plans []*aggPlan, conflicts []conflict) error {
 	ht := newTx(a.tx, r.name)
 	r.enterSchema(ht)
@@ -39,7 +40,7 @@ func (a *attempt) apply(ctx context.Context, r *registered, plans []*aggPlan, co
 	fast := it != nil && (a.mode.speculative || len(a.fastAggs(r)) > 0)
 	if it != nil {
 		ht.setInline(r, events, entries)
-		if !fast {
+		if !a.mode.speculative {
 			a.queueAlign(ht.batch, r, it, plans)
 		}
 	}
@@ -52,10 +53,6 @@ func (a *attempt) apply(ctx context.Context, r *registered, plans []*aggPlan, co
 		return &handlerFailure{projection: r.name, err: err}
 	}
 	a.queueWrites(ht.batch, r, plans, conflicts)
-	check := func() error { return nil }
-	if fast {
-		check = a.queueInlineCheck(ht.batch, r, a.mode.speculative)
-	}
 	r.leaveSchema(ht)
 	if err := ht.Flush(ctx); err != nil {
 		if fast {
@@ -69,7 +66,7 @@ func (a *attempt) apply(ctx context.Context, r *registered, plans []*aggPlan, co
 		}
 		return &handlerFailure{projection: r.name, err: err}
 	}
-	return check()
+	return nil
 }
 
 // applyCarefully applies one aggregate's run under savepoints, cutting the

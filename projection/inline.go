@@ -59,7 +59,11 @@ type InlineTable struct {
 	// Version is the column that holds the aggregate's version (bigint).
 	Version string
 	// Log is the column that holds the applied log (bytea NOT NULL DEFAULT
-	// ''): InlineLogEntries entries of 8 bytes, of the row's last versions.
+	// ''): InlineLogEntries entries of 8 bytes, of the row's last versions,
+	// and a last byte past them while the gate marks the row (its
+	// aggregate has parked or quarantined versions, or a version the row
+	// has not caught up with): Condition refuses a marked row, and the
+	// aggregate's next versions take the general path.
 	Log string
 }
 
@@ -74,11 +78,14 @@ const inlineEntrySize = 8
 // Condition returns the condition for the WHERE clause of the upsert's
 // ON CONFLICT DO UPDATE, with alias the upserted table's alias: the row
 // moves only from the version before the run it is written with (its
-// version less its log's entries).
+// version less its log's entries), and only if the gate has not marked it
+// (see Inline).
 func (t InlineTable) Condition(alias string) string {
 	a := pgx.Identifier{alias}.Sanitize() + "."
 	v, l := pgx.Identifier{t.Version}.Sanitize(), pgx.Identifier{t.Log}.Sanitize()
-	return a + v + ` = EXCLUDED.` + v + ` - octet_length(EXCLUDED.` + l + `) / ` + strconv.Itoa(inlineEntrySize)
+	size := strconv.Itoa(inlineEntrySize)
+	return a + v + ` = EXCLUDED.` + v + ` - octet_length(EXCLUDED.` + l + `) / ` + size +
+		` AND octet_length(` + a + l + `) % ` + size + ` = 0`
 }
 
 // SetLog returns the SET item of the upsert's ON CONFLICT DO UPDATE that

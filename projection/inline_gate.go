@@ -21,40 +21,44 @@ import (
 //     concurrent transaction is inserting, means the aggregate is not new,
 //     and the attempt leaves the fast path) — step 2 of the lock order;
 //  2. calls the handler, whose upsert of the projection's rows moves each
-//     row from the version before its run only (InlineTable.Condition);
-//  3. once the upsert holds the rows, reads the version rows of the
-//     aggregates whose runs start after version 1: each must exist (every
-//     aggregate that has a row has one: step 1, the general path and the
-//     bulk build create them), with nothing parked, nothing quarantined and
-//     a version no later than the one the run continues (an operator's
-//     declared gap or skip moves that version only).
+//     row only from the version before its run, and only if the row is not
+//     marked (InlineTable.Condition).
 //
-// The upsert writing fewer rows than the batch has runs, a version row
-// failing the checks of 3, or the handler failing sends the whole attempt
-// down the general path in the same transaction (rolled back to the
-// speculation's savepoint). The checks of 3 are sound because every
-// transaction that parks, quarantines or moves a version of an aggregate
-// that has a row locks that row first (the general path locks the rows of
-// every aggregate it takes, after their version rows): a transaction that
-// did so before the upsert took the row has committed when 3 reads, and
-// one that comes later waits for the upsert's transaction and then sees
-// the row's new version. An aggregate without a row is guarded by its
-// version row instead (1 and the general path both write it).
+// The upsert writing fewer rows than the batch has runs, or the handler
+// failing, sends the whole attempt down the general path in the same
+// transaction (rolled back to the speculation's savepoint).
+//
+// The mark is what keeps the fast path from advancing an aggregate past its
+// parked or quarantined versions, or past a version an operator's gap or
+// skip moved its version row to: a row is marked (a byte past its log's
+// entries) exactly when its aggregate's version row holds something parked,
+// a quarantined version, or a later version than the row. Every
+// transaction that changes a version row of an aggregate that has a row
+// holds that row's lock and, last, sets or clears the mark from the version
+// row's final state (inlineSQL.mark: the general path, careful mode and the
+// operator's actions, through queueWrites). The fast path changes no
+// version row of an aggregate that has a row. An upsert that meets a row
+// locked by such a transaction waits for it and then checks Condition on
+// the row as that transaction left it. An aggregate without a row is
+// guarded by its version row instead (1 and the general path both write
+// it).
 //
 // The general path takes the version rows and then the projection's rows
 // (SELECT … FOR UPDATE), in aggregate order; the aggregate's version is the
-// later of the two (an operator's gap moves the version row only, and the
-// row catches up — queueAlign — before the handler applies the next run,
-// logging a zero entry for each version skipped). A stale delivery is
-// checked against the row's log, then against the applied table; older
-// than both, it counts as a duplicate.
+// later of the two. Before its handler applies runs to them, the rows are
+// prepared (queueAlign): marks are cleared, and a row behind its version row
+// (an operator's gap) catches up, logging a zero entry for each version
+// skipped. A stale delivery is checked against the row's log, then against
+// the applied table; older than both, it counts as a duplicate.
 //
 // A mixed attempt (txMode.mixed) first reads the rows and version rows
 // without locks (preRead) and takes by the fast path only the aggregates
 // whose runs continue their rows with nothing parked or quarantined; it
 // locks the version rows of the others (and inserts those of the new fast
 // ones), then the rows of all but the new ones in one pass in aggregate
-// order, and checks after the upsert as above.
+// order. Its fast aggregates' rows keep their marks (a mark set since the
+// pre-read makes the upsert miss); the others are prepared and marked as on
+// the general path.
 
 // errInlineMiss reports that an inline projection's fast path did not hold:
 // the attempt takes the general path.
@@ -69,30 +73,52 @@ type inlineRow struct {
 
 // inlineSQL are the gate's statements on an inline projection's table.
 type inlineSQL struct {
-	lock, align string
+	lock, prepare, mark string
 }
 
-func newInlineSQL(t *InlineTable) inlineSQL {
+func newInlineSQL(t *InlineTable, versions string) inlineSQL {
 	tbl := t.Table.Sanitize()
 	k, v, l := pgx.Identifier{t.Key}.Sanitize(), pgx.Identifier{t.Version}.Sanitize(), pgx.Identifier{t.Log}.Sanitize()
+	size := strconv.Itoa(inlineEntrySize)
+	// entries is a row's log without its mark.
+	entries := `substring(t.` + l + ` FOR octet_length(t.` + l + `) / ` + size + ` * ` + size + `)`
 	// gapBytes is the size of the zero entries of the versions a row
 	// catches up with (at most a log's worth).
-	gapBytes := strconv.Itoa(inlineEntrySize) + ` * least(k.version - t.` + v + `, ` + strconv.Itoa(InlineLogEntries) + `)::int`
+	gapBytes := size + ` * least(greatest(k.version - t.` + v + `, 0), ` + strconv.Itoa(InlineLogEntries) + `)::int`
 	return inlineSQL{
 		// lock locks the rows of $1 (sorted), one probe each.
 		lock: `SELECT k.aggregate, t.version, t.log FROM unnest($1::text[]) AS k(aggregate)
 CROSS JOIN LATERAL (SELECT ` + v + ` AS version, ` + l + ` AS log FROM ` + tbl + `
   WHERE ` + k + ` = k.aggregate OFFSET 0 FOR UPDATE) t`,
-		// align moves rows the transaction holds up to the versions of $2
-		// (an operator's gap), logging a zero entry for each version
-		// skipped (inlineGap), the last InlineLogEntries kept.
-		align: `UPDATE ` + tbl + ` AS t SET ` + v + ` = k.version,
-  ` + l + ` = substring(t.` + l + ` || decode(repeat('00', ` + gapBytes + `), 'hex')
-    FROM greatest(octet_length(t.` + l + `) + ` + gapBytes + ` - ` + strconv.Itoa(InlineLogEntries*inlineEntrySize-1) + `, 1))
+		// prepare readies rows the transaction holds for the handler to
+		// apply runs to: it clears their marks and moves them up to the
+		// versions of $2 (an operator's gap), logging a zero entry for each
+		// version skipped (inlineGap), the last InlineLogEntries kept.
+		prepare: `UPDATE ` + tbl + ` AS t SET ` + v + ` = greatest(t.` + v + `, k.version),
+  ` + l + ` = substring(` + entries + ` || decode(repeat('00', ` + gapBytes + `), 'hex')
+    FROM greatest(octet_length(` + entries + `) + ` + gapBytes + ` - ` + strconv.Itoa(InlineLogEntries*inlineEntrySize-1) + `, 1))
 FROM unnest($1::text[], $2::bigint[]) AS k(aggregate, version)
-WHERE t.` + k + ` = k.aggregate AND t.` + v + ` < k.version`,
+WHERE t.` + k + ` = k.aggregate AND (t.` + v + ` < k.version OR octet_length(t.` + l + `) % ` + size + ` <> 0)`,
+		// mark marks the rows of $2 (sorted) whose aggregates' version rows
+		// hold parked or quarantined versions, or a later version, and
+		// clears the marks of the others: the fast path must leave the
+		// former alone (see Inline). Rows are found one by one (OFFSET 0)
+		// and updated by ctid, only those whose mark changes.
+		mark: `UPDATE ` + tbl + ` AS t SET ` + l + ` = CASE WHEN octet_length(t.` + l + `) % ` + size + ` = 0
+  THEN t.` + l + ` || '\x00'::bytea ELSE ` + entries + ` END
+WHERE t.ctid = ANY(ARRAY(SELECT r.ctid FROM unnest($2::text[]) AS k(aggregate)
+  CROSS JOIN LATERAL (SELECT ctid, ` + v + ` AS version, ` + l + ` AS log FROM ` + tbl + ` WHERE ` + k + ` = k.aggregate OFFSET 0) r
+  LEFT JOIN LATERAL (SELECT version, parked, blocked FROM ` + versions + `
+    WHERE projection = $1 AND aggregate = k.aggregate OFFSET 0) s ON true
+  WHERE (octet_length(r.log) % ` + size + ` <> 0) <> coalesce(s.parked > 0 OR s.blocked OR s.version > r.version, false)))`,
 	}
 }
+
+// inlineSQL returns the gate's statements on inline table t.
+func (p *Processor) inlineSQL(t *InlineTable) inlineSQL { return newInlineSQL(t, p.table("versions")) }
+
+// marked reports whether the gate marked an inline row (see Inline).
+func (row inlineRow) marked() bool { return len(row.log)%inlineEntrySize != 0 }
 
 // queueInlineSpeculation queues the fast path's version-row work of inline
 // projection r (step 1 above) and fills the states the runs assume.
@@ -148,41 +174,8 @@ func (a *attempt) queuePrelock(b *pgx.Batch) {
 	}
 	for _, r := range a.p.projs {
 		if t := r.inlineTable(); t != nil {
-			b.Queue(newInlineSQL(t).lock, aggs)
+			b.Queue(a.p.inlineSQL(t).lock, aggs)
 		}
-	}
-}
-
-// queueInlineCheck queues step 3 of the fast path for inline projection r
-// and returns the check to run once it was sent.
-//
-// A mixed attempt checks its fast aggregates that are not new (spec false).
-func (a *attempt) queueInlineCheck(b *pgx.Batch, r *registered, spec bool) func() error {
-	var aggs []string
-	var expected []int64
-	if spec {
-		for _, ru := range a.bt.runs {
-			if ru.first > 1 {
-				aggs, expected = append(aggs, ru.agg), append(expected, ru.first-1)
-			}
-		}
-	} else {
-		for _, agg := range a.bt.aggs { // in aggregate order
-			if e, ok := a.fastAggs(r)[agg]; ok && e > 0 {
-				aggs, expected = append(aggs, agg), append(expected, e)
-			}
-		}
-	}
-	if len(aggs) == 0 {
-		return func() error { return nil }
-	}
-	var n int64
-	b.Queue(a.p.sql.checkVersions, r.key, aggs, expected).QueryRow(func(row pgx.Row) error { return row.Scan(&n) })
-	return func() error {
-		if n != int64(len(aggs)) {
-			return fmt.Errorf("%w: %d of %d version rows let their runs continue", errInlineMiss, n, len(aggs))
-		}
-		return nil
 	}
 }
 
@@ -207,7 +200,7 @@ func (a *attempt) queueInlineLock(b *pgx.Batch, r *registered, t *InlineTable, a
 	rows := make(map[string]inlineRow, len(aggs))
 	a.inline[r.index] = rows
 	states := a.states[r.index]
-	b.Queue(newInlineSQL(t).lock, aggs).Query(func(rs pgx.Rows) error {
+	b.Queue(a.p.inlineSQL(t).lock, aggs).Query(func(rs pgx.Rows) error {
 		for rs.Next() {
 			var agg string
 			var row inlineRow
@@ -224,21 +217,43 @@ func (a *attempt) queueInlineLock(b *pgx.Batch, r *registered, t *InlineTable, a
 	})
 }
 
-// queueAlign queues the catch-up of inline projection r's rows that stand
-// behind their aggregate's version (an operator's gap) before plans apply
-// runs to them.
+// queueAlign queues the preparation of inline projection r's rows that
+// plans apply runs to: a row that stands behind its aggregate's version (an
+// operator's gap) catches up, and a marked row is cleared (see
+// inlineSQL.prepare). A mixed attempt's fast aggregates are left alone: their
+// rows' marks are what keeps them off the fast path when they must be.
 func (a *attempt) queueAlign(b *pgx.Batch, r *registered, t *InlineTable, plans []*aggPlan) {
-	rows := a.inlineRows(r)
+	rows, fast := a.inlineRows(r), a.fastAggs(r)
 	var aggs []string
 	var vers []int64
 	for _, pl := range plans {
-		if row, ok := rows[pl.agg]; ok && len(pl.run) > 0 && row.version < pl.before.version {
+		if _, ok := fast[pl.agg]; ok || len(pl.run) == 0 {
+			continue
+		}
+		if row, ok := rows[pl.agg]; ok && (row.version < pl.before.version || row.marked()) {
 			aggs, vers = append(aggs, pl.agg), append(vers, pl.before.version)
 		}
 	}
 	if len(aggs) > 0 {
-		b.Queue(newInlineSQL(t).align, aggs, vers)
+		b.Queue(a.p.inlineSQL(t).prepare, aggs, vers)
 	}
+}
+
+// markAggs returns the aggregates of plans whose inline rows' marks an
+// attempt sets or clears after it applied them (see inlineSQL.mark): all but
+// those it took by a fast path, whose version rows it did not touch.
+func (a *attempt) markAggs(r *registered, plans []*aggPlan) []string {
+	if a.mode.speculative || r.inlineTable() == nil {
+		return nil
+	}
+	fast := a.fastAggs(r)
+	out := make([]string, 0, len(plans))
+	for _, pl := range plans {
+		if _, ok := fast[pl.agg]; !ok {
+			out = append(out, pl.agg)
+		}
+	}
+	return out
 }
 
 // inlineRows returns the rows the general path locked for projection r.
@@ -272,9 +287,9 @@ func inlineApplied(row inlineRow, v int64) (rec record, logged, gap bool) {
 
 // lockInlineOne locks inline projection r's row of agg for an operator
 // action and returns its version (0 if it has none).
-func lockInlineOne(ctx context.Context, tx pgx.Tx, t *InlineTable, agg string) (inlineRow, error) {
+func (p *Processor) lockInlineOne(ctx context.Context, tx pgx.Tx, t *InlineTable, agg string) (inlineRow, error) {
 	var row inlineRow
-	rows, err := tx.Query(ctx, newInlineSQL(t).lock, []string{agg})
+	rows, err := tx.Query(ctx, p.inlineSQL(t).lock, []string{agg})
 	if err != nil {
 		return row, fmt.Errorf("lock inline row: %w", err)
 	}
@@ -387,8 +402,8 @@ func (a *attempt) rowAggs(r *registered) []string {
 // others may have moved on (another transaction applied versions of them
 // meanwhile: competing consumers): they are held now, so their aggregates
 // stay on the fast path from where the rows stand — the versions the
-// others applied are stale here, checked against the rows' logs — and the
-// check after the upsert covers their version rows as before.
+// others applied are stale here, checked against the rows' logs — and their
+// rows' marks cover their version rows as before.
 func (a *attempt) checkFresh() error {
 	for i, fast := range a.fast {
 		rows := a.inlineRows(a.p.projs[i])

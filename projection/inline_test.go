@@ -142,6 +142,60 @@ func TestInline(t *testing.T) {
 		b.requireFold(t, events)
 	})
 
+	t.Run("MarkedRows", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, nil)
+		events := ledger.Generate(rand.New(rand.NewPCG(41, 4)), 1, 4)
+		agg := events[0].Aggregate
+		row := func() (version int64, marked bool) {
+			t.Helper()
+			var n int
+			require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT version, octet_length(inorder_log) FROM ledger_payments WHERE payment_id = $1`, agg).Scan(&version, &n))
+			return version, n%8 != 0
+		}
+		process := func(es ...aggregate.Event) []projection.Outcome {
+			t.Helper()
+			res, err := b.proc.Process(ctx, projection.Batch{Events: es})
+			require.NoError(t, err)
+			return outcomes(res)
+		}
+		require.Equal(t, []projection.Outcome{A}, process(events[0]))
+		v, marked := row()
+		require.Equal(t, int64(1), v)
+		require.False(t, marked)
+		// Version 3 parks: the row is marked, so that the fast path leaves
+		// the aggregate alone until it drains.
+		require.Equal(t, []projection.Outcome{P}, process(events[2]))
+		v, marked = row()
+		require.Equal(t, int64(1), v)
+		require.True(t, marked, "a row whose aggregate has parked versions is marked")
+		// Version 2 continues the row, and a processor that has not met the
+		// aggregate speculates on it: the mark sends it down the general
+		// path, which drains version 3.
+		fresh, err := projection.New(b.db.Pool, &projection.Config{Schema: b.db.Schema}, ledger.New(nil))
+		require.NoError(t, err)
+		res, err := fresh.Process(ctx, projection.Batch{Events: events[1:2]})
+		require.NoError(t, err)
+		require.Equal(t, []projection.Outcome{A}, outcomes(res))
+		s1, m1 := projection.Speculation(fresh)
+		require.Zero(t, s1, "no fast path")
+		require.EqualValues(t, 1, m1, "speculation missed on the mark")
+		v, marked = row()
+		require.Equal(t, int64(3), v, "version 3 drained")
+		require.False(t, marked, "nothing parked: the mark is cleared")
+		// The next version takes the fast path again.
+		res, err = fresh.Process(ctx, projection.Batch{Events: events[3:4]})
+		require.NoError(t, err)
+		require.Equal(t, []projection.Outcome{A}, outcomes(res))
+		s2, m2 := projection.Speculation(fresh)
+		require.EqualValues(t, 1, s2-s1)
+		require.Zero(t, m2-m1)
+		b.requireFold(t, events)
+		ver, err := b.proc.Version(ctx, "ledger", agg)
+		require.NoError(t, err)
+		require.Equal(t, int64(4), ver)
+	})
+
 	t.Run("RowsNotCounted", func(t *testing.T) {
 		t.Parallel()
 		db := setup(t, nil).db

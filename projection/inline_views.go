@@ -62,7 +62,7 @@ func (p *Processor) inlineAppliedLog(ctx context.Context, t *InlineTable, opts L
   SELECT `+k+` AS aggregate, `+ver+` AS version, `+lg+` AS log FROM `+t.Table.Sanitize()+`
   WHERE ($2 = '' OR `+k+` = $2) AND `+k+` COLLATE "C" > $3 ORDER BY `+k+` COLLATE "C" LIMIT $4)
 SELECT * FROM (
-SELECT r.aggregate, r.version - n + 1 AS version, NULL::text AS event_id, substring(r.log FROM octet_length(r.log) - `+fmt.Sprint(inlineEntrySize)+` * n + 1 FOR `+fmt.Sprint(inlineEntrySize)+`) AS hash, true AS inline
+SELECT r.aggregate, r.version - n + 1 AS version, NULL::text AS event_id, substring(r.log FROM octet_length(r.log) / `+fmt.Sprint(inlineEntrySize)+` * `+fmt.Sprint(inlineEntrySize)+` - `+fmt.Sprint(inlineEntrySize)+` * n + 1 FOR `+fmt.Sprint(inlineEntrySize)+`) AS hash, true AS inline
 FROM r, generate_series(1, octet_length(r.log) / `+fmt.Sprint(inlineEntrySize)+`) AS n
 UNION ALL
 SELECT a.aggregate, a.version, a.event_id, a.hash, false FROM `+p.table("applied")+` a

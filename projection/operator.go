@@ -94,7 +94,7 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 			// An inline projection's row, after the version row: its
 			// version is the later of the two (see inline_gate.go).
 			var lerr error
-			if row, lerr = lockInlineOne(ctx, tx, it, agg); lerr != nil {
+			if row, lerr = p.lockInlineOne(ctx, tx, it, agg); lerr != nil {
 				return lerr
 			}
 			st.version = max(st.version, row.version)
@@ -138,10 +138,11 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 				return &HandlerError{Projection: projection, Aggregate: agg, Version: to, Err: fmt.Errorf("gap %d-%d: %w", from+1, to, err)}
 			}
 		}
-		if it != nil && row.version < st.version {
-			// The row catches up with a gap, and before the run applies.
-			if _, err := tx.Exec(ctx, newInlineSQL(it).align, []string{agg}, []int64{st.version}); err != nil {
-				return fmt.Errorf("align inline row: %w", err)
+		if it != nil && (row.version < st.version || row.marked()) {
+			// The row catches up with a gap, and its mark is cleared, before
+			// the run applies; the writes below mark it again if they must.
+			if _, err := tx.Exec(ctx, p.inlineSQL(it).prepare, []string{agg}, []int64{st.version}); err != nil {
+				return fmt.Errorf("prepare inline row: %w", err)
 			}
 		}
 		pl := &aggPlan{agg: agg, before: st, attempts: 1}
@@ -187,7 +188,7 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 			wb.Queue(p.sql.insertApplied, key, []string{agg}, []int64{q.ev.Version}, []string{q.id}, [][]byte{q.hash})
 		}
 		wb.Queue(p.sql.resetVersion, key, agg, after.version, after.parked, after.blocked)
-		p.queueWrites(wb, gateWrites{r: r, plans: []*aggPlan{pl}, tally: &tally})
+		p.queueWrites(wb, gateWrites{r: r, plans: []*aggPlan{pl}, tally: &tally, marks: []string{agg}})
 		wb.Queue(p.sql.operatorLog, action, projection, agg, from, to, reason)
 		if err := tx.SendBatch(ctx, wb).Close(); err != nil {
 			return fmt.Errorf("write: %w", err)

@@ -13,7 +13,7 @@ type statements struct {
 	readVersions, lockVersions, lockOne   string
 	casVersions, setVersion, resetVersion string
 	specVersions                          string
-	markVersions, checkVersions           string
+	markVersions                          string
 	loadAppliedTable                      string
 	loadApplied, insertApplied            string
 	spillLog, trimLog, spillAll           string
@@ -114,12 +114,6 @@ SELECT count(*) FILTER (WHERE rev > 0) FROM w`,
 SELECT $1, k.aggregate FROM unnest($2::text[]) AS k(aggregate)
 ON CONFLICT (projection, aggregate) DO NOTHING RETURNING 1)
 SELECT count(*) FROM w`,
-		// checkVersions counts the version rows of $2 that let an inline
-		// projection's fast path continue from the versions of $3: nothing
-		// parked or quarantined, no later version.
-		checkVersions: `SELECT count(*) FROM unnest($2::text[], $3::bigint[]) AS k(aggregate, expected)
-CROSS JOIN LATERAL (SELECT 1 FROM ` + versions + `
-  WHERE projection = $1 AND aggregate = k.aggregate AND parked = 0 AND NOT blocked AND version <= k.expected OFFSET 0) v`,
 		// setVersion overwrites the state of a row this transaction holds,
 		// dropping the last $6 entries of its log: those of a run that
 		// casVersions planned and a careful attempt cut short (before the
