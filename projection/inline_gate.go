@@ -69,6 +69,7 @@ var errInlineMiss = errors.New("projection: inline fast path missed")
 type inlineRow struct {
 	version int64
 	log     []byte
+	found   bool // lockInlineOne found the row
 }
 
 // inlineSQL are the gate's statements on an inline projection's table.
@@ -76,7 +77,7 @@ type inlineSQL struct {
 	lock, prepare, mark string
 }
 
-func newInlineSQL(t *InlineTable, versions string) inlineSQL {
+func newInlineSQL(t *InlineTable) inlineSQL {
 	tbl := t.Table.Sanitize()
 	k, v, l := pgx.Identifier{t.Key}.Sanitize(), pgx.Identifier{t.Version}.Sanitize(), pgx.Identifier{t.Log}.Sanitize()
 	size := strconv.Itoa(inlineEntrySize)
@@ -99,23 +100,16 @@ CROSS JOIN LATERAL (SELECT ` + v + ` AS version, ` + l + ` AS log FROM ` + tbl +
     FROM greatest(octet_length(` + entries + `) + ` + gapBytes + ` - ` + strconv.Itoa(InlineLogEntries*inlineEntrySize-1) + `, 1))
 FROM unnest($1::text[], $2::bigint[]) AS k(aggregate, version)
 WHERE t.` + k + ` = k.aggregate AND (t.` + v + ` < k.version OR octet_length(t.` + l + `) % ` + size + ` <> 0)`,
-		// mark marks the rows of $2 (sorted) whose aggregates' version rows
-		// hold parked or quarantined versions, or a later version, and
-		// clears the marks of the others: the fast path must leave the
-		// former alone (see Inline). Rows are found one by one (OFFSET 0)
-		// and updated by ctid, only those whose mark changes.
-		mark: `UPDATE ` + tbl + ` AS t SET ` + l + ` = CASE WHEN octet_length(t.` + l + `) % ` + size + ` = 0
-  THEN t.` + l + ` || '\x00'::bytea ELSE ` + entries + ` END
-WHERE t.ctid = ANY(ARRAY(SELECT r.ctid FROM unnest($2::text[]) AS k(aggregate)
-  CROSS JOIN LATERAL (SELECT ctid, ` + v + ` AS version, ` + l + ` AS log FROM ` + tbl + ` WHERE ` + k + ` = k.aggregate OFFSET 0) r
-  LEFT JOIN LATERAL (SELECT version, parked, blocked FROM ` + versions + `
-    WHERE projection = $1 AND aggregate = k.aggregate OFFSET 0) s ON true
-  WHERE (octet_length(r.log) % ` + size + ` <> 0) <> coalesce(s.parked > 0 OR s.blocked OR s.version > r.version, false)))`,
+		// mark sets the marks of the rows of $1 whose $2 is true and clears
+		// those of the others (rows the transaction holds, sorted).
+		mark: `UPDATE ` + tbl + ` AS t SET ` + l + ` = CASE WHEN k.mark THEN ` + entries + ` || '\\x00'::bytea ELSE ` + entries + ` END
+FROM unnest($1::text[], $2::bool[]) AS k(aggregate, mark)
+WHERE t.` + k + ` = k.aggregate`,
 	}
 }
 
 // inlineSQL returns the gate's statements on inline table t.
-func (p *Processor) inlineSQL(t *InlineTable) inlineSQL { return newInlineSQL(t, p.table("versions")) }
+func (p *Processor) inlineSQL(t *InlineTable) inlineSQL { return newInlineSQL(t) }
 
 // marked reports whether the gate marked an inline row (see Inline).
 func (row inlineRow) marked() bool { return len(row.log)%inlineEntrySize != 0 }
@@ -218,19 +212,15 @@ func (a *attempt) queueInlineLock(b *pgx.Batch, r *registered, t *InlineTable, a
 }
 
 // queueAlign queues the preparation of inline projection r's rows that
-// plans apply runs to: a row that stands behind its aggregate's version (an
-// operator's gap) catches up, and a marked row is cleared (see
-// inlineSQL.prepare). A mixed attempt's fast aggregates are left alone: their
-// rows' marks are what keeps them off the fast path when they must be.
+// plans apply runs to (see prepared): a row that stands behind its
+// aggregate's version (an operator's gap) catches up, and a marked row is
+// cleared (inlineSQL.prepare).
 func (a *attempt) queueAlign(b *pgx.Batch, r *registered, t *InlineTable, plans []*aggPlan) {
-	rows, fast := a.inlineRows(r), a.fastAggs(r)
+	rows := a.inlineRows(r)
 	var aggs []string
 	var vers []int64
 	for _, pl := range plans {
-		if _, ok := fast[pl.agg]; ok || len(pl.run) == 0 {
-			continue
-		}
-		if row, ok := rows[pl.agg]; ok && (row.version < pl.before.version || row.marked()) {
+		if row, ok := rows[pl.agg]; ok && a.prepared(r, pl, row) {
 			aggs, vers = append(aggs, pl.agg), append(vers, pl.before.version)
 		}
 	}
@@ -239,21 +229,58 @@ func (a *attempt) queueAlign(b *pgx.Batch, r *registered, t *InlineTable, plans 
 	}
 }
 
-// markAggs returns the aggregates of plans whose inline rows' marks an
-// attempt sets or clears after it applied them (see inlineSQL.mark): all but
-// those it took by a fast path, whose version rows it did not touch.
-func (a *attempt) markAggs(r *registered, plans []*aggPlan) []string {
-	if a.mode.speculative || r.inlineTable() == nil {
-		return nil
+// prepared reports whether the attempt prepares inline projection r's row
+// of pl's aggregate (which exists) before its handler applies pl's run: a
+// row behind the aggregate's version or marked, unless the run is empty or
+// the aggregate is one of a mixed attempt's fast ones, whose rows' marks are
+// what keeps them off the fast path when they must be.
+func (a *attempt) prepared(r *registered, pl *aggPlan, row inlineRow) bool {
+	if _, fast := a.fastAggs(r)[pl.agg]; fast || len(pl.run) == 0 {
+		return false
 	}
-	fast := a.fastAggs(r)
-	out := make([]string, 0, len(plans))
+	return row.version < pl.before.version || row.marked()
+}
+
+// markWrites returns the marks of inline projection r's rows that change
+// once plans are carried out (see markChange), for queueWrites: none on a
+// fast path, whose version rows the attempt did not touch.
+func (a *attempt) markWrites(r *registered, plans []*aggPlan) (aggs []string, marks []bool) {
+	if r.inlineTable() == nil || a.mode.speculative {
+		return nil, nil
+	}
+	rows, fast := a.inlineRows(r), a.fastAggs(r)
 	for _, pl := range plans {
-		if _, ok := fast[pl.agg]; !ok {
-			out = append(out, pl.agg)
+		if _, ok := fast[pl.agg]; ok {
+			continue
+		}
+		row, exists := rows[pl.agg]
+		if mark, change := markChange(pl, row, exists, exists && a.prepared(r, pl, row)); change {
+			aggs, marks = append(aggs, pl.agg), append(marks, mark)
 		}
 	}
-	return out
+	return aggs, marks
+}
+
+// markChange returns whether the inline row of pl's aggregate must be
+// marked once pl is carried out — its version row then holds parked or
+// quarantined versions, or a later version than the row — and whether that
+// changes the row's mark. row is the row as the transaction locked it
+// (exists: it had one), prepared whether its mark was cleared before the
+// handler applied pl's run. A row the handler creates has no mark.
+func markChange(pl *aggPlan, row inlineRow, exists, prepared bool) (mark, change bool) {
+	after := pl.after()
+	rowVersion := row.version
+	switch {
+	case pl.cut > 0:
+		rowVersion = after.version // the handler wrote it, created it maybe
+	case prepared:
+		rowVersion = max(row.version, pl.before.version)
+	case !exists:
+		return false, false
+	}
+	marked := exists && row.marked() && !prepared
+	mark = after.parked > 0 || after.blocked || after.version > rowVersion
+	return mark, mark != marked
 }
 
 // inlineRows returns the rows the general path locked for projection r.
@@ -299,6 +326,7 @@ func (p *Processor) lockInlineOne(ctx context.Context, tx pgx.Tx, t *InlineTable
 		if err := rows.Scan(&a, &row.version, &row.log); err != nil {
 			return row, fmt.Errorf("lock inline row: %w", err)
 		}
+		row.found = true
 	}
 	if err := rows.Err(); err != nil {
 		return row, fmt.Errorf("lock inline row: %w", err)

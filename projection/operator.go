@@ -138,7 +138,8 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 				return &HandlerError{Projection: projection, Aggregate: agg, Version: to, Err: fmt.Errorf("gap %d-%d: %w", from+1, to, err)}
 			}
 		}
-		if it != nil && (row.version < st.version || row.marked()) {
+		prepared := it != nil && row.found && (row.version < st.version || row.marked())
+		if prepared {
 			// The row catches up with a gap, and its mark is cleared, before
 			// the run applies; the writes below mark it again if they must.
 			if _, err := tx.Exec(ctx, p.inlineSQL(it).prepare, []string{agg}, []int64{st.version}); err != nil {
@@ -188,7 +189,13 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 			wb.Queue(p.sql.insertApplied, key, []string{agg}, []int64{q.ev.Version}, []string{q.id}, [][]byte{q.hash})
 		}
 		wb.Queue(p.sql.resetVersion, key, agg, after.version, after.parked, after.blocked)
-		p.queueWrites(wb, gateWrites{r: r, plans: []*aggPlan{pl}, tally: &tally, marks: []string{agg}})
+		w := gateWrites{r: r, plans: []*aggPlan{pl}, tally: &tally}
+		if it != nil {
+			if mark, change := markChange(pl, row, row.found, prepared); change {
+				w.markAggs, w.marks = []string{agg}, []bool{mark}
+			}
+		}
+		p.queueWrites(wb, w)
 		wb.Queue(p.sql.operatorLog, action, projection, agg, from, to, reason)
 		if err := tx.SendBatch(ctx, wb).Close(); err != nil {
 			return fmt.Errorf("write: %w", err)

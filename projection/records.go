@@ -30,15 +30,17 @@ type gateWrites struct {
 	// entries to the version rows (batches); else they go to the applied
 	// table (operator actions, whose log starts anew).
 	logInRow bool
-	// marks are the aggregates whose inline rows' marks are set or cleared
-	// from their version rows' final states (inlineSQL.mark), sorted.
-	marks []string
+	// markAggs are the aggregates whose inline rows' marks change (sorted),
+	// marks whether each is set (inlineSQL.mark).
+	markAggs []string
+	marks    []bool
 }
 
 // queueWrites queues the gate's writes of projection r's plans, for a batch.
 func (a *attempt) queueWrites(b *pgx.Batch, r *registered, plans []*aggPlan, conflicts []conflict) {
-	a.p.queueWrites(b, gateWrites{r: r, plans: plans, conflicts: conflicts, tally: &a.out.tally[r.index], logInRow: true,
-		marks: a.markAggs(r, plans)})
+	w := gateWrites{r: r, plans: plans, conflicts: conflicts, tally: &a.out.tally[r.index], logInRow: true}
+	w.markAggs, w.marks = a.markWrites(r, plans)
+	a.p.queueWrites(b, w)
 }
 
 // queueWrites queues w: parked inserts and deletes, quarantines, the version
@@ -118,9 +120,8 @@ func (p *Processor) queueWrites(b *pgx.Batch, w gateWrites) {
 	if len(w.conflicts) > 0 {
 		p.queueConflicts(b, name, w.conflicts)
 	}
-	if t := w.r.inlineTable(); t != nil && len(w.marks) > 0 {
-		// Last: the version rows hold their final states.
-		b.Queue(p.inlineSQL(t).mark, name, w.marks)
+	if t := w.r.inlineTable(); t != nil && len(w.markAggs) > 0 {
+		b.Queue(p.inlineSQL(t).mark, w.markAggs, w.marks)
 	}
 }
 
