@@ -69,10 +69,22 @@ SET state = 'catchup', phase = 'catch-up', position = $2, position_time = $3, ev
 // earlier pages (statements.go and appliedlog.go have the layout). One
 // sort of the journal does both.
 //
-// Inline projections get them too: their fast path needs a version row for
-// every aggregate that has a row (inline_gate.go).
+// An inline projection's rows hold the versions and logs (see replay): it
+// gets a version row per row, at the row's version, with an empty log — one
+// statement over its table (every aggregate that has a row has a version
+// row, as live, for the views that list aggregates).
 func (b *builder) writeGateState(ctx context.Context, tx pgx.Tx, journal string) error {
 	if !b.versionRows() {
+		return nil
+	}
+	if t := b.gate.projs[0].inlineTable(); t != nil {
+		v := pgx.Identifier{t.Version}.Sanitize()
+		_, err := tx.Exec(ctx, `INSERT INTO `+b.p.table("versions")+` (projection, aggregate, version, log_base)
+SELECT $1, `+pgx.Identifier{t.Key}.Sanitize()+`, `+v+`, `+v+` FROM `+t.Table.Sanitize()+`
+ON CONFLICT (projection, aggregate) DO NOTHING`, b.gen.Key)
+		if err != nil {
+			return fmt.Errorf("write the version rows: %w", err)
+		}
 		return nil
 	}
 	page := strconv.Itoa(logPage)
@@ -96,6 +108,5 @@ ON CONFLICT (projection, aggregate) DO NOTHING`
 }
 
 // versionRows reports whether the new generation's gate keeps a version row
-// per aggregate: every projection does, inline ones included (their fast
-// path needs one for every aggregate that has a row).
+// per aggregate: every projection does (an inline one's are empty).
 func (b *builder) versionRows() bool { return true }

@@ -37,9 +37,11 @@ import (
 // transaction first, then the replay's with its position, so a crash in
 // between replays the gated events again — duplicates, for the gate.
 //
-// Inline projections (which keep an aggregate's version in their own row)
-// get version rows all the same: their fast path needs one for every
-// aggregate that has a row (inline_gate.go).
+// Inline projections keep an aggregate's version and its last versions'
+// log in their own row, which the handler writes: their replay has no
+// journal, and finalization writes an empty version row per row, from the
+// projection's table. Versions older than a row's log count as duplicates,
+// as they do live (inline_gate.go).
 
 // Tables of the replay, in the generation's schema. The leading underscore
 // keeps them apart from the projection's tables (and out of the content
@@ -60,7 +62,10 @@ type replay struct {
 	b       *builder
 	state   string // qualified table names
 	journal string
-	known   map[string]memAgg
+	// inline is the projection's inline table (nil if not inline): its
+	// rows hold the versions, and there is no journal.
+	inline *InlineTable
+	known  map[string]memAgg
 	// spilled is set once aggregates may be missing from known: looked up
 	// in the journal and the version rows (indexed is set once the
 	// journal's index exists).
@@ -74,7 +79,8 @@ type replay struct {
 func (b *builder) replay(ctx context.Context) error {
 	schema := b.gen.Schema
 	q := func(t string) string { return pgx.Identifier{schema, t}.Sanitize() }
-	rp := &replay{b: b, state: q(replayStateTable), journal: q(replayLogTable), known: map[string]memAgg{}}
+	rp := &replay{b: b, state: q(replayStateTable), journal: q(replayLogTable), inline: b.gate.projs[0].inlineTable(),
+		known: map[string]memAgg{}}
 	if err := rp.prepare(ctx); err != nil {
 		return err
 	}
@@ -334,8 +340,8 @@ func (rp *replay) commit(ctx context.Context, events []aggregate.Event, rejects 
 }
 
 // lookup fills known with the aggregates of aggs it lacks, once it may
-// lack some (spilled): their last version in the journal, and whether the
-// gate has them.
+// lack some (spilled): their last version in the journal (an inline
+// projection's: in its rows), and whether the gate has them.
 func (rp *replay) lookup(ctx context.Context, aggs []string) error {
 	if !rp.spilled {
 		return nil
@@ -349,8 +355,12 @@ func (rp *replay) lookup(ctx context.Context, aggs []string) error {
 	if len(missing) == 0 {
 		return nil
 	}
+	last := `SELECT max(version) FROM ` + rp.journal + ` j WHERE j.aggregate = k.a`
+	if t := rp.inline; t != nil {
+		last = `SELECT ` + pgx.Identifier{t.Version}.Sanitize() + ` FROM ` + t.Table.Sanitize() + ` WHERE ` + pgx.Identifier{t.Key}.Sanitize() + ` = k.a`
+	}
 	rows, err := rp.b.conn.Query(ctx, `SELECT k.a,
-  coalesce((SELECT max(version) FROM `+rp.journal+` j WHERE j.aggregate = k.a), 0),
+  coalesce((`+last+`), 0),
   EXISTS (SELECT 1 FROM `+rp.b.p.table("versions")+` v WHERE v.projection = $1 AND v.aggregate = k.a)
 FROM unnest($2::text[]) AS k(a)`, rp.b.gen.Key, missing)
 	if err != nil {
@@ -391,10 +401,12 @@ func (rp *replay) throughGate(ctx context.Context, ds []delivery) error {
 			bt.Queue(`INSERT INTO `+b.p.table("versions")+` (projection, aggregate, version, log_base)
 SELECT $1, k.a, k.v, k.v FROM unnest($2::text[], $3::bigint[]) AS k(a, v) ORDER BY k.a COLLATE "C"
 ON CONFLICT (projection, aggregate) DO NOTHING`, b.gen.Key, aggs, vers)
-			bt.Queue(`INSERT INTO `+b.p.table("applied")+` (projection, aggregate, version, event_id, hash)
+			if rp.inline == nil {
+				bt.Queue(`INSERT INTO `+b.p.table("applied")+` (projection, aggregate, version, event_id, hash)
 SELECT $1, j.aggregate, j.version, coalesce(j.event_id, j.aggregate || ':' || j.version), j.hash
 FROM `+rp.journal+` j WHERE j.aggregate = ANY($2)
 ON CONFLICT DO NOTHING`, b.gen.Key, aggs)
+			}
 			return tx.SendBatch(ctx, bt).Close()
 		})
 		if err != nil {
@@ -440,7 +452,7 @@ func (rp *replay) bulkTx(ctx context.Context, bt *batch, bulk []delivery, n int6
 			if err := p.callHandler(ctx, ht, b.gate.projs[0], events); err != nil {
 				return &handlerFailure{projection: b.r.name, err: err}
 			}
-			if len(bulk) > 0 {
+			if len(bulk) > 0 && rp.inline == nil {
 				ht.Queue(`INSERT INTO `+rp.journal+` (aggregate, version, event_id, hash)
 SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[])`, aggs, vers, ids, hashes)
 			}
