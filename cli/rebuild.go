@@ -39,7 +39,7 @@ type rebuildOptions struct {
 	Retention     time.Duration
 	ExpectChanges bool
 	VerifyTimeout time.Duration
-	Logged        bool
+	Unlogged      bool
 	Wait          bool
 }
 
@@ -91,8 +91,8 @@ fed by the workers with no pause:
   replay     $all from the start into the new generation's own tables (a
              schema of its own) and gate state, in bulk: one writer, large
              batches (--replay-batch-size), each aggregate's version kept in
-             memory (--max-aggregates, then looked up), the tables unlogged
-             until it is done (--logged keeps them logged);
+             memory (--max-aggregates, then looked up), --unlogged makes the
+             tables unlogged until it is done;
   catch-up   the workers of the projection's code version feed it from now
              on, with the live one; the rebuild reads $all up to its end
              through the gate, repeating while a pass reads more than
@@ -148,7 +148,7 @@ DELETES the read model and its parked, quarantined and conflict records
 			fs.DurationVar(&o.Retention, "retention", projection.DefaultRetention, "how long the previous generation stays fed, for rollback (negative: retire it at once)")
 			fs.BoolVar(&o.ExpectChanges, "expect-changes", false, "a repair of a read model known to be damaged: do not require the same content as the live generation")
 			fs.DurationVar(&o.VerifyTimeout, "verify-timeout", projection.DefaultVerifyTimeout, "how long verification waits for the new generation and the live one to be in step")
-			fs.BoolVar(&o.Logged, "logged", false, "keep the new generation's tables logged during the replay (slower; survives a database crash)")
+			fs.BoolVar(&o.Unlogged, "unlogged", false, "make the new generation's tables unlogged during the replay (lost in a database crash, the replay then starts again; made logged at the end, which rewrites them)")
 			fs.BoolVar(&o.Wait, "wait", false, "if another process is rebuilding the projection, wait for it and report its outcome")
 			return o
 		}, c.Run)
@@ -208,7 +208,7 @@ func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
 	bars := &phaseBars{con: con}
 	res, err := proc.Build(ctx, o.Projection, &projection.BuildOptions{
 		Stream: r, BatchSize: o.ReplayBatch, MaxAggregates: o.MaxAggregates, CatchUpEvents: o.CatchUpEvents,
-		Retention: o.Retention, ExpectChanges: o.ExpectChanges, VerifyTimeout: o.VerifyTimeout, Logged: o.Logged, Wait: o.Wait,
+		Retention: o.Retention, ExpectChanges: o.ExpectChanges, VerifyTimeout: o.VerifyTimeout, Unlogged: o.Unlogged, Wait: o.Wait,
 		Progress: bars.update,
 	})
 	bars.finish()

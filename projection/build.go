@@ -121,11 +121,14 @@ type BuildOptions struct {
 	// DefaultVerifyTimeout (1 min).
 	VerifyTimeout time.Duration
 
-	// Logged keeps the new generation's tables logged during the replay.
-	// By default they are unlogged (no write-ahead log: faster, and lost
-	// if the database server crashes, in which case the replay starts
-	// again) and made logged when the generation goes into catch-up.
-	Logged bool
+	// Unlogged makes the new generation's tables unlogged during the
+	// replay (no write-ahead log; lost if the database server crashes, in
+	// which case the replay starts again) and logged again when the
+	// generation goes into catch-up, which rewrites them. By default they
+	// stay logged: the replay commits without waiting for the disk either
+	// way, and on the ledger the rewrite costs more than the log saves
+	// (docs/benchmarks.md).
+	Unlogged bool
 
 	// Wait makes a Build that finds the projection being built by another
 	// process wait for it instead of failing with ErrBuildInProgress; if
@@ -193,8 +196,9 @@ type BuildResult struct {
 //     generation, in order, by one writer, without the gate's version rows
 //     — each aggregate's last version is kept in memory (bounded by
 //     BuildOptions.MaxAggregates) and its applied log appended to an
-//     unlogged journal — with BatchHandlers called on large batches and the
-//     tables unlogged. Each transaction stores the replay's position: a
+//     unlogged journal (an inline projection's rows hold it: no journal) —
+//     with BatchHandlers called on large batches (and the tables unlogged
+//     with BuildOptions.Unlogged). Each transaction stores the replay's position: a
 //     Build stopped any way (SIGKILL included) resumes there. Events that
 //     do not continue their aggregate (duplicates, gaps, out-of-order
 //     versions) and handler failures go through the gate instead, where

@@ -264,6 +264,47 @@ func TestBuildReplay(t *testing.T) {
 		}
 	})
 
+	t.Run("InlineIrregularStreamUnlogged", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := genSetup(t) // the inline ledger: no journal, its rows hold the versions
+		events := ledger.Generate(rand.New(rand.NewPCG(17, 19)), 30, 6)
+		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
+		require.NoError(t, err)
+		// Copies, and an aggregate's versions out of order, so that some
+		// aggregates go through the gate; few aggregates kept in memory, so
+		// that the replay looks the others up in the rows.
+		log := slices.Clone(events)
+		log = append(log, events[7], events[8])
+		log[0], log[1] = log[1], log[0]
+		res, err := b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(log, 13), BatchSize: 20,
+			MaxAggregates: 4, Unlogged: true})
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Generation)
+		live := genLive(t, b.proc)
+		require.Equal(t, genFold(t, events), genModel(t, b, live.Schema))
+		st := opStatus(t, b.proc, "ledger")
+		require.Zero(t, st.Parked)
+		require.Zero(t, st.Conflicts)
+		// Made logged at the end.
+		require.Zero(t, opCount(t, b.db, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = '`+live.Schema+`' AND c.relkind = 'r' AND c.relpersistence <> 'p' AND c.relname NOT LIKE '\_inorder%'`))
+		// Every aggregate has its version row, at its row's version.
+		require.EqualValues(t, 30, opCount(t, b.db, `SELECT count(*) FROM versions WHERE projection = 'ledger@2'`))
+		// Redeliveries after the switch are duplicates; a changed payload of
+		// a version the rows' logs hold is a conflict.
+		out, err := b.proc.Process(ctx, projection.Batch{Events: events})
+		require.NoError(t, err)
+		for _, r := range out {
+			require.Equal(t, projection.Duplicate, r.Outcome)
+		}
+		changed := events[2]
+		changed.Data = []byte(`{"amount": 1}`)
+		out, err = b.proc.Process(ctx, projection.Batch{Events: []aggregate.Event{changed}})
+		require.NoError(t, err)
+		require.Equal(t, projection.Conflict, out[0].Outcome)
+	})
+
 	t.Run("BoundedMemory", func(t *testing.T) {
 		t.Parallel()
 		t.Run("inline", func(t *testing.T) { t.Parallel(); boundedMemory(t, genSetup(t), true) })

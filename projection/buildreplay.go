@@ -22,7 +22,7 @@ import (
 // position, in a one-row unlogged table beside it. Finalization turns the
 // journal into version rows and applied log, once per aggregate.
 //
-// The journal, the replay's position and (unless BuildOptions.Logged) the
+// The journal, the replay's position and (with BuildOptions.Unlogged) the
 // projection's tables are all unlogged: a database crash empties them all
 // at once, and the replay then starts again (a missing position row means
 // a fresh start: everything the generation has is cleared first).
@@ -165,7 +165,7 @@ func (rp *replay) prepare(ctx context.Context) error {
 }
 
 // setup creates the projection's tables in the generation's schema and,
-// unless BuildOptions.Logged, makes them unlogged for the replay.
+// with BuildOptions.Unlogged, makes them unlogged for the replay.
 func (rp *replay) setup(ctx context.Context, tx pgx.Tx) error {
 	b := rp.b
 	if s, ok := b.r.p.(Setuper); ok {
@@ -180,7 +180,7 @@ func (rp *replay) setup(ctx context.Context, tx pgx.Tx) error {
 	if len(tables) == 0 {
 		return fmt.Errorf("projection %s: no table in schema %s after Setup: %w", b.r.name, b.gen.Schema, ErrNoSchema)
 	}
-	if b.opts.Logged {
+	if !b.opts.Unlogged {
 		return nil
 	}
 	// Unlogged, all or none: a table may not reference another of a

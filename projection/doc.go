@@ -119,7 +119,7 @@
 //
 // [Processor.Build] rebuilds a projection side by side: it replays the
 // stream into a new generation in bulk (one writer, no version rows, large
-// batches, unlogged tables, a resumable position), lets the processors of
+// batches, commits that do not wait for the disk, a resumable position), lets the processors of
 // its code version feed it (catch-up), reads the stream to its end through
 // the gate, verifies it ([Verifier], and the live generation's content when
 // the code did not change) and switches it in with one transaction; the
