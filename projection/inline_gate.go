@@ -102,7 +102,7 @@ FROM unnest($1::text[], $2::bigint[]) AS k(aggregate, version)
 WHERE t.` + k + ` = k.aggregate AND (t.` + v + ` < k.version OR octet_length(t.` + l + `) % ` + size + ` <> 0)`,
 		// mark sets the marks of the rows of $1 whose $2 is true and clears
 		// those of the others (rows the transaction holds, sorted).
-		mark: `UPDATE ` + tbl + ` AS t SET ` + l + ` = CASE WHEN k.mark THEN ` + entries + ` || '\\x00'::bytea ELSE ` + entries + ` END
+		mark: `UPDATE ` + tbl + ` AS t SET ` + l + ` = CASE WHEN k.mark THEN ` + entries + ` || '\x00'::bytea ELSE ` + entries + ` END
 FROM unnest($1::text[], $2::bool[]) AS k(aggregate, mark)
 WHERE t.` + k + ` = k.aggregate`,
 	}
