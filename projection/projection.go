@@ -104,8 +104,12 @@ func newTx(tx pgx.Tx, projection string) *Tx {
 func (t *Tx) Projection() string { return t.projection }
 
 // Queue adds a statement to the pipeline. Its error, if any, surfaces when
-// the pipeline is sent, and fails the transaction.
-func (t *Tx) Queue(sql string, args ...any) { t.batch.Queue(sql, args...) }
+// the pipeline is sent, and fails the transaction. To read its result, set
+// a callback on the returned statement (QueryRow, Query or Exec): it runs
+// when the pipeline is sent — by Flush, by Exec, Query, QueryRow, CopyFrom
+// or Tx, or by the processor after the handler returns — in the order the
+// statements were queued, and its error fails the send.
+func (t *Tx) Queue(sql string, args ...any) *pgx.QueuedQuery { return t.batch.Queue(sql, args...) }
 
 // Flush sends the queued statements now.
 func (t *Tx) Flush(ctx context.Context) error {
