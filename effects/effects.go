@@ -110,13 +110,27 @@ func (i Intent) Key(projection string) string {
 var keySpace = uuid.MustParse("6f1d3c2a-9b8e-4f57-a0c4-2e5d7b9a1c30")
 
 func key(fields ...string) string {
-	var data []byte
+	k, _ := keyOf(nil, fields...)
+	return uuid.UUID(k).String()
+}
+
+// keyOf returns the key of fields (projection, stable id, kind,
+// discriminator, salt) as bytes: uuid.NewHash(sha256.New(), keySpace,
+// data, 8) over the length-prefixed fields, without its allocations. buf is
+// scratch space, returned for the next call.
+func keyOf(buf []byte, fields ...string) ([16]byte, []byte) {
+	buf = append(buf[:0], keySpace[:]...)
 	for _, f := range fields {
 		// Length-prefixed, so no two field lists hash the same input.
-		data = binary.AppendUvarint(data, uint64(len(f)))
-		data = append(data, f...)
+		buf = binary.AppendUvarint(buf, uint64(len(f)))
+		buf = append(buf, f...)
 	}
-	return uuid.NewHash(sha256.New(), keySpace, data, 8).String()
+	sum := sha256.Sum256(buf)
+	var k [16]byte
+	copy(k[:], sum[:16])
+	k[6] = (k[6] & 0x0f) | 8<<4 // version 8
+	k[8] = (k[8] & 0x3f) | 0x80 // RFC 4122 variant
+	return k, buf
 }
 
 // validKey reports whether s has the form of a key.

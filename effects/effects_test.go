@@ -2,6 +2,8 @@ package effects_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -37,6 +39,14 @@ func TestKey(t *testing.T) {
 	e2 := e
 	e2.ID = "pay-1:3"
 	require.Equal(t, k, effects.Intent{Kind: "webhook", Event: e2}.Key("ledger"), "the default id is the stable id")
+	// The derivation itself: keys recorded by earlier releases stay the
+	// keys of their facts.
+	var data []byte
+	for _, f := range []string{"ledger", "pay-1:3", "webhook", "", ""} {
+		data = binary.AppendUvarint(data, uint64(len(f)))
+		data = append(data, f...)
+	}
+	require.Equal(t, uuid.NewHash(sha256.New(), uuid.MustParse("6f1d3c2a-9b8e-4f57-a0c4-2e5d7b9a1c30"), data, 8).String(), k)
 
 	variants := map[string]string{}
 	add := func(name, key string) {

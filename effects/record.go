@@ -1,12 +1,12 @@
 package effects
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,9 +30,11 @@ import (
 // insert, so concurrent transactions record a key exactly once. Record
 // returns how many intents it recorded.
 //
-// Record sends what tx has queued first, and takes two round trips (the
-// insert, then River's). A BatchHandler records the intents of its whole
-// batch with one call; a per-event handler calls it per event.
+// Record queues its insert behind what tx has queued and sends them
+// together, then enqueues the River jobs: two round trips, one of which
+// the handler's statements would have taken anyway. A BatchHandler records
+// the intents of its whole batch with one call; a per-event handler calls
+// it per event.
 func (c *Client) Record(ctx context.Context, tx *projection.Tx, intents ...Intent) (int, error) {
 	if len(intents) == 0 {
 		return 0, nil
@@ -41,11 +43,20 @@ func (c *Client) Record(ctx context.Context, tx *projection.Tx, intents ...Inten
 	if name == "" {
 		return 0, errors.New("effects: Record needs the transaction of a projection's handler (Tx.Projection is empty); use RecordTx")
 	}
-	ptx, err := tx.Tx(ctx)
+	rec, err := c.newRecording(name, intents)
+	if err != nil {
+		return 0, err
+	}
+	rec.queue(tx.Queue)
+	sent := tx.Flush(ctx)
+	ptx, err := tx.Tx(ctx) // nothing is queued now: the transaction
 	if err != nil {
 		return 0, fmt.Errorf("effects: record: %w", err)
 	}
-	return c.RecordTx(ctx, ptx, name, intents...)
+	if err := rec.finish(ctx, ptx, sent); err != nil {
+		return 0, fmt.Errorf("effects: record: %w", err)
+	}
+	return rec.inserted, nil
 }
 
 // RecordTx is Record for code that holds a plain pgx transaction: it
@@ -57,99 +68,153 @@ func (c *Client) RecordTx(ctx context.Context, tx pgx.Tx, projection string, int
 	if projection == "" {
 		return 0, errors.New("effects: record: empty projection name")
 	}
+	rec, err := c.newRecording(projection, intents)
+	if err != nil {
+		return 0, err
+	}
+	b := &pgx.Batch{}
+	rec.queue(b.Queue)
+	err = tx.SendBatch(ctx, b).Close()
+	if err := rec.finish(ctx, tx, err); err != nil {
+		return 0, fmt.Errorf("effects: record: %w", err)
+	}
+	return rec.inserted, nil
+}
+
+// recording is one Record call's intents, as the parameters of its insert,
+// and what the insert returned.
+type recording struct {
+	c *Client
+	// params are the insert's: the projection, then one array per column,
+	// sorted by key (concurrent transactions lock the keys in one order)
+	// without repeated keys.
+	params []any
+	keys   [][16]byte
+	kinds  []string
+
+	// What the insert returned: the keys and kinds it inserted (up to
+	// DirectJobs intents), or its batch and count (more).
+	newKeys, newKinds []string
+	relay             relayArgs
+	inserted          int
+	// savepoint: the large insert's savepoint was taken; conflict: its
+	// plain insert met a recorded key.
+	savepoint, conflict bool
+}
+
+// newRecording checks intents and derives their keys and parameters.
+func (c *Client) newRecording(projection string, intents []Intent) (*recording, error) {
 	type row struct {
-		key  string
+		key  [16]byte
 		in   *Intent
 		args []byte
 	}
 	rows := make([]row, 0, len(intents))
+	var keyBuf []byte
 	for i := range intents {
 		in := &intents[i]
 		if in.Kind == "" {
-			return 0, errors.New("effects: record: an intent has an empty kind")
+			return nil, errors.New("effects: record: an intent has an empty kind")
 		}
 		if _, ok := c.handlers[in.Kind]; !ok {
-			return 0, fmt.Errorf("effects: record %q: %w", in.Kind, ErrUnknownKind)
+			return nil, fmt.Errorf("effects: record %q: %w", in.Kind, ErrUnknownKind)
 		}
 		if in.Event.Aggregate == "" || in.Event.Version < 1 {
-			return 0, fmt.Errorf("effects: record %q: the intent's event has no aggregate or version", in.Kind)
+			return nil, fmt.Errorf("effects: record %q: the intent's event has no aggregate or version", in.Kind)
 		}
 		args, err := json.Marshal(in.Args)
 		if err != nil {
-			return 0, fmt.Errorf("effects: record %q: args: %w", in.Kind, err)
+			return nil, fmt.Errorf("effects: record %q: args: %w", in.Kind, err)
 		}
-		rows = append(rows, row{key: in.Key(projection), in: in, args: args})
+		var k [16]byte
+		k, keyBuf = keyOf(keyBuf, projection, in.Event.StableID(), in.Kind, in.Discriminator, in.Salt)
+		rows = append(rows, row{key: k, in: in, args: args})
 	}
-	// Sorted keys: concurrent transactions lock them in one order. The
-	// first of equal keys stays.
-	slices.SortStableFunc(rows, func(a, b row) int { return strings.Compare(a.key, b.key) })
+	// Sorted keys (bytewise, the order of their text form too): concurrent
+	// transactions lock them in one order. The first of equal keys stays.
+	slices.SortStableFunc(rows, func(a, b row) int { return bytes.Compare(a.key[:], b.key[:]) })
 	rows = slices.CompactFunc(rows, func(a, b row) bool { return a.key == b.key })
 
 	n := len(rows)
-	keys, kinds, ids, aggs, discs, salts := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	keys, kinds, ids, aggs, discs, salts := make([][16]byte, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	vers := make([]int64, n)
-	args := make([]string, n)
+	args := make([][]byte, n)
 	for i, r := range rows {
 		keys[i], kinds[i], ids[i], aggs[i], vers[i] = r.key, r.in.Kind, r.in.Event.StableID(), r.in.Event.Aggregate, r.in.Event.Version
-		discs[i], salts[i], args[i] = r.in.Discriminator, r.in.Salt, string(r.args)
+		discs[i], salts[i], args[i] = r.in.Discriminator, r.in.Salt, r.args
 	}
-	if n > DirectJobs {
-		relay, inserted, err := c.insertBatch(ctx, tx, projection, keys, kinds, ids, aggs, vers, discs, salts, args)
-		if err != nil {
-			return 0, fmt.Errorf("effects: record: %w", err)
-		}
-		if inserted > 0 {
-			relay.Kinds = slices.Compact(slices.Sorted(slices.Values(kinds)))
-			if _, err := c.river.InsertTx(ctx, tx, relay, &river.InsertOpts{Queue: c.cfg.Queue, MaxAttempts: c.cfg.MaxAttempts}); err != nil {
-				return 0, fmt.Errorf("effects: record: enqueue relay job: %w", err)
-			}
-		}
-		return int(inserted), nil
-	}
-	res, err := tx.Query(ctx, c.sql.insert, projection, keys, kinds, ids, aggs, vers, discs, salts, args)
-	if err != nil {
-		return 0, fmt.Errorf("effects: record: %w", err)
-	}
-	var newKeys, newKinds []string
-	var k, kind string
-	if _, err := pgx.ForEachRow(res, []any{&k, &kind}, func() error {
-		newKeys, newKinds = append(newKeys, k), append(newKinds, kind)
-		return nil
-	}); err != nil {
-		return 0, fmt.Errorf("effects: record: %w", err)
-	}
-	if err := c.enqueue(ctx, tx, c.jobsFor(newKeys, newKinds)); err != nil {
-		return 0, fmt.Errorf("effects: record: %w", err)
-	}
-	return len(newKeys), nil
+	return &recording{c: c, params: []any{projection, keys, kinds, ids, aggs, vers, discs, salts, args}, keys: keys, kinds: kinds}, nil
 }
 
-// insertBatch inserts a large batch's intents and returns its batch number
-// and how many it inserted. It tries a plain insert first, under a
-// savepoint; if one of the keys is recorded already (a replay, a rebuild),
-// it rolls back to the savepoint and inserts with ON CONFLICT DO NOTHING.
-// Either way the primary key decides.
-func (c *Client) insertBatch(ctx context.Context, tx pgx.Tx, projection string, arrays ...any) (relay relayArgs, inserted int64, err error) {
-	params := append([]any{projection}, arrays...)
-	scan := func(row pgx.Row) error { return row.Scan(&relay.Batch, &inserted, &relay.At) }
-	b := &pgx.Batch{}
-	b.Queue(`SAVEPOINT inorder_effects`)
-	b.Queue(c.sql.insertBatchNew, params...).QueryRow(scan)
-	b.Queue(`RELEASE SAVEPOINT inorder_effects`)
-	err = tx.SendBatch(ctx, b).Close()
-	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) || pgErr.Code != uniqueViolation || pgErr.TableName != "effects" {
-		return relay, inserted, err
+// queue queues the insert of the recording's intents with q (a pipeline's
+// Queue): up to DirectJobs, an insert that returns the keys it inserted; more, under
+// a savepoint, a plain insert of the batch (see insertBatch).
+func (r *recording) queue(q func(string, ...any) *pgx.QueuedQuery) {
+	c := r.c
+	if len(r.keys) <= DirectJobs {
+		q(c.sql.insert, r.params...).Query(func(rows pgx.Rows) error {
+			var k, kind string
+			_, err := pgx.ForEachRow(rows, []any{&k, &kind}, func() error {
+				r.newKeys, r.newKinds = append(r.newKeys, k), append(r.newKinds, kind)
+				return nil
+			})
+			return err
+		})
+		return
 	}
-	// Alone: a batch prepares its statements first, which the aborted
-	// transaction refuses.
-	if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT inorder_effects`); err != nil {
-		return relay, 0, err
+	q(`SAVEPOINT inorder_effects`).Exec(func(pgconn.CommandTag) error {
+		r.savepoint = true
+		return nil
+	})
+	q(c.sql.insertBatchNew, r.params...).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&r.relay.Batch, &r.inserted, &r.relay.At)
+		var pgErr *pgconn.PgError
+		r.conflict = errors.As(err, &pgErr) && pgErr.Code == uniqueViolation
+		return err
+	})
+	q(`RELEASE SAVEPOINT inorder_effects`)
+}
+
+// finish completes the recording in tx once the queued statements were sent
+// (with error sent): on a conflict of the large insert, it inserts again
+// with ON CONFLICT DO NOTHING; then it enqueues the River jobs of what was
+// inserted.
+func (r *recording) finish(ctx context.Context, tx pgx.Tx, sent error) error {
+	c := r.c
+	if len(r.keys) <= DirectJobs {
+		if sent != nil {
+			return sent
+		}
+		r.inserted = len(r.newKeys)
+		return c.enqueue(ctx, tx, c.jobsFor(r.newKeys, r.newKinds))
 	}
-	b = &pgx.Batch{}
-	b.Queue(`RELEASE SAVEPOINT inorder_effects`)
-	b.Queue(c.sql.insertBatch, params...).QueryRow(scan)
-	return relay, inserted, tx.SendBatch(ctx, b).Close()
+	if sent != nil {
+		if !r.savepoint || !r.conflict {
+			return sent
+		}
+		// A key is recorded already (a replay, a rebuild): roll back to
+		// the savepoint and insert what is new. Alone: a batch prepares its
+		// statements first, which the aborted transaction refuses.
+		if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT inorder_effects`); err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		b.Queue(`RELEASE SAVEPOINT inorder_effects`)
+		b.Queue(c.sql.insertBatch, r.params...).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&r.relay.Batch, &r.inserted, &r.relay.At)
+		})
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+	}
+	if r.inserted == 0 {
+		return nil
+	}
+	r.relay.Kinds = slices.Compact(slices.Sorted(slices.Values(r.kinds)))
+	if _, err := c.river.InsertTx(ctx, tx, r.relay, &river.InsertOpts{Queue: c.cfg.Queue, MaxAttempts: c.cfg.MaxAttempts}); err != nil {
+		return fmt.Errorf("enqueue relay job: %w", err)
+	}
+	return nil
 }
 
 // uniqueViolation is PostgreSQL's SQLSTATE of a unique constraint violation.

@@ -27,8 +27,8 @@ func newStatements(schema string) statements {
 		// transactions take the key locks in one order. RETURNING names the
 		// keys this statement inserted: only those get a job.
 		insert: `INSERT INTO ` + t + ` (key, projection, kind, event_id, aggregate, version, discriminator, salt, args)
-SELECT k.key::uuid, $1, k.kind, k.event_id, k.aggregate, k.version, k.discriminator, k.salt, k.args
-FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::json[])
+SELECT k.key, $1, k.kind, k.event_id, k.aggregate, k.version, k.discriminator, k.salt, k.args
+FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::json[])
   AS k(key, kind, event_id, aggregate, version, discriminator, salt, args)
 ON CONFLICT (key) DO NOTHING
 RETURNING key, kind`,
@@ -125,8 +125,8 @@ RETURNING ` + columns,
 func batchInsert(table, seq, conflict string) string {
 	return `WITH b AS (SELECT nextval(` + seq + `) AS id),
 ins AS (INSERT INTO ` + table + ` (key, projection, kind, event_id, aggregate, version, discriminator, salt, args, batch)
-  SELECT k.key::uuid, $1, k.kind, k.event_id, k.aggregate, k.version, k.discriminator, k.salt, k.args, (SELECT id FROM b)
-  FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::json[])
+  SELECT k.key, $1, k.kind, k.event_id, k.aggregate, k.version, k.discriminator, k.salt, k.args, (SELECT id FROM b)
+  FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::json[])
     AS k(key, kind, event_id, aggregate, version, discriminator, salt, args)
   ` + conflict + `
   RETURNING 1)
