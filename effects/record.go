@@ -2,6 +2,7 @@ package effects
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -107,7 +108,9 @@ func (c *Client) newRecording(projection string, intents []Intent) (*recording, 
 	type row struct {
 		key  [16]byte
 		in   *Intent
+		id   string // the event's stable id
 		args []byte
+		i    int // the intent's index
 	}
 	rows := make([]row, 0, len(intents))
 	var keyBuf []byte
@@ -127,12 +130,18 @@ func (c *Client) newRecording(projection string, intents []Intent) (*recording, 
 			return nil, fmt.Errorf("effects: record %q: args: %w", in.Kind, err)
 		}
 		var k [16]byte
-		k, keyBuf = keyOf(keyBuf, projection, in.Event.StableID(), in.Kind, in.Discriminator, in.Salt)
-		rows = append(rows, row{key: k, in: in, args: args})
+		id := in.Event.StableID()
+		k, keyBuf = keyOf(keyBuf, projection, id, in.Kind, in.Discriminator, in.Salt)
+		rows = append(rows, row{key: k, in: in, id: id, args: args, i: i})
 	}
 	// Sorted keys (bytewise, the order of their text form too): concurrent
 	// transactions lock them in one order. The first of equal keys stays.
-	slices.SortStableFunc(rows, func(a, b row) int { return bytes.Compare(a.key[:], b.key[:]) })
+	slices.SortFunc(rows, func(a, b row) int {
+		if c := bytes.Compare(a.key[:], b.key[:]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.i, b.i)
+	})
 	rows = slices.CompactFunc(rows, func(a, b row) bool { return a.key == b.key })
 
 	n := len(rows)
@@ -140,7 +149,7 @@ func (c *Client) newRecording(projection string, intents []Intent) (*recording, 
 	vers := make([]int64, n)
 	args := make([][]byte, n)
 	for i, r := range rows {
-		keys[i], kinds[i], ids[i], aggs[i], vers[i] = r.key, r.in.Kind, r.in.Event.StableID(), r.in.Event.Aggregate, r.in.Event.Version
+		keys[i], kinds[i], ids[i], aggs[i], vers[i] = r.key, r.in.Kind, r.id, r.in.Event.Aggregate, r.in.Event.Version
 		discs[i], salts[i], args[i] = r.in.Discriminator, r.in.Salt, r.args
 	}
 	return &recording{c: c, params: []any{projection, keys, kinds, ids, aggs, vers, discs, salts, args}, keys: keys, kinds: kinds}, nil
