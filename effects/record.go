@@ -237,8 +237,10 @@ const DirectJobs = 8
 // batch number of the intents they enqueue.
 const RelayJobKind = "inorder.effect.relay"
 
-// relayArgs are the args of a relay job: what finds its intents (see
-// statements.relay).
+// relayArgs are the args of a relay job: Batch finds its intents (see
+// statements.relay); At (the recording transaction's start) and Kinds are
+// what relay workers of releases before migration 006 also match on, and
+// tell people reading River's tables what the batch holds.
 type relayArgs struct {
 	Batch int64     `json:"batch"`
 	At    time.Time `json:"at"`
@@ -260,7 +262,7 @@ type relayWorker struct {
 func (w *relayWorker) Work(ctx context.Context, job *river.Job[relayArgs]) error {
 	c := w.c
 	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, c.sql.relay, job.Args.Kinds, job.Args.At, job.Args.Batch)
+		rows, err := tx.Query(ctx, c.sql.relay, job.Args.Batch)
 		if err != nil {
 			return fmt.Errorf("effects: relay batch %d: %w", job.Args.Batch, err)
 		}

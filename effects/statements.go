@@ -43,12 +43,9 @@ RETURNING key, kind`,
 		insertBatch:    batchInsert(t, seq, "ON CONFLICT (key) DO NOTHING"),
 		insertBatchNew: batchInsert(t, seq, ""),
 
-		// relay lists the intents of a batch that no attempt took yet:
-		// kinds $1 and created_at $2 (the recording transaction's start)
-		// find them through effects_open, batch $3 tells them from those of
-		// another batch of the same transaction.
-		relay: `SELECT key, kind FROM ` + t + `
-WHERE kind = ANY($1::text[]) AND state = 'pending' AND created_at = $2 AND batch = $3`,
+		// relay lists the intents of batch $1 that no attempt took yet,
+		// through effects_pending (migration 006).
+		relay: `SELECT key, kind FROM ` + t + ` WHERE batch = $1 AND state = 'pending'`,
 
 		// claim takes an intent that is pending, retrying, or running with
 		// an expired lease (its attempt died) for one attempt: it counts the
@@ -85,11 +82,14 @@ WHERE key = $1 AND claim = $2 AND state = 'running'`,
 WHERE ($1 = '' OR state = $1) AND ($2 = '' OR kind = $2) AND ($3 = '' OR projection = $3)
 ORDER BY created_at, key LIMIT $4`,
 
-		// stats counts the open intents per kind and state (the partial
-		// index effects_open covers them), with the oldest waiting one.
+		// stats counts the open intents per kind and state, with the
+		// oldest waiting one: the pending ones through effects_pending, the
+		// others through effects_open (migration 006).
 		stats: `SELECT kind, state, count(*), count(*) FILTER (WHERE uncertain), min(created_at)
-FROM ` + t + ` WHERE state IN ('pending', 'running', 'retrying', 'failed')
-GROUP BY kind, state`,
+FROM ` + t + ` WHERE state = 'pending' GROUP BY kind, state
+UNION ALL
+SELECT kind, state, count(*), count(*) FILTER (WHERE uncertain), min(created_at)
+FROM ` + t + ` WHERE state IN ('running', 'retrying', 'failed') GROUP BY kind, state`,
 
 		// requeueStuck hands the intents whose attempt died holding the
 		// claim (lease expired) back to River: retrying, with a new job.
