@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/riverqueue/river"
 
 	"github.com/inorder/inorder/projection"
@@ -147,7 +148,7 @@ func (c *Client) newRecording(projection string, intents []Intent) (*recording, 
 	n := len(rows)
 	keys, kinds, ids, aggs, discs, salts := make([][16]byte, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	vers := make([]int64, n)
-	args := make([][]byte, n)
+	args := make(pgtype.FlatArray[[]byte], n) // a FlatArray: pgx encodes it without reflection
 	for i, r := range rows {
 		keys[i], kinds[i], ids[i], aggs[i], vers[i] = r.key, r.in.Kind, r.id, r.in.Event.Aggregate, r.in.Event.Version
 		discs[i], salts[i], args[i] = r.in.Discriminator, r.in.Salt, r.args
