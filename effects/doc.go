@@ -31,13 +31,16 @@
 //		return err
 //	}
 //
-// Record inserts one row per intent into the effects table (migration 004)
-// with INSERT … ON CONFLICT (key) DO NOTHING, and River jobs for the rows it
-// inserted, in the handler's transaction: both commit with the projection's
-// writes and the event's version, or neither does. Up to DirectJobs intents
-// get a job each; more get one relay job, which enqueues theirs once the
-// transaction committed — a River row per intent would cost a large batch's
-// transaction about as much as the intents themselves. The primary key is the
+// Record inserts one row per intent into the effects table (migrations 004
+// and 006) — for more than DirectJobs intents a plain insert under a
+// savepoint, falling back to INSERT … ON CONFLICT (key) DO NOTHING when a
+// key exists —, sent in one round trip with the handler's queued statements,
+// and River jobs for the rows it inserted, in the handler's transaction:
+// both commit with the projection's writes and the event's version, or
+// neither does. Up to DirectJobs intents get a job each; more get one relay
+// job, which enqueues theirs once the transaction committed — a River row
+// per intent would cost a large batch's transaction about as much as the
+// intents themselves. The primary key is the
 // intent's key (Intent.Key): a name-based UUID (version 8, SHA-256) of the
 // projection's name, the event's stable id, the effect kind and an optional
 // discriminator (several effects of one kind per event) and salt. A
