@@ -452,10 +452,11 @@ func (a *attempt) checkFresh() error {
 }
 
 // preRead sends b with, for every inline projection, the read of its rows'
-// versions and its version rows, without locks, and sets a.fast: the
-// aggregates whose deliveries form a run that continues the row's version,
-// with nothing parked or quarantined and no later version in the version
-// row — or that are new (no row, no version row) with a run from version 1.
+// versions and marks (and the version rows of aggregates without a row),
+// without locks, and sets a.fast: the aggregates whose deliveries form a
+// run that continues the row's version, the row unmarked (nothing parked or
+// quarantined, no later version in the version row) — or that are new (no
+// row, no version row) with a run from version 1.
 func (a *attempt) preRead(ctx context.Context, b *pgx.Batch) error {
 	runs := aggRuns(a.valid)
 	a.fast = make([]map[string]int64, len(a.p.projs))
@@ -466,17 +467,19 @@ func (a *attempt) preRead(ctx context.Context, b *pgx.Batch) error {
 		}
 		fast := map[string]int64{}
 		a.fast[r.index] = fast
-		k, v := pgx.Identifier{t.Key}.Sanitize(), pgx.Identifier{t.Version}.Sanitize()
-		b.Queue(`SELECT k.aggregate, t.version, v.version, v.parked, v.blocked FROM unnest($2::text[]) AS k(aggregate)
-LEFT JOIN LATERAL (SELECT `+v+` AS version FROM `+t.Table.Sanitize()+` WHERE `+k+` = k.aggregate OFFSET 0) t ON true
-LEFT JOIN LATERAL (SELECT version, parked, blocked FROM `+a.p.table("versions")+`
-  WHERE projection = $1 AND aggregate = k.aggregate OFFSET 0) v ON true`, r.key, a.bt.aggs).Query(func(rows pgx.Rows) error {
+		k, v, l := pgx.Identifier{t.Key}.Sanitize(), pgx.Identifier{t.Version}.Sanitize(), pgx.Identifier{t.Log}.Sanitize()
+		// An aggregate's row, if it has one, says all (its mark stands for
+		// its version row); the version row is read only for the others.
+		b.Queue(`SELECT k.aggregate, t.version, t.marked, v.version FROM unnest($2::text[]) AS k(aggregate)
+LEFT JOIN LATERAL (SELECT `+v+` AS version, octet_length(`+l+`) % `+strconv.Itoa(inlineEntrySize)+` <> 0 AS marked FROM `+t.Table.Sanitize()+`
+  WHERE `+k+` = k.aggregate OFFSET 0) t ON true
+LEFT JOIN LATERAL (SELECT version FROM `+a.p.table("versions")+`
+  WHERE t.version IS NULL AND projection = $1 AND aggregate = k.aggregate OFFSET 0) v ON true`, r.key, a.bt.aggs).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var agg string
 				var tv, vv *int64
-				var parked *int32
-				var blocked *bool
-				if err := rows.Scan(&agg, &tv, &vv, &parked, &blocked); err != nil {
+				var marked *bool
+				if err := rows.Scan(&agg, &tv, &marked, &vv); err != nil {
 					return err
 				}
 				ru, ok := runs[agg]
@@ -484,7 +487,7 @@ LEFT JOIN LATERAL (SELECT version, parked, blocked FROM `+a.p.table("versions")+
 				case !ok:
 				case tv == nil && vv == nil && ru.first == 1:
 					fast[agg] = 0
-				case tv != nil && vv != nil && *tv == ru.first-1 && *vv <= ru.first-1 && *parked == 0 && !*blocked:
+				case tv != nil && *tv == ru.first-1 && !*marked:
 					fast[agg] = ru.first - 1
 				}
 			}
