@@ -117,6 +117,43 @@ func TestRecordRollsBack(t *testing.T) {
 	require.Zero(t, b.count(t, `SELECT count(*) FROM river_job`))
 }
 
+// TestRecordAfterAFailingStatement: Record's insert shares the pipeline
+// with the handler's statements. A statement of the handler's that fails
+// ahead of it — with a unique violation, the error a recorded key also
+// raises — fails the handler: its first event is quarantined (the others
+// park behind it) without intents, and nothing is taken for a key recorded
+// already. Once the statement no longer fails, retrying records every
+// intent once.
+func TestRecordAfterAFailingStatement(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, effects.DirectJobs + 4} { // a job per intent; one relay job
+		t.Run(fmt.Sprintf("intents=%d", n), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, nil)
+			ctx := t.Context()
+			b.notifier.ahead = func(tx *projection.Tx) {
+				tx.Queue(`INSERT INTO fx_model (aggregate, version) VALUES ('dup', 1), ('dup', 2)`)
+			}
+			res := b.process(t, events(t, "a", n)...)
+			require.Equal(t, projection.Quarantined, res[0].Outcome)
+			for _, r := range res[1:] {
+				require.Equal(t, projection.Parked, r.Outcome) // behind the quarantined version
+			}
+			q, err := b.proc.Quarantined(ctx, projection.ListOptions{})
+			require.NoError(t, err)
+			require.Len(t, q, 1)
+			require.Contains(t, q[0].Error, "23505")
+			require.Zero(t, b.count(t, `SELECT count(*) FROM effects`))
+			require.Zero(t, b.count(t, `SELECT count(*) FROM river_job`))
+
+			b.notifier.ahead = nil
+			require.NoError(t, b.proc.RetryQuarantined(ctx, "notifier", "a"))
+			require.Equal(t, n, b.count(t, `SELECT count(*) FROM effects`))
+			require.Equal(t, n, b.count(t, `SELECT count(DISTINCT key) FROM effects`))
+		})
+	}
+}
+
 // TestRecordRefusesUnknownKind: an intent nothing would perform is an error
 // in the handler, not a row that waits forever.
 func TestRecordRefusesUnknownKind(t *testing.T) {

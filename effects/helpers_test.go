@@ -279,6 +279,9 @@ type notifier struct {
 	salt string
 	// fail, if set, makes ApplyBatch fail after recording its intents.
 	fail func(events []aggregate.Event) error
+	// ahead, if set, queues a statement of the handler's own ahead of
+	// Record's insert, in the same pipeline.
+	ahead func(tx *projection.Tx)
 }
 
 func (n *notifier) Name() string { return "notifier" }
@@ -305,6 +308,9 @@ func (n *notifier) ApplyBatch(ctx context.Context, tx *projection.Tx, events []a
 	}
 	tx.Queue(`INSERT INTO fx_model AS m (aggregate, version) SELECT * FROM unnest($1::text[], $2::bigint[])
 ON CONFLICT (aggregate) DO UPDATE SET version = EXCLUDED.version`, aggs, vers)
+	if n.ahead != nil {
+		n.ahead(tx)
+	}
 	if _, err := n.fx.Record(ctx, tx, intents...); err != nil {
 		return err
 	}
