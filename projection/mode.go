@@ -26,7 +26,12 @@ import (
 //     order, each in aggregate order: locked by the general path (one
 //     statement, after every version row), written by the handler's upsert
 //     on the fast path — a mixed attempt locks its fast aggregates' rows
-//     with the others', in the same pass, before its handler writes them;
+//     with the others', in the same pass, before its handler writes them,
+//     and a speculative attempt locks them before the first handler runs
+//     when an inline projection is not the first (queuePrelock). A
+//     processor with an inline projection locks every projection's version
+//     rows in step 2 on the general path, so that no compare-and-set of a
+//     version row comes after these;
 //  4. per projection in name order: the projection's own writes (its
 //     handler), then the gate's rows of the aggregates whose version rows
 //     the transaction holds (parked, applied, quarantine: no transaction
