@@ -171,6 +171,12 @@ func TestInline(t *testing.T) {
 		v, marked = row()
 		require.Equal(t, int64(1), v)
 		require.True(t, marked, "a row whose aggregate has parked versions is marked")
+		// The applied log reads the entries, not the mark.
+		log, err := b.proc.AppliedLog(ctx, projection.ListOptions{Projection: "ledger", Aggregate: agg})
+		require.NoError(t, err)
+		require.Len(t, log, 1)
+		require.Equal(t, int64(1), log[0].Version)
+		require.Equal(t, projection.InlineEntry(events[0]), log[0].Entry)
 		// Version 2 continues the row, and a processor that has not met the
 		// aggregate speculates on it: the mark sends it down the general
 		// path, which drains version 3.
