@@ -41,7 +41,7 @@ func (a *attempt) apply(ctx context.Context, r *registered, plans []*aggPlan, co
 	if it != nil {
 		ht.setInline(r, events, entries)
 		if !a.mode.speculative {
-			a.queueAlign(ht.batch, r, it, plans)
+			a.queueAlign(ht.batch, r, plans)
 		}
 	}
 	// The handler goes first, so a read it starts with is not held back by

@@ -128,8 +128,8 @@ func (a *attempt) applyAggregate(ctx context.Context, r *registered, pl *aggPlan
 		if err != nil {
 			return err
 		}
-		if t := r.inlineTable(); t != nil {
-			a.queueAlign(b, r, t, []*aggPlan{pl})
+		if r.inlineTable() != nil {
+			a.queueAlign(b, r, []*aggPlan{pl})
 		}
 		if b.Len() > 0 {
 			if err := tx.SendBatch(ctx, b).Close(); err != nil {

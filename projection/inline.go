@@ -127,9 +127,35 @@ func inlineEntry(agg string, version int64, id string, hash []byte) []byte {
 	return h.Sum(nil)[:inlineEntrySize]
 }
 
+// inlineState is an inline projection's table, as a registration reaches
+// it, and the gate's statements on it.
+type inlineState struct {
+	table InlineTable
+	sql   inlineSQL
+}
+
 // inlineTable returns r's inline table, qualified by its generation's
 // schema when unqualified, or nil if r is not inline.
-func (r *registered) inlineTable() *InlineTable { return inlineTableIn(r.p, r.schema) }
+func (r *registered) inlineTable() *InlineTable {
+	if st := r.inlineState(); st != nil {
+		return &st.table
+	}
+	return nil
+}
+
+// inlineSQL returns the gate's statements on r's inline table (r must be
+// inline).
+func (r *registered) inlineSQL() *inlineSQL { return &r.inlineState().sql }
+
+// inlineState finds r's inline table once and builds its statements.
+func (r *registered) inlineState() *inlineState {
+	r.inlineOnce.Do(func() {
+		if t := inlineTableIn(r.p, r.schema); t != nil {
+			r.inline = &inlineState{table: *t, sql: newInlineSQL(t)}
+		}
+	})
+	return r.inline
+}
 
 // inlineTableIn returns p's inline table, qualified by schema when
 // unqualified, or nil if p is not inline.

@@ -108,9 +108,6 @@ WHERE t.` + k + ` = k.aggregate`,
 	}
 }
 
-// inlineSQL returns the gate's statements on inline table t.
-func (p *Processor) inlineSQL(t *InlineTable) inlineSQL { return newInlineSQL(t) }
-
 // marked reports whether the gate marked an inline row (see Inline).
 func (row inlineRow) marked() bool { return len(row.log)%inlineEntrySize != 0 }
 
@@ -168,7 +165,7 @@ func (a *attempt) queuePrelock(b *pgx.Batch) {
 	}
 	for _, r := range a.p.projs {
 		if t := r.inlineTable(); t != nil {
-			b.Queue(a.p.inlineSQL(t).lock, aggs)
+			b.Queue(r.inlineSQL().lock, aggs)
 		}
 	}
 }
@@ -178,23 +175,21 @@ func (a *attempt) queuePrelock(b *pgx.Batch) {
 // version row, and merges them into the states.
 func (a *attempt) queueInlineLocks(b *pgx.Batch, aggs []string) {
 	for _, r := range a.p.projs {
-		t := r.inlineTable()
-		if t == nil {
-			continue
+		if r.inlineTable() != nil {
+			a.queueInlineLock(b, r, aggs)
 		}
-		a.queueInlineLock(b, r, t, aggs)
 	}
 }
 
 // queueInlineLock queues the lock of inline projection r's rows of aggs.
-func (a *attempt) queueInlineLock(b *pgx.Batch, r *registered, t *InlineTable, aggs []string) {
+func (a *attempt) queueInlineLock(b *pgx.Batch, r *registered, aggs []string) {
 	if a.inline == nil {
 		a.inline = make([]map[string]inlineRow, len(a.p.projs))
 	}
 	rows := make(map[string]inlineRow, len(aggs))
 	a.inline[r.index] = rows
 	states := a.states[r.index]
-	b.Queue(a.p.inlineSQL(t).lock, aggs).Query(func(rs pgx.Rows) error {
+	b.Queue(r.inlineSQL().lock, aggs).Query(func(rs pgx.Rows) error {
 		for rs.Next() {
 			var agg string
 			var row inlineRow
@@ -215,7 +210,7 @@ func (a *attempt) queueInlineLock(b *pgx.Batch, r *registered, t *InlineTable, a
 // plans apply runs to (see prepared): a row that stands behind its
 // aggregate's version (an operator's gap) catches up, and a marked row is
 // cleared (inlineSQL.prepare).
-func (a *attempt) queueAlign(b *pgx.Batch, r *registered, t *InlineTable, plans []*aggPlan) {
+func (a *attempt) queueAlign(b *pgx.Batch, r *registered, plans []*aggPlan) {
 	rows := a.inlineRows(r)
 	var aggs []string
 	var vers []int64
@@ -225,7 +220,7 @@ func (a *attempt) queueAlign(b *pgx.Batch, r *registered, t *InlineTable, plans 
 		}
 	}
 	if len(aggs) > 0 {
-		b.Queue(a.p.inlineSQL(t).prepare, aggs, vers)
+		b.Queue(r.inlineSQL().prepare, aggs, vers)
 	}
 }
 
@@ -314,9 +309,9 @@ func inlineApplied(row inlineRow, v int64) (rec record, logged, gap bool) {
 
 // lockInlineOne locks inline projection r's row of agg for an operator
 // action and returns its version (0 if it has none).
-func (p *Processor) lockInlineOne(ctx context.Context, tx pgx.Tx, t *InlineTable, agg string) (inlineRow, error) {
+func lockInlineOne(ctx context.Context, tx pgx.Tx, r *registered, agg string) (inlineRow, error) {
 	var row inlineRow
-	rows, err := tx.Query(ctx, p.inlineSQL(t).lock, []string{agg})
+	rows, err := tx.Query(ctx, r.inlineSQL().lock, []string{agg})
 	if err != nil {
 		return row, fmt.Errorf("lock inline row: %w", err)
 	}

@@ -94,7 +94,7 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 			// An inline projection's row, after the version row: its
 			// version is the later of the two (see inline_gate.go).
 			var lerr error
-			if row, lerr = p.lockInlineOne(ctx, tx, it, agg); lerr != nil {
+			if row, lerr = lockInlineOne(ctx, tx, r, agg); lerr != nil {
 				return lerr
 			}
 			st.version = max(st.version, row.version)
@@ -142,7 +142,7 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 		if prepared {
 			// The row catches up with a gap, and its mark is cleared, before
 			// the run applies; the writes below mark it again if they must.
-			if _, err := tx.Exec(ctx, p.inlineSQL(it).prepare, []string{agg}, []int64{st.version}); err != nil {
+			if _, err := tx.Exec(ctx, r.inlineSQL().prepare, []string{agg}, []int64{st.version}); err != nil {
 				return fmt.Errorf("prepare inline row: %w", err)
 			}
 		}

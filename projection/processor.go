@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -150,6 +151,10 @@ type registered struct {
 	// stats are the counts of the generation that Result.Projections
 	// reports (see generations.go); shared by the registrations that feed it.
 	stats *counters
+	// inline is the projection's inline table in the generation's schema
+	// and the gate's statements on it (nil if not inline), found once.
+	inlineOnce sync.Once
+	inline     *inlineState
 }
 
 // New returns a processor for projections, on the tables of cfg.Schema in

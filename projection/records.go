@@ -120,8 +120,8 @@ func (p *Processor) queueWrites(b *pgx.Batch, w gateWrites) {
 	if len(w.conflicts) > 0 {
 		p.queueConflicts(b, name, w.conflicts)
 	}
-	if t := w.r.inlineTable(); t != nil && len(w.markAggs) > 0 {
-		b.Queue(p.inlineSQL(t).mark, w.markAggs, w.marks)
+	if len(w.markAggs) > 0 {
+		b.Queue(w.r.inlineSQL().mark, w.markAggs, w.marks)
 	}
 }
 

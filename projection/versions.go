@@ -44,8 +44,8 @@ func (a *attempt) queueReads(b *pgx.Batch, locked bool) {
 		})
 	}
 	for _, r := range a.p.projs {
-		if t := r.inlineTable(); t != nil {
-			a.queueInlineLock(b, r, t, a.rowAggs(r))
+		if r.inlineTable() != nil {
+			a.queueInlineLock(b, r, a.rowAggs(r))
 		}
 	}
 }
