@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/projection/projectiontest"
@@ -296,4 +297,84 @@ func (h *helper) contend(ctx context.Context, deadlocks *deadlockCounter) error 
 func contentionGoroutines() (here, perProc int) {
 	_, _, here, _, perProc = contentionSize()
 	return here, perProc
+}
+
+// gapTally is the inline ledger with a Gap handler that also counts the gap
+// in typeTally's table, under the type given: a row that every aggregate's
+// events share.
+type gapTally struct {
+	noGapLedger
+	typ string
+}
+
+func (g gapTally) Gap(ctx context.Context, tx *projection.Tx, gp projection.Gap) error {
+	if err := g.l.Gap(ctx, tx, gp); err != nil {
+		return err
+	}
+	tx.Queue(`INSERT INTO tally_types AS t VALUES ($1, 1) ON CONFLICT (type) DO UPDATE SET n = t.n + 1`, g.typ)
+	return nil
+}
+
+// TestFastPathLocksInlineRowsFirst pins the order of a speculative batch in
+// a processor whose inline projection (the ledger) is not the first: the
+// tally before it writes a row every aggregate shares, and an operator's
+// gap, which locks the ledger's row and then writes that shared row too,
+// comes in between. The batch must take the ledger's row before the tally
+// writes the shared one (queuePrelock); taken the other way round, the two
+// deadlock.
+//
+// An outside transaction holds the shared row while the batch comes to
+// wait on it and the operator's action after it, then lets go.
+func TestFastPathLocksInlineRowsFirst(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.NewMigratedAlone(t)
+	events := ledger.Generate(rand.New(rand.NewPCG(43, 1)), 1, 3)
+	agg, typ := events[0].Aggregate, events[1].Type
+	deadlocks := &deadlockCounter{}
+	cfg := &projection.Config{Logger: slog.New(deadlocks), RetryBackoff: time.Millisecond}
+	l := ledger.New(nil)
+	proc := opProcessor(t, db, cfg, typeTally{}, gapTally{noGapLedger{l}, typ})
+	b := &bundle{db: db, proc: proc, ledger: l}
+	_, err := proc.Process(ctx, projection.Batch{Events: events[:1]})
+	require.NoError(t, err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO tally_types VALUES ($1, 0) ON CONFLICT DO NOTHING`, typ)
+	require.NoError(t, err)
+	before := pgDeadlocks(t, b)
+
+	hold, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = hold.Rollback(ctx) }()
+	_, err = hold.Exec(ctx, `SELECT 1 FROM tally_types WHERE type = $1 FOR UPDATE`, typ)
+	require.NoError(t, err)
+	waiting := func(n int) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			var w int
+			err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&w)
+			return err == nil && w >= n
+		}, 10*time.Second, 5*time.Millisecond)
+	}
+
+	// A processor that has not met the aggregate speculates on version 2.
+	batch := make(chan error, 1)
+	fresh := opProcessor(t, db, cfg, typeTally{}, gapTally{noGapLedger{ledger.New(nil)}, typ})
+	go func() {
+		_, err := fresh.Process(ctx, projection.Batch{Events: events[1:2]})
+		batch <- err
+	}()
+	waiting(1)
+	gap := make(chan error, 1)
+	go func() { gap <- proc.DeclareGap(ctx, "ledger", agg, 5, "lost") }()
+	waiting(2)
+	require.NoError(t, hold.Commit(ctx))
+	require.NoError(t, <-batch)
+	require.NoError(t, <-gap)
+
+	require.Zero(t, deadlocks.n.Load(), "deadlocks retried")
+	require.Zero(t, pgDeadlocks(t, b)-before, "deadlocks PostgreSQL counted")
+	v, err := proc.Version(ctx, "ledger", agg)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), v)
 }
