@@ -78,7 +78,13 @@ func BaseURL(t testing.TB) string {
 // whose connections use it. Both are removed when t ends.
 func New(t testing.TB) *DB {
 	t.Helper()
-	db, cleanup, err := open(BaseURL(t))
+	return newOn(t, BaseURL(t))
+}
+
+// newOn is New on the database of dbURL.
+func newOn(t testing.TB, dbURL string) *DB {
+	t.Helper()
+	db, cleanup, err := open(dbURL)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
@@ -201,15 +207,7 @@ func NewMigratedAlone(t testing.TB) *DB {
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
-	db, cleanup, err := open(u)
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := cleanup(); err != nil {
-			t.Errorf("pgtest: %v", err)
-		}
-	})
+	db := newOn(t, u)
 	if err := migrate(db); err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
