@@ -23,9 +23,13 @@ import (
 	"github.com/inorder/inorder/source/esdb"
 )
 
+// strategyAuto is --consumer-strategy's default: the source chooses by the
+// server's version (esdb.Persistent.Settings).
+const strategyAuto = "auto"
+
 // consumerStrategies are the values of --consumer-strategy.
 var consumerStrategies = []string{
-	string(esdbc.ConsumerStrategyRoundRobin), string(esdbc.ConsumerStrategyDispatchToSingle), string(esdbc.ConsumerStrategyPinned),
+	strategyAuto, string(esdbc.ConsumerStrategyRoundRobin), string(esdbc.ConsumerStrategyDispatchToSingle), string(esdbc.ConsumerStrategyPinned),
 }
 
 // Modes of run.
@@ -217,7 +221,7 @@ may create the subscription group. It calls the effects' other sides.`,
 			fs.IntVar(&o.BatchSize, "batch-size", 500, "events per transaction, at most")
 			fs.DurationVar(&o.MaxWait, "max-wait", 50*time.Millisecond, "longest wait for a batch to fill")
 			fs.IntVar(&o.BufferSize, "buffer-size", 0, "persistent mode: unacknowledged events the server may send this process (default 3 × workers × batch size)")
-			fs.StringVar(&o.Strategy, "consumer-strategy", string(esdbc.ConsumerStrategyRoundRobin), "persistent mode, when the group is created: RoundRobin, DispatchToSingle or Pinned (each stream's events to one consumer: fewer parked events; see the esdb package documentation for the server releases it needs)")
+			fs.StringVar(&o.Strategy, "consumer-strategy", strategyAuto, "persistent mode, when the group is created: auto (Pinned on servers whose Pinned groups keep their checkpoints right, RoundRobin on others; see the esdb package documentation), RoundRobin, DispatchToSingle or Pinned (each stream's events to one consumer: fewer parked events)")
 			fs.IntVar(&o.ReadAhead, "read-ahead", 0, "catch-up mode: events read ahead of the commits (default 3 × workers × batch size)")
 			fs.BoolVar(&o.TrustServerCheckpoints, "trust-server-checkpoints", false, "catch-up mode: let the server's checkpoints move the saved position past filtered-out events (only on server releases without KurrentDB#4970; see the esdb package documentation)")
 			fs.BoolVar(&o.FromEnd, "from-end", false, "start at the end of the stream, not its beginning (when there is no checkpoint yet / when creating the group)")
@@ -298,7 +302,7 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	}
 	if o.Mode == ModePersistent {
 		cfg.Persistent = &esdb.Persistent{Group: o.Group, Stream: o.Stream, BufferSize: uint32(o.BufferSize)}
-		if o.Strategy != string(esdbc.ConsumerStrategyRoundRobin) {
+		if o.Strategy != strategyAuto {
 			st := esdb.DefaultSettings(o.Stream)
 			st.ConsumerStrategyName = esdbc.ConsumerStrategy(o.Strategy)
 			cfg.Persistent.Settings = &st

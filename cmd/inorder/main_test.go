@@ -184,6 +184,12 @@ func TestPersistentSideBySide(t *testing.T) {
 	for _, p := range []*process{a, b} {
 		require.Contains(t, p.stderr.String(), "subscribed to persistent group", "both consumed")
 	}
+	// The in-process server reports 23.10.0, without the fix of
+	// KurrentDB#5497: --consumer-strategy auto creates a RoundRobin group.
+	require.Contains(t, a.stderr.String()+b.stderr.String(), "strategy=RoundRobin")
+	_, errOut, err := e.exec(t, "run", "--mode", "persistent", "--group", "e2e", "--consumer-strategy", "Sticky")
+	require.Equal(t, 2, exitCode(t, err), errOut)
+	require.Contains(t, errOut, "--consumer-strategy must be one of auto, RoundRobin, DispatchToSingle, Pinned")
 
 	serve := e.start(t, "serve", "--http-addr", "127.0.0.1:0", "--http-token", "s3cret")
 	base := serve.baseURL(t)

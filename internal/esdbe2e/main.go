@@ -47,6 +47,11 @@ import (
 
 const streamPrefix = "payment-"
 
+// serverVersion is the version the server reports by default: the
+// KurrentDB release docker-compose.yml pins, on which 'inorder run' creates
+// its persistent groups with the Pinned strategy.
+const serverVersion = "26.0.3"
+
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "serve" {
 		os.Exit(serve(os.Args[2:]))
@@ -68,10 +73,11 @@ func serve(args []string) int {
 	events := fs.Int("events", 100000, "events")
 	versions := fs.Int("versions", 8, "versions per payment")
 	seed := fs.Uint64("seed", 1, "workload seed")
+	version := fs.String("server-version", serverVersion, "the server version reported to clients")
 	_ = fs.Parse(args)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	srv, err := esdbtest.Start(&esdbtest.Options{MessageTimeout: 30 * time.Second})
+	srv, err := esdbtest.Start(&esdbtest.Options{MessageTimeout: 30 * time.Second, Version: *version})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -90,6 +96,7 @@ func serve(args []string) int {
 
 type options struct {
 	inorder, databaseURL, mode, extra string
+	serverVersion                     string
 	events, versions, consumers       int
 	workers, batchSize                int
 	seed                              uint64
@@ -110,6 +117,7 @@ func orchestrate(args []string) int {
 	fs.IntVar(&o.batchSize, "batch-size", 500, "--batch-size of each process")
 	fs.StringVar(&o.extra, "args", "", "more flags for 'inorder run', space separated (--buffer-size 2000 …)")
 	fs.Uint64Var(&o.seed, "seed", 1, "workload seed")
+	fs.StringVar(&o.serverVersion, "server-version", serverVersion, "the server version reported to clients (26.0.3: 'inorder run' creates Pinned groups; 25.1.4: RoundRobin)")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up after")
 	fs.BoolVar(&o.keep, "keep", false, "keep the schema")
 	_ = fs.Parse(args)
@@ -208,7 +216,7 @@ func run(o *options) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "esdbe2e: appending %d events to the server process…\n", o.events)
-	srvCmd := exec.Command(self, "serve", "-events", strconv.Itoa(o.events), "-versions", strconv.Itoa(o.versions), "-seed", strconv.FormatUint(o.seed, 10))
+	srvCmd := exec.Command(self, "serve", "-events", strconv.Itoa(o.events), "-versions", strconv.Itoa(o.versions), "-seed", strconv.FormatUint(o.seed, 10), "-server-version", o.serverVersion)
 	out, err := srvCmd.StdoutPipe()
 	if err != nil {
 		return err

@@ -174,8 +174,12 @@ type Persistent struct {
 	Stream string
 
 	// Settings are used when the source creates the group. Default:
-	// esdbc.SubscriptionSettingsDefault(), resolving links for system
-	// streams such as "$ce-payment". Poison events never reach the
+	// DefaultSettings(Stream) — esdbc.SubscriptionSettingsDefault(),
+	// resolving links for system streams such as "$ce-payment" — with the
+	// consumer strategy chosen by the server's version: Pinned, which
+	// sends each stream's events to one consumer so that competing
+	// consumers rarely park, on a server where PinnedCheckpointsFixed;
+	// RoundRobin, with a warning in the log, on others. Poison events never reach the
 	// server's parked stream (the processor quarantines them), but every
 	// failed batch nacks its events for a retry: MaxRetryCount bounds how
 	// many failed batches an event survives before the server parks it —
@@ -197,9 +201,10 @@ type Persistent struct {
 }
 
 // DefaultSettings returns the settings a source creates a group on stream
-// with ("" for $all) when Persistent.Settings is nil:
-// esdbc.SubscriptionSettingsDefault(), resolving links for system streams
-// such as "$ce-payment".
+// with ("" for $all) when Persistent.Settings is nil, but for the consumer
+// strategy, which the source then chooses by the server's version (see
+// Persistent.Settings): esdbc.SubscriptionSettingsDefault(), resolving links
+// for system streams such as "$ce-payment".
 func DefaultSettings(stream string) esdbc.PersistentSubscriptionSettings {
 	st := esdbc.SubscriptionSettingsDefault()
 	st.ResolveLinkTos = strings.HasPrefix(stream, "$")
@@ -266,6 +271,10 @@ type config struct {
 	typeRe  *regexp.Regexp // client-side type filter of subscriptions, nil if none
 	readRe  *regexp.Regexp // type filter of reads (gap repair, replay), nil if none
 	dispCfg source.Config
+	// autoStrategy is set when Persistent.Settings was nil: the source
+	// picks the consumer strategy of a group it creates by the server's
+	// version (chooseStrategy).
+	autoStrategy bool
 }
 
 // newConfig validates cfg and applies its defaults. Processor is required
@@ -328,6 +337,7 @@ func newConfig(cfg *Config, noProcessor bool) (*config, error) {
 		if p.Settings == nil {
 			st := DefaultSettings(p.Stream)
 			p.Settings = &st
+			c.autoStrategy = true
 		}
 		c.Persistent = &p
 	}

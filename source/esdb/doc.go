@@ -55,17 +55,23 @@
 // (see RegisterMetrics) show batches by fill and close reason, the window
 // in use, and the time workers waited for input.
 //
-// Competing consumers: with the group's default RoundRobin strategy the
-// server deals one aggregate's events to every consumer, so in a group of
-// several processes many events arrive before their predecessors
-// committed; the gate parks them and applies them later — correct, but it
-// costs writes (see docs/benchmarks.md). The Pinned strategy sends all the
-// events of a stream to one consumer, in order, so parking is rare; set it
-// in [Persistent].Settings (ConsumerStrategyName) when the source creates
-// the group ('inorder run --consumer-strategy Pinned'). Use it only on
-// servers with the fix of kurrent-io/KurrentDB#5497 (DB-1912: in 26.0.3 and
-// later 26.x, and the 24.10 line since #5615): before it, Pinned groups
-// could write wrong checkpoints and skip events after a server restart.
+// Competing consumers: a group the source creates with the default
+// settings uses the Pinned strategy, which sends all the events of a
+// stream to one consumer, in order, so that competing consumers rarely
+// park — on servers that keep Pinned groups' checkpoints right
+// ([PinnedCheckpointsFixed]: KurrentDB 26.1.0 and later, 26.0.3 and later
+// 26.0 releases, 24.10.14 and later 24.10 releases, with the fix of
+// kurrent-io/KurrentDB#5497, DB-1912). On other servers, where a Pinned
+// group could write a checkpoint past undelivered events and skip them after
+// a restart, it uses RoundRobin and logs a warning. RoundRobin deals one
+// aggregate's events to every consumer, so in a group of several processes
+// many events arrive before their predecessors committed; the gate parks
+// them and applies them later — correct, but it costs writes, and two
+// processes ran at about half the speed of one catch-up subscription in the
+// benchmarks (docs/benchmarks.md). Set the strategy yourself in
+// [Persistent].Settings (ConsumerStrategyName), or with 'inorder run
+// --consumer-strategy'; a group that exists keeps the strategy it was
+// created with.
 //
 // The limit is time: in persistent mode an event waits unacknowledged for
 // about BufferSize ÷ the consumer's throughput (6,000 events at 15,000

@@ -91,10 +91,13 @@ func (s *Source) subscribePersistent(ctx context.Context, client *esdbc.Client) 
 	if p.NoCreate || !hasCode(err, esdbc.ErrorCodeResourceNotFound) {
 		return nil, fmt.Errorf("esdb: subscribe to group %s: %w", p.Group, err)
 	}
-	if err := s.createGroup(ctx, client); err != nil && !hasCode(err, esdbc.ErrorCodeResourceAlreadyExists) {
+	switch strategy, err := s.createGroup(ctx, client); {
+	case err == nil:
+		s.log.Info("esdb created persistent subscription group", "name", s.cfg.Name, "group", p.Group,
+			"stream", streamOrAll(p.Stream), "strategy", strategy)
+	case !hasCode(err, esdbc.ErrorCodeResourceAlreadyExists):
 		return nil, fmt.Errorf("esdb: create group %s: %w", p.Group, err)
 	}
-	s.log.Info("esdb created persistent subscription group", "name", s.cfg.Name, "group", p.Group, "stream", streamOrAll(p.Stream))
 	sub, err = connect()
 	if err != nil {
 		return nil, fmt.Errorf("esdb: subscribe to group %s: %w", p.Group, err)
@@ -102,16 +105,67 @@ func (s *Source) subscribePersistent(ctx context.Context, client *esdbc.Client) 
 	return sub, nil
 }
 
-func (s *Source) createGroup(ctx context.Context, client *esdbc.Client) error {
+// createGroup creates the group and returns the consumer strategy it was
+// created with.
+func (s *Source) createGroup(ctx context.Context, client *esdbc.Client) (esdbc.ConsumerStrategy, error) {
 	p := s.cfg.Persistent
 	settings := *p.Settings
+	if s.cfg.autoStrategy {
+		settings.ConsumerStrategyName = s.chooseStrategy(client)
+	}
+	return settings.ConsumerStrategyName, s.createGroupWith(ctx, client, &settings)
+}
+
+// chooseStrategy picks the consumer strategy of a group the source creates
+// with the default settings: Pinned, which sends all of a stream's events
+// to one consumer, when the server keeps Pinned groups' checkpoints right
+// (PinnedCheckpointsFixed); RoundRobin, with a warning, when it does not or
+// its version is unknown.
+func (s *Source) chooseStrategy(client *esdbc.Client) esdbc.ConsumerStrategy {
+	v, err := client.GetServerVersion()
+	if err == nil && PinnedCheckpointsFixed(*v) {
+		return esdbc.ConsumerStrategyPinned
+	}
+	version := "unknown"
+	if err == nil && *v != (esdbc.ServerVersion{}) {
+		version = fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch)
+	}
+	s.log.Warn("esdb creates the persistent subscription group with the RoundRobin strategy: "+
+		"this server release can write wrong checkpoints for Pinned groups (kurrent-io/KurrentDB#5497; fixed in 24.10.14, 26.0.3 and 26.1.0). "+
+		"Competing consumers of a RoundRobin group receive one aggregate's events in turn, and park those that arrive before their predecessor",
+		"name", s.cfg.Name, "group", s.cfg.Persistent.Group, "server_version", version)
+	return esdbc.ConsumerStrategyRoundRobin
+}
+
+// PinnedCheckpointsFixed reports whether an EventStoreDB or KurrentDB server
+// of version v has the fix of kurrent-io/KurrentDB#5497 (DB-1912): before
+// it, a Pinned persistent subscription group could write a checkpoint past
+// events it had not delivered, and skip them after a restart. The fix is in
+// KurrentDB 26.1.0 and later, 26.0.3 and later 26.0 releases, and 24.10.14
+// and later 24.10 releases; 25.x and earlier releases do not have it. A
+// source that creates its group with the default settings uses Pinned only
+// on a server with the fix.
+func PinnedCheckpointsFixed(v esdbc.ServerVersion) bool {
+	switch {
+	case v.Major > 26:
+		return true
+	case v.Major == 26:
+		return v.Minor >= 1 || v.Patch >= 3
+	case v.Major == 24 && v.Minor == 10:
+		return v.Patch >= 14
+	}
+	return false
+}
+
+func (s *Source) createGroupWith(ctx context.Context, client *esdbc.Client, settings *esdbc.PersistentSubscriptionSettings) error {
+	p := s.cfg.Persistent
 	if p.Stream == "" {
 		var from esdbc.AllPosition = esdbc.Start{}
 		if s.cfg.FromEnd {
 			from = esdbc.End{}
 		}
 		return client.CreatePersistentSubscriptionToAll(ctx, p.Group, esdbc.PersistentAllSubscriptionOptions{
-			Settings: &settings, StartFrom: from, Filter: s.cfg.filter,
+			Settings: settings, StartFrom: from, Filter: s.cfg.filter,
 		})
 	}
 	var from esdbc.StreamPosition = esdbc.Start{}
@@ -119,7 +173,7 @@ func (s *Source) createGroup(ctx context.Context, client *esdbc.Client) error {
 		from = esdbc.End{}
 	}
 	return client.CreatePersistentSubscription(ctx, p.Stream, p.Group, esdbc.PersistentStreamSubscriptionOptions{
-		Settings: &settings, StartFrom: from,
+		Settings: settings, StartFrom: from,
 	})
 }
 

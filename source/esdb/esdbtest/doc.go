@@ -10,9 +10,10 @@
 //
 // # What is served
 //
-//   - ServerFeatures.GetSupportedMethods: version [ServerVersion]; streams
-//     read/append/delete/tombstone and persistent subscriptions to streams
-//     and to $all (create/update/delete/read).
+//   - ServerFeatures.GetSupportedMethods: version [Options].Version
+//     ([ServerVersion] by default); streams read/append/delete/tombstone
+//     and persistent subscriptions to streams and to $all
+//     (create/update/delete/read).
 //   - Streams.Append with expected revision any / no_stream /
 //     stream_exists / exact, WrongExpectedVersion answers, and
 //     EventStoreDB's idempotency (re-sending the same event ids at the same

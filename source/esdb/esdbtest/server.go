@@ -23,7 +23,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// ServerVersion is the EventStoreDB version reported by ServerFeatures.
+// ServerVersion is the EventStoreDB version ServerFeatures reports by
+// default (see [Options].Version).
 const ServerVersion = "23.10.0"
 
 // Options configures a [Server]. A nil *Options and the zero value are valid.
@@ -42,6 +43,11 @@ type Options struct {
 	// instead of the last event's. A client that resumes from it
 	// (exclusive) misses that next event. Default false.
 	CheckpointAtEnd bool
+	// Version is the server version ServerFeatures reports, as
+	// "major.minor.patch". Clients choose features by it (a source picks
+	// its persistent groups' consumer strategy by it, say); the server
+	// behaves the same whatever it says. Default [ServerVersion].
+	Version string
 }
 
 // Server is an in-memory, in-process EventStoreDB speaking the gRPC protocol
@@ -89,6 +95,9 @@ func Start(opts *Options) (*Server, error) {
 	}
 	if o.MessageTimeout <= 0 {
 		o.MessageTimeout = 30 * time.Second
+	}
+	if o.Version == "" {
+		o.Version = ServerVersion
 	}
 	s := &Server{
 		opts:     o,
@@ -139,7 +148,7 @@ func (s *Server) serve(lis net.Listener) {
 	)
 	streams.RegisterStreamsServer(gs, &streamsService{s: s})
 	persistent.RegisterPersistentSubscriptionsServer(gs, &persistentService{s: s})
-	serverfeatures.RegisterServerFeaturesServer(gs, &featuresService{})
+	serverfeatures.RegisterServerFeaturesServer(gs, &featuresService{version: s.opts.Version})
 	done := make(chan struct{})
 	s.gs, s.serveDone = gs, done
 	go func() {
@@ -405,9 +414,10 @@ func (s *Server) ticker() {
 
 type featuresService struct {
 	serverfeatures.UnimplementedServerFeaturesServer
+	version string
 }
 
-func (*featuresService) GetSupportedMethods(context.Context, *shared.Empty) (*serverfeatures.SupportedMethods, error) {
+func (f *featuresService) GetSupportedMethods(context.Context, *shared.Empty) (*serverfeatures.SupportedMethods, error) {
 	const (
 		streamsSvc    = "event_store.client.streams.streams"
 		persistentSvc = "event_store.client.persistent_subscriptions.persistentsubscriptions"
@@ -417,7 +427,7 @@ func (*featuresService) GetSupportedMethods(context.Context, *shared.Empty) (*se
 		return &serverfeatures.SupportedMethod{ServiceName: svc, MethodName: name, Features: features}
 	}
 	return &serverfeatures.SupportedMethods{
-		EventStoreServerVersion: ServerVersion,
+		EventStoreServerVersion: f.version,
 		Methods: []*serverfeatures.SupportedMethod{
 			m(streamsSvc, "read"),
 			m(streamsSvc, "append"),

@@ -1,0 +1,129 @@
+package esdb_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source/esdb"
+	"github.com/inorder/inorder/source/esdb/esdbtest"
+)
+
+func TestPinnedCheckpointsFixed(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]bool{
+		"0.0.0":    false, // unknown
+		"22.10.5":  false,
+		"23.10.7":  false,
+		"24.10.13": false,
+		"24.10.14": true,
+		"24.10.20": true,
+		"25.0.0":   false,
+		"25.1.4":   false,
+		"26.0.2":   false,
+		"26.0.3":   true,
+		"26.0.10":  true,
+		"26.1.0":   true,
+		"26.2.0":   true,
+		"27.0.0":   true,
+	} {
+		var sv esdbc.ServerVersion
+		_, err := fmt.Sscanf(v, "%d.%d.%d", &sv.Major, &sv.Minor, &sv.Patch)
+		require.NoError(t, err)
+		require.Equal(t, want, esdb.PinnedCheckpointsFixed(sv), v)
+	}
+}
+
+// warnings counts the warning records whose message contains match.
+type warnings struct {
+	match string
+	n     atomic.Int64
+}
+
+func (h *warnings) Enabled(context.Context, slog.Level) bool { return true }
+func (h *warnings) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && strings.Contains(r.Message, h.match) {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h *warnings) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *warnings) WithGroup(string) slog.Handler      { return h }
+
+// A group the source creates with the default settings gets the Pinned
+// strategy on a server that keeps Pinned checkpoints right, RoundRobin (and
+// a warning) on others; settings given explicitly are kept. On Pinned, two
+// competing consumers subscribed before the events are written each get
+// whole streams, in order: nothing parks.
+func TestPersistentStrategyByServerVersion(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		version  string
+		settings *esdbc.PersistentSubscriptionSettings
+		want     esdbc.ConsumerStrategy
+		warned   bool
+	}{
+		{version: "23.10.0", want: esdbc.ConsumerStrategyRoundRobin, warned: true},
+		{version: "25.1.4", want: esdbc.ConsumerStrategyRoundRobin, warned: true},
+		{version: "26.0.3", want: esdbc.ConsumerStrategyPinned},
+		{version: "26.1.0", want: esdbc.ConsumerStrategyPinned},
+		{version: "26.1.0", settings: func() *esdbc.PersistentSubscriptionSettings {
+			st := esdb.DefaultSettings("")
+			return &st
+		}(), want: esdbc.ConsumerStrategyRoundRobin},
+	} {
+		name := tc.version
+		if tc.settings != nil {
+			name += "/explicit"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv, err := esdbtest.Start(&esdbtest.Options{Version: tc.version})
+			require.NoError(t, err)
+			t.Cleanup(srv.Close)
+			e := newEnvAt(t, srv)
+			b := setup(t)
+			events := generate(7, 40, 6)
+			group := "g-" + e.prefix
+			log := &warnings{match: "RoundRobin"}
+			anyCommit := newSignal()
+			procs := []*projection.Processor{b.proc, b.newProcessor(t)}
+			var consumers []*running
+			for i, p := range procs {
+				consumers = append(consumers, start(t, esdb.Config{
+					URL: e.url, Processor: p, Name: fmt.Sprintf("consumer-%d", i),
+					Persistent: &esdb.Persistent{Group: group, Settings: tc.settings},
+					Workers:    2, BatchSize: 20, MaxWait: 5 * time.Millisecond,
+					Mapping: esdb.Mapping{StreamPrefix: e.prefix}, Logger: slog.New(log),
+				}, anyCommit))
+				waitSignal(t, consumers[i].subscribe, "consumer subscribed")
+			}
+			e.appendEvents(t, events)
+			waitFor(t, anyCommit, applied(len(events), procs...), "every event applied")
+			for _, c := range consumers {
+				require.NoError(t, c.stop())
+			}
+			b.requireFold(t, events)
+
+			info, err := e.client.GetPersistentSubscriptionInfoToAll(context.Background(), group, esdbc.GetPersistentSubscriptionOptions{})
+			require.NoError(t, err)
+			require.Equal(t, tc.want, info.Settings.ConsumerStrategyName)
+			require.Equal(t, tc.warned, log.n.Load() > 0, "the warning about RoundRobin")
+			if tc.want == esdbc.ConsumerStrategyPinned {
+				var parked int64
+				for _, p := range procs {
+					parked += p.Counts()["ledger"].Deliveries[projection.Parked]
+				}
+				require.Zero(t, parked, "each stream's events reach one consumer, in order")
+			}
+		})
+	}
+}
