@@ -7,6 +7,10 @@ import "github.com/jackc/pgx/v5"
 // baseline of BenchmarkLedger does). Call Flush to send what it queued.
 func NewTx(tx pgx.Tx) *Tx { return newTx(tx, "") }
 
+// TxBatch is t's pipeline, for benchmarks that queue inorder's own
+// statements (package buffer) beside a handler's.
+func TxBatch(t *Tx) *pgx.Batch { return t.batch }
+
 // Speculation returns how many attempts p made that wrote their version
 // rows without reading them, and how many tried and had to read them.
 func Speculation(p *Processor) (speculated, misspeculated int64) {
