@@ -137,6 +137,8 @@ func systemMetadata(r *record) map[string]string {
 	}
 }
 
+// streamsRecorded is r as a RecordedEvent message. Streams and persistent
+// subscriptions share its wire format (see recordedWire).
 func streamsRecorded(r *record, structured bool) *streams.ReadResp_ReadEvent_RecordedEvent {
 	if r == nil {
 		return nil
@@ -151,39 +153,6 @@ func streamsRecorded(r *record, structured bool) *streams.ReadResp_ReadEvent_Rec
 		CustomMetadata:   nonNil(r.meta),
 		Data:             nonNil(r.data),
 	}
-}
-
-func streamsEvent(ev resolved, structured bool) *streams.ReadResp {
-	return &streams.ReadResp{Content: &streams.ReadResp_Event{Event: &streams.ReadResp_ReadEvent{
-		Event:    streamsRecorded(ev.event, structured),
-		Link:     streamsRecorded(ev.link, structured),
-		Position: &streams.ReadResp_ReadEvent_CommitPosition{CommitPosition: ev.original().pos},
-	}}}
-}
-
-func persistentRecorded(r *record, structured bool) *persistent.ReadResp_ReadEvent_RecordedEvent {
-	if r == nil {
-		return nil
-	}
-	return &persistent.ReadResp_ReadEvent_RecordedEvent{
-		Id:               uuidToProto(r.id, structured),
-		StreamIdentifier: &shared.StreamIdentifier{StreamName: []byte(r.stream)},
-		StreamRevision:   r.revision,
-		PreparePosition:  r.pos,
-		CommitPosition:   r.pos,
-		Metadata:         systemMetadata(r),
-		CustomMetadata:   nonNil(r.meta),
-		Data:             nonNil(r.data),
-	}
-}
-
-func persistentEvent(ev resolved, retry int, structured bool) *persistent.ReadResp {
-	return &persistent.ReadResp{Content: &persistent.ReadResp_Event{Event: &persistent.ReadResp_ReadEvent{
-		Event:    persistentRecorded(ev.event, structured),
-		Link:     persistentRecorded(ev.link, structured),
-		Position: &persistent.ReadResp_ReadEvent_CommitPosition{CommitPosition: ev.original().pos},
-		Count:    &persistent.ReadResp_ReadEvent_RetryCount{RetryCount: int32(retry)},
-	}}}
 }
 
 func nonNil(b []byte) []byte {

@@ -3,7 +3,6 @@ package esdbtest
 import (
 	"time"
 
-	"github.com/EventStore/EventStore-Client-Go/v4/protos/persistent"
 	"github.com/google/uuid"
 )
 
@@ -61,6 +60,7 @@ type psGroup struct {
 	low         uint64               // no key below it is outstanding (lowestUnfinished)
 	retry       []*psMsg             // queued for (re)delivery, sorted by key
 	held        []*psMsg             // Pinned: read, waiting for their consumer's room, in order
+	heldIn      [pinnedBuckets]int32 // Pinned: how many of held are in each bucket
 	consumers   []*psConsumer
 	rr          int // round robin index
 
@@ -75,6 +75,7 @@ type psMsg struct {
 	ev       resolved
 	id       uuid.UUID // id of the original event: what clients ack
 	key      uint64
+	bucket   int // Pinned: the bucket of the resolved event's stream
 	retry    int
 	consumer *psConsumer // nil unless in flight
 	timer    *time.Timer
@@ -85,14 +86,21 @@ type psConsumer struct {
 	bufSize    int
 	inflight   int
 	structured bool
-	queue      []*persistent.ReadResp
+	queue      []psDelivery  // to send, in order
 	wake       chan struct{} // cap 1
 	kicked     chan struct{} // closed by kick
 	kickErr    error
 }
 
-func (c *psConsumer) push(r *persistent.ReadResp) {
-	c.queue = append(c.queue, r)
+// psDelivery is a message handed to a consumer, sent by its Read handler
+// (which encodes it outside Server.mu).
+type psDelivery struct {
+	ev    resolved
+	retry int
+}
+
+func (c *psConsumer) push(d psDelivery) {
+	c.queue = append(c.queue, d)
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -138,6 +146,7 @@ func (g *psGroup) reload(s *Server) {
 	g.lastRead = nil
 	g.retry = nil
 	g.held = nil
+	g.heldIn = [pinnedBuckets]int32{}
 	g.consumers = nil
 	g.rr = 0
 	if g.cp != nil {

@@ -286,8 +286,12 @@ func (p *persistentService) Read(srv persistent.PersistentSubscriptions_ReadServ
 			q := c.queue
 			c.queue = nil
 			s.mu.Unlock()
-			for _, r := range q {
-				if err := srv.Send(r); err != nil {
+			for _, d := range q {
+				w, err := persistentEventWire(d.ev, d.retry, c.structured)
+				if err != nil {
+					return err
+				}
+				if err := srv.SendMsg(w); err != nil {
 					return err
 				}
 			}

@@ -145,6 +145,7 @@ func (s *Server) serve(lis net.Listener) {
 		grpc.ChainStreamInterceptor(s.streamInterceptor),
 		grpc.UnknownServiceHandler(s.unknownHandler),
 		grpc.WaitForHandlers(true),
+		grpc.ForceServerCodecV2(newWireCodec()), // events go out pre-encoded (wire.go)
 	)
 	streams.RegisterStreamsServer(gs, &streamsService{s: s})
 	persistent.RegisterPersistentSubscriptionsServer(gs, &persistentService{s: s})

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,7 +46,7 @@ const (
 	firstPosition = 1024
 )
 
-// record is one immutable event in the log.
+// record is one immutable event in the log (its wire cache aside).
 type record struct {
 	id          uuid.UUID
 	stream      string
@@ -56,6 +57,10 @@ type record struct {
 	created     int64 // .NET ticks (100 ns) since the Unix epoch
 	data        []byte
 	meta        []byte
+
+	// wire caches the record's RecordedEvent encoding, by UUID form
+	// (string, structured): see recordedWire.
+	wire [2]atomic.Pointer[[]byte]
 }
 
 // streamState is the state of one stream.

@@ -140,7 +140,7 @@ func (x *streamsService) Read(req *streams.ReadReq, srv streams.Streams_ReadServ
 		return status.Error(codes.InvalidArgument, "stream option is required")
 	}
 	for _, ev := range out {
-		if err := srv.Send(streamsEvent(ev, structured)); err != nil {
+		if err := sendStreamsEvent(srv, ev, structured); err != nil {
 			return err
 		}
 	}
@@ -255,7 +255,7 @@ func (x *streamsService) subscribe(opts *streams.ReadReq_Options, srv streams.St
 
 		for _, r := range batch { // $all
 			if f.match(r) {
-				if err := srv.Send(streamsEvent(resolved{event: r}, structured)); err != nil {
+				if err := sendStreamsEvent(srv, resolved{event: r}, structured); err != nil {
 					return err
 				}
 			}
@@ -270,7 +270,7 @@ func (x *streamsService) subscribe(opts *streams.ReadReq_Options, srv streams.St
 			}
 		}
 		for _, ev := range out { // stream
-			if err := srv.Send(streamsEvent(ev, structured)); err != nil {
+			if err := sendStreamsEvent(srv, ev, structured); err != nil {
 				return err
 			}
 		}
