@@ -17,8 +17,9 @@ import (
 // every acked event again. (Under -race on a loaded machine a batch can take
 // longer than 200 ms: events then time out faster than they are processed,
 // and the redeliveries snowball. A second is short enough.)
-func psSettings() *esdbc.PersistentSubscriptionSettings {
+func psSettings(strategy esdbc.ConsumerStrategy) *esdbc.PersistentSubscriptionSettings {
 	st := esdbc.SubscriptionSettingsDefault()
+	st.ConsumerStrategyName = strategy
 	st.MessageTimeout = 1000 // ms
 	st.MaxRetryCount = 10000
 	st.CheckpointLowerBound = 100000
@@ -32,9 +33,20 @@ func psSettings() *esdbc.PersistentSubscriptionSettings {
 // would be) with small buffers and short message timeouts, a dropped
 // subscription and a server restart in between — deliveries out of order,
 // redelivered and duplicated — build the in-order fold, each event applied
-// once.
+// once. With RoundRobin, and with Pinned (the default on servers with the
+// fix of KurrentDB#5497), whose consumers lose and regain their streams as
+// the subscription drops and the server restarts.
 func TestPersistent(t *testing.T) {
 	t.Parallel()
+	for _, strategy := range []esdbc.ConsumerStrategy{esdbc.ConsumerStrategyRoundRobin, esdbc.ConsumerStrategyPinned} {
+		t.Run(string(strategy), func(t *testing.T) {
+			t.Parallel()
+			testPersistent(t, strategy)
+		})
+	}
+}
+
+func testPersistent(t *testing.T, strategy esdbc.ConsumerStrategy) {
 	e := newEnv(t)
 	b := setup(t)
 	events := generate(3, 300, 10)
@@ -47,7 +59,7 @@ func TestPersistent(t *testing.T) {
 		procs = append(procs, p)
 		consumers = append(consumers, start(t, esdb.Config{
 			URL: e.url, Processor: p, Name: fmt.Sprintf("consumer-%d", i),
-			Persistent: &esdb.Persistent{Group: group, Settings: psSettings(), BufferSize: 40},
+			Persistent: &esdb.Persistent{Group: group, Settings: psSettings(strategy), BufferSize: 40},
 			Workers:    2, BatchSize: 50, MaxWait: 10 * time.Millisecond,
 			ReconnectMin: 10 * time.Millisecond, ReconnectMax: 100 * time.Millisecond,
 			Mapping: esdb.Mapping{StreamPrefix: e.prefix},

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/projection"
@@ -102,7 +103,7 @@ func TestReconnect(t *testing.T) {
 					Mapping: esdb.Mapping{StreamPrefix: e.prefix},
 				}
 				if mode == "Persistent" {
-					cfg.Persistent = &esdb.Persistent{Group: "g", Settings: psSettings(), BufferSize: 50}
+					cfg.Persistent = &esdb.Persistent{Group: "g", Settings: psSettings(esdbc.ConsumerStrategyRoundRobin), BufferSize: 50}
 				}
 				var r *running
 				commits := newSignal()
