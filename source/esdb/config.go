@@ -179,8 +179,9 @@ type Persistent struct {
 	// consumer strategy chosen by the server's version: Pinned, which
 	// sends each stream's events to one consumer so that competing
 	// consumers rarely park, on a server where PinnedCheckpointsFixed;
-	// RoundRobin, with a warning in the log, on others. Poison events never reach the
-	// server's parked stream (the processor quarantines them), but every
+	// RoundRobin, with a warning in the log, on others (Settings that ask
+	// for a pinned strategy there are used, with a warning). Poison events
+	// never reach the server's parked stream (the processor quarantines them), but every
 	// failed batch nacks its events for a retry: MaxRetryCount bounds how
 	// many failed batches an event survives before the server parks it —
 	// gap repair then reads it from its stream.

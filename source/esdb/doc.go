@@ -70,8 +70,9 @@
 // processes ran at about half the speed of one catch-up subscription in the
 // benchmarks (docs/benchmarks.md). Set the strategy yourself in
 // [Persistent].Settings (ConsumerStrategyName), or with 'inorder run
-// --consumer-strategy'; a group that exists keeps the strategy it was
-// created with.
+// --consumer-strategy' — a pinned strategy asked for on a server without
+// the fix is used, with a warning; a group that exists keeps the strategy
+// it was created with.
 //
 // The limit is time: in persistent mode an event waits unacknowledged for
 // about BufferSize ÷ the consumer's throughput (6,000 events at 15,000

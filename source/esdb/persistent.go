@@ -110,31 +110,39 @@ func (s *Source) subscribePersistent(ctx context.Context, client *esdbc.Client) 
 func (s *Source) createGroup(ctx context.Context, client *esdbc.Client) (esdbc.ConsumerStrategy, error) {
 	p := s.cfg.Persistent
 	settings := *p.Settings
-	if s.cfg.autoStrategy {
-		settings.ConsumerStrategyName = s.chooseStrategy(client)
+	pinned := func(st esdbc.ConsumerStrategy) bool {
+		return st == esdbc.ConsumerStrategyPinned || st == "PinnedByCorrelation"
+	}
+	if s.cfg.autoStrategy || pinned(settings.ConsumerStrategyName) {
+		fixed, version := serverVersion(client)
+		switch {
+		case s.cfg.autoStrategy && fixed:
+			settings.ConsumerStrategyName = esdbc.ConsumerStrategyPinned
+		case s.cfg.autoStrategy:
+			settings.ConsumerStrategyName = esdbc.ConsumerStrategyRoundRobin
+			s.log.Warn("esdb creates the persistent subscription group with the RoundRobin strategy: "+
+				"this server release can write wrong checkpoints for Pinned groups (kurrent-io/KurrentDB#5497; fixed in 24.10.14, 26.0.3 and 26.1.0). "+
+				"Competing consumers of a RoundRobin group receive one aggregate's events in turn, and park those that arrive before their predecessor",
+				"name", s.cfg.Name, "group", p.Group, "server_version", version)
+		case !fixed:
+			s.log.Warn("esdb creates the persistent subscription group with a pinned strategy on a server release "+
+				"that can write wrong checkpoints for it (kurrent-io/KurrentDB#5497; fixed in 24.10.14, 26.0.3 and 26.1.0): "+
+				"after a server restart the group may skip events, which gap repair can read back only when a later version arrives",
+				"name", s.cfg.Name, "group", p.Group, "strategy", settings.ConsumerStrategyName, "server_version", version)
+		}
 	}
 	return settings.ConsumerStrategyName, s.createGroupWith(ctx, client, &settings)
 }
 
-// chooseStrategy picks the consumer strategy of a group the source creates
-// with the default settings: Pinned, which sends all of a stream's events
-// to one consumer, when the server keeps Pinned groups' checkpoints right
-// (PinnedCheckpointsFixed); RoundRobin, with a warning, when it does not or
-// its version is unknown.
-func (s *Source) chooseStrategy(client *esdbc.Client) esdbc.ConsumerStrategy {
+// serverVersion reports whether the server has the fix of Pinned groups'
+// checkpoints (PinnedCheckpointsFixed), and its version for the log
+// ("unknown" when it does not say).
+func serverVersion(client *esdbc.Client) (fixed bool, version string) {
 	v, err := client.GetServerVersion()
-	if err == nil && PinnedCheckpointsFixed(*v) {
-		return esdbc.ConsumerStrategyPinned
+	if err != nil || v == nil || *v == (esdbc.ServerVersion{}) {
+		return false, "unknown"
 	}
-	version := "unknown"
-	if err == nil && *v != (esdbc.ServerVersion{}) {
-		version = fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch)
-	}
-	s.log.Warn("esdb creates the persistent subscription group with the RoundRobin strategy: "+
-		"this server release can write wrong checkpoints for Pinned groups (kurrent-io/KurrentDB#5497; fixed in 24.10.14, 26.0.3 and 26.1.0). "+
-		"Competing consumers of a RoundRobin group receive one aggregate's events in turn, and park those that arrive before their predecessor",
-		"name", s.cfg.Name, "group", s.cfg.Persistent.Group, "server_version", version)
-	return esdbc.ConsumerStrategyRoundRobin
+	return PinnedCheckpointsFixed(*v), fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch)
 }
 
 // PinnedCheckpointsFixed reports whether an EventStoreDB or KurrentDB server

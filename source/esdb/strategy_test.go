@@ -58,9 +58,16 @@ func (h *warnings) Handle(_ context.Context, r slog.Record) error {
 func (h *warnings) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *warnings) WithGroup(string) slog.Handler      { return h }
 
+func withStrategy(st esdbc.ConsumerStrategy) *esdbc.PersistentSubscriptionSettings {
+	s := esdb.DefaultSettings("")
+	s.ConsumerStrategyName = st
+	return &s
+}
+
 // A group the source creates with the default settings gets the Pinned
 // strategy on a server that keeps Pinned checkpoints right, RoundRobin (and
-// a warning) on others; settings given explicitly are kept. On Pinned, two
+// a warning) on others; settings given explicitly are kept (a pinned
+// strategy on a server without the fix, with a warning). On Pinned, two
 // competing consumers subscribed before the events are written each get
 // whole streams, in order: nothing parks.
 func TestPersistentStrategyByServerVersion(t *testing.T) {
@@ -75,14 +82,14 @@ func TestPersistentStrategyByServerVersion(t *testing.T) {
 		{version: "25.1.4", want: esdbc.ConsumerStrategyRoundRobin, warned: true},
 		{version: "26.0.3", want: esdbc.ConsumerStrategyPinned},
 		{version: "26.1.0", want: esdbc.ConsumerStrategyPinned},
-		{version: "26.1.0", settings: func() *esdbc.PersistentSubscriptionSettings {
-			st := esdb.DefaultSettings("")
-			return &st
-		}(), want: esdbc.ConsumerStrategyRoundRobin},
+		{version: "26.1.0", settings: withStrategy(esdbc.ConsumerStrategyRoundRobin), want: esdbc.ConsumerStrategyRoundRobin},
+		// Asked for, Pinned is used on any server, with a warning where
+		// its checkpoints can be wrong.
+		{version: "25.1.4", settings: withStrategy(esdbc.ConsumerStrategyPinned), want: esdbc.ConsumerStrategyPinned, warned: true},
 	} {
 		name := tc.version
 		if tc.settings != nil {
-			name += "/explicit"
+			name += "/explicit-" + string(tc.settings.ConsumerStrategyName)
 		}
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -93,7 +100,7 @@ func TestPersistentStrategyByServerVersion(t *testing.T) {
 			b := setup(t)
 			events := generate(7, 40, 6)
 			group := "g-" + e.prefix
-			log := &warnings{match: "RoundRobin"}
+			log := &warnings{match: "KurrentDB#5497"}
 			anyCommit := newSignal()
 			procs := []*projection.Processor{b.proc, b.newProcessor(t)}
 			var consumers []*running
@@ -116,7 +123,7 @@ func TestPersistentStrategyByServerVersion(t *testing.T) {
 			info, err := e.client.GetPersistentSubscriptionInfoToAll(context.Background(), group, esdbc.GetPersistentSubscriptionOptions{})
 			require.NoError(t, err)
 			require.Equal(t, tc.want, info.Settings.ConsumerStrategyName)
-			require.Equal(t, tc.warned, log.n.Load() > 0, "the warning about RoundRobin")
+			require.Equal(t, tc.warned, log.n.Load() > 0, "the warning about the server's Pinned checkpoints")
 			if tc.want == esdbc.ConsumerStrategyPinned {
 				var parked int64
 				for _, p := range procs {
