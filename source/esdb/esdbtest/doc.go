@@ -57,8 +57,19 @@
 // buffer-size unacknowledged ones each, dispatched round robin
 // (DispatchToSingle fills the first consumer first; Pinned and
 // PinnedByCorrelation send every event of a stream — the resolved event's —
-// to the consumer its hash bucket is assigned to among those connected, and
-// hold it while that consumer is full). Retries are delivered before new events, in event order.
+// to the consumer its hash bucket is assigned to, and hold it while that
+// consumer is full). Retries are delivered before new events, in event order.
+//
+// Pinned assigns buckets like KurrentDB's PinnedConsumerState
+// (src/KurrentDB.Core/Services/PersistentSubscription/ConsumerStrategy/PinnedState/PinnedConsumerState.cs):
+// a bucket is assigned when its first message is pushed, to the consumer
+// with the fewest buckets; a joining consumer takes the buckets above
+// ceil(assigned buckets / consumers) from the others, those with the
+// fewest messages in flight first, so a stream whose events are being
+// processed stays where it is unless a consumer has too few idle buckets to
+// give; the buckets of a consumer that leaves are unassigned. PinnedByCorrelation
+// hashes the stream too (KurrentDB hashes the $correlationId metadata when
+// there is one).
 // ResolveLinkTos is honored for stream groups (the ack id is the link's).
 //
 // A message is retried with retry count + 1 when it is nacked with Retry or

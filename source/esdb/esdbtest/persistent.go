@@ -62,7 +62,14 @@ type psGroup struct {
 	held        []*psMsg             // Pinned: read, waiting for their consumer's room, in order
 	heldIn      [pinnedBuckets]int32 // Pinned: how many of held are in each bucket
 	consumers   []*psConsumer
-	rr          int // round robin index
+
+	// Pinned's bucket assignments (pinned.go): the consumer of each bucket
+	// (nil: unassigned), how many buckets are assigned, and how many
+	// messages of each bucket are in flight.
+	owner      [pinnedBuckets]*psConsumer
+	assigned   int
+	inflightIn [pinnedBuckets]int32
+	rr         int // round robin index
 
 	cp     *uint64 // checkpoint: source key to resume from after a restart
 	cpBase uint64  // key of the last checkpoint (or the initial cursor)
@@ -85,6 +92,8 @@ type psMsg struct {
 type psConsumer struct {
 	bufSize    int
 	inflight   int
+	buckets    int // Pinned: how many buckets are assigned to it
+	waiting    int // Pinned: held messages of its buckets (deliverHeld's scratch)
 	structured bool
 	queue      []psDelivery  // to send, in order
 	wake       chan struct{} // cap 1
@@ -148,6 +157,9 @@ func (g *psGroup) reload(s *Server) {
 	g.held = nil
 	g.heldIn = [pinnedBuckets]int32{}
 	g.consumers = nil
+	g.owner = [pinnedBuckets]*psConsumer{}
+	g.assigned = 0
+	g.inflightIn = [pinnedBuckets]int32{}
 	g.rr = 0
 	if g.cp != nil {
 		g.cursor = *g.cp

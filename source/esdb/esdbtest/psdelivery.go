@@ -92,93 +92,6 @@ func (g *psGroup) pickConsumer() *psConsumer {
 	return nil
 }
 
-func (g *psGroup) pinned() bool {
-	return g.settings.strategy == strategyPinned || g.settings.strategy == strategyPinnedByCorr
-}
-
-// pinnedBucket is the Pinned bucket of a message: an FNV-1a hash of its
-// stream (the resolved event's, the link's if it did not resolve).
-func pinnedBucket(ev resolved) int {
-	r := ev.event
-	if r == nil {
-		r = ev.link
-	}
-	h := uint64(14695981039346656037) // FNV-1a
-	for i := 0; i < len(r.stream); i++ {
-		h ^= uint64(r.stream[i])
-		h *= 1099511628211
-	}
-	return int(h % pinnedBuckets)
-}
-
-// pinnedConsumer is the consumer of bucket b among the connected ones.
-func (g *psGroup) pinnedConsumer(b int) (int, *psConsumer) {
-	i := b % len(g.consumers)
-	return i, g.consumers[i]
-}
-
-// pumpPinned delivers every message to the consumer its stream is pinned
-// to, in order; messages whose consumer is full wait for it.
-func (g *psGroup) pumpPinned(s *Server) {
-	g.deliverHeld(s)
-	for g.hasCapacity() && len(g.held) < pinnedHold {
-		m := g.nextMessage(s)
-		if m == nil {
-			return
-		}
-		if _, c := g.pinnedConsumer(m.bucket); c.inflight < c.bufSize {
-			g.deliver(s, c, m)
-		} else {
-			g.held = append(g.held, m)
-			g.heldIn[m.bucket]++
-		}
-	}
-}
-
-// deliverHeld delivers, in order, the held messages whose consumer has
-// room. It looks at held messages only while a consumer with room has some:
-// a pump whose consumers with room hold nothing costs O(pinnedBuckets).
-func (g *psGroup) deliverHeld(s *Server) {
-	if len(g.held) == 0 {
-		return
-	}
-	n := len(g.consumers)
-	waitingFor := make([]int, n) // held messages per consumer
-	for b, k := range g.heldIn {
-		waitingFor[b%n] += int(k)
-	}
-	deliverable := 0 // held messages whose consumer has room
-	for i, c := range g.consumers {
-		if c.inflight < c.bufSize {
-			deliverable += waitingFor[i]
-		}
-	}
-	if deliverable == 0 {
-		return
-	}
-	kept := g.held[:0]
-	for j, m := range g.held {
-		i, c := g.pinnedConsumer(m.bucket)
-		if c.inflight >= c.bufSize {
-			kept = append(kept, m)
-			continue
-		}
-		g.heldIn[m.bucket]--
-		waitingFor[i]--
-		deliverable--
-		g.deliver(s, c, m)
-		if c.inflight >= c.bufSize {
-			deliverable -= waitingFor[i] // c is full now: the rest of its own wait
-		}
-		if deliverable == 0 {
-			kept = append(kept, g.held[j+1:]...)
-			break
-		}
-	}
-	clear(g.held[len(kept):])
-	g.held = kept
-}
-
 // pump delivers as many messages as consumers have room for.
 func (g *psGroup) pump(s *Server) {
 	if g.deleted || s.stopping || s.shut {
@@ -200,6 +113,7 @@ func (g *psGroup) pump(s *Server) {
 func (g *psGroup) deliver(s *Server, c *psConsumer, m *psMsg) {
 	m.consumer = c
 	c.inflight++
+	g.inflightIn[m.bucket]++
 	m.gen++
 	gen := m.gen
 	m.timer = time.AfterFunc(g.settings.msgTimeout, func() { s.onMessageTimeout(g, m, gen) })
@@ -223,6 +137,7 @@ func (g *psGroup) detach(m *psMsg) {
 	}
 	if m.consumer != nil {
 		m.consumer.inflight--
+		g.inflightIn[m.bucket]--
 		m.consumer = nil
 	}
 }
@@ -323,6 +238,7 @@ func (g *psGroup) removeConsumer(s *Server, c *psConsumer) {
 	if g.rr >= len(g.consumers) {
 		g.rr = 0
 	}
+	g.unassignBuckets(c)
 	if s.stopping || g.deleted {
 		return // reload / deletion forgets everything anyway
 	}

@@ -231,7 +231,7 @@ func (p *persistentService) Read(srv persistent.PersistentSubscriptions_ReadServ
 	// Register before confirming, so a client whose Subscribe call returned
 	// is known to be in the dispatch rotation. Only this goroutine sends,
 	// so the confirmation still goes out before any queued event.
-	g.consumers = append(g.consumers, c)
+	g.addConsumer(c)
 	s.pumpAllLocked()
 	s.mu.Unlock()
 	defer func() {
