@@ -72,7 +72,10 @@
 // [Persistent].Settings (ConsumerStrategyName), or with 'inorder run
 // --consumer-strategy' — a pinned strategy asked for on a server without
 // the fix is used, with a warning; a group that exists keeps the strategy
-// it was created with.
+// it was created with. To move one to Pinned, point the workers at a new
+// group ('inorder run --group'): created from the start of the stream, it
+// delivers again what the old group delivered, which the gate discards as
+// duplicates — safe, at the cost of reading the history once more.
 //
 // The limit is time: in persistent mode an event waits unacknowledged for
 // about BufferSize ÷ the consumer's throughput (6,000 events at 15,000
