@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/EventStore/EventStore-Client-Go/v4/protos/persistent"
+	"github.com/EventStore/EventStore-Client-Go/v4/protos/shared"
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -136,6 +137,15 @@ func (p *persistentService) Create(_ context.Context, req *persistent.CreateReq)
 	return &persistent.CreateResp{}, nil
 }
 
+// groupStream is the stream of a group's request options: id's name, or
+// $all when there is none.
+func groupStream(id *shared.StreamIdentifier) string {
+	if id == nil {
+		return "$all"
+	}
+	return string(id.GetStreamName())
+}
+
 func groupNotFound(group, stream string) error {
 	return status.Errorf(codes.NotFound, "Subscription group '%s' on stream '%s' does not exist.", group, stream)
 }
@@ -171,10 +181,7 @@ func (p *persistentService) Update(_ context.Context, req *persistent.UpdateReq)
 func (p *persistentService) Delete(_ context.Context, req *persistent.DeleteReq) (*persistent.DeleteResp, error) {
 	s := p.s
 	o := req.GetOptions()
-	stream := "$all"
-	if id := o.GetStreamIdentifier(); id != nil {
-		stream = string(id.GetStreamName())
-	}
+	stream := groupStream(o.GetStreamIdentifier())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := stream + "::" + o.GetGroupName()
@@ -309,10 +316,7 @@ func (p *persistentService) Read(srv persistent.PersistentSubscriptions_ReadServ
 func (p *persistentService) GetInfo(_ context.Context, req *persistent.GetInfoReq) (*persistent.GetInfoResp, error) {
 	s := p.s
 	o := req.GetOptions()
-	stream := "$all"
-	if id := o.GetStreamIdentifier(); id != nil {
-		stream = string(id.GetStreamName())
-	}
+	stream := groupStream(o.GetStreamIdentifier())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	g := s.groups[stream+"::"+o.GetGroupName()]
