@@ -2,6 +2,9 @@ package projection_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -124,4 +127,87 @@ func TestConformanceRedelivery(t *testing.T) {
 		return c
 	}
 	projectiontest.Run(t, subject, projectiontest.Features{Seeds: 1, Aggregates: 300})
+}
+
+// orderLog is an inline projection that trusts the gate with everything:
+// its handler records the versions it is given, in the order given, and
+// checks nothing, so the suite's check sees any version applied out of
+// order, twice or not at all — which a projection that validates its
+// events (the ledger refuses a payment that does not start with its
+// authorization) would turn into a handler error instead.
+type orderLog struct{}
+
+func (orderLog) Name() string { return "order-log" }
+func (orderLog) Setup(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS order_log (id text PRIMARY KEY, version bigint NOT NULL,
+  log bytea NOT NULL DEFAULT '', applied text NOT NULL)`)
+	return err
+}
+func (orderLog) InlineTable() (projection.InlineTable, bool) {
+	return projection.InlineTable{Table: pgx.Identifier{"order_log"}, Key: "id", Version: "version", Log: "log"}, true
+}
+func (orderLog) Reset(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `TRUNCATE order_log`)
+	return err
+}
+
+// ApplyBatch writes each aggregate's row once, with the versions of its
+// run appended to the row's list.
+func (o orderLog) ApplyBatch(ctx context.Context, tx *projection.Tx, events []aggregate.Event) error {
+	it, _ := o.InlineTable()
+	runs := tx.InlineRuns()
+	ids, applied, logs := make([]string, len(runs)), make([]string, len(runs)), make([][]byte, len(runs))
+	vers := make([]int64, len(runs))
+	k := 0
+	for i, ru := range runs {
+		ids[i], vers[i], logs[i] = ru.Aggregate, ru.Version, ru.Log
+		var list strings.Builder
+		for ; k < len(events) && events[k].Aggregate == ru.Aggregate; k++ {
+			fmt.Fprintf(&list, "%d,", events[k].Version)
+		}
+		applied[i] = list.String()
+	}
+	if k != len(events) {
+		return fmt.Errorf("order-log: %d events, %d in the inline runs", len(events), k)
+	}
+	tx.QueueInline(`INSERT INTO order_log AS t (id, version, log, applied)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[])
+ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, applied = t.applied || EXCLUDED.applied, `+it.SetLog("t")+`
+WHERE `+it.Condition("t"), ids, vers, logs, applied)
+	return nil
+}
+
+// TestConformanceInlineOrder runs the conformance suite on orderLog: every
+// aggregate's row must list its versions from 1, each once, in order.
+func TestConformanceInlineOrder(t *testing.T) {
+	t.Parallel()
+	projectiontest.Run(t, projectiontest.Subject{
+		Generate: ledger.Generate,
+		New: func(t *testing.T) *projectiontest.Case {
+			db := pgtest.NewMigrated(t)
+			proc, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema}, orderLog{})
+			require.NoError(t, err)
+			require.NoError(t, proc.Setup(t.Context()))
+			return &projectiontest.Case{
+				Processor: proc,
+				Check: func(t *testing.T, events []aggregate.Event) {
+					t.Helper()
+					want := map[string]string{}
+					for _, e := range events {
+						want[e.Aggregate] += strconv.FormatInt(e.Version, 10) + ","
+					}
+					got := map[string]string{}
+					rows, err := db.Pool.Query(t.Context(), `SELECT id, applied FROM order_log`)
+					require.NoError(t, err)
+					var id, applied string
+					_, err = pgx.ForEachRow(rows, []any{&id, &applied}, func() error {
+						got[id] = applied
+						return nil
+					})
+					require.NoError(t, err)
+					require.Equal(t, want, got)
+				},
+			}
+		},
+	}, projectiontest.Features{Seeds: 2, Aggregates: 200, MaxBatch: 100})
 }

@@ -19,7 +19,10 @@ import (
 //  1. inserts an empty version row for each aggregate whose run starts at
 //     version 1 (ON CONFLICT DO NOTHING: a row that exists, or that a
 //     concurrent transaction is inserting, means the aggregate is not new,
-//     and the attempt leaves the fast path) — step 2 of the lock order;
+//     and the attempt leaves the fast path) — step 2 of the lock order —
+//     and counts the projection's rows of the others: each must have one
+//     (the upsert's insert is not guarded by Condition; see
+//     queueInlineSpeculation);
 //  2. calls the handler, whose upsert of the projection's rows moves each
 //     row only from the version before its run, and only if the row is not
 //     marked (InlineTable.Condition).
@@ -74,7 +77,7 @@ type inlineRow struct {
 
 // inlineSQL are the gate's statements on an inline projection's table.
 type inlineSQL struct {
-	lock, prepare, mark string
+	lock, prepare, mark, exist string
 }
 
 func newInlineSQL(t *InlineTable) inlineSQL {
@@ -87,6 +90,8 @@ func newInlineSQL(t *InlineTable) inlineSQL {
 	// catches up with (at most a log's worth).
 	gapBytes := size + ` * least(greatest(k.version - t.` + v + `, 0), ` + strconv.Itoa(InlineLogEntries) + `)::int`
 	return inlineSQL{
+		// exist counts the rows of $1 that exist.
+		exist: `SELECT count(*) FROM ` + tbl + ` WHERE ` + k + ` = ANY($1::text[])`,
 		// lock locks the rows of $1 (sorted), one probe each.
 		lock: `SELECT k.aggregate, t.version, t.log FROM unnest($1::text[]) AS k(aggregate)
 CROSS JOIN LATERAL (SELECT ` + v + ` AS version, ` + l + ` AS log FROM ` + tbl + `
@@ -113,29 +118,40 @@ func (row inlineRow) marked() bool { return len(row.log)%inlineEntrySize != 0 }
 
 // queueInlineSpeculation queues the fast path's version-row work of inline
 // projection r (step 1 above) and fills the states the runs assume.
-// *written receives the runs taken as assumed so far: those of existing
-// aggregates, which step 3 checks, and the new ones whose version rows
+// *written receives the runs taken as assumed so far: those of aggregates
+// that have a row, which step 2 checks, and the new ones whose version rows
 // were inserted.
+//
+// A run from a later version than 1 needs its aggregate's row to exist:
+// Condition guards the upsert's update, not its insert, and an aggregate
+// without a row has not had its version 1 applied (its later versions may
+// have parked, or not come yet). A row, once written, stays while the
+// batch runs (a rebuild's Reset runs under the rebuild lock, which every
+// batch holds shared), so counting the rows without locks suffices.
 func (a *attempt) queueInlineSpeculation(b *pgx.Batch, r *registered, written *int64) {
 	states := a.states[r.index]
-	var fresh []string
+	var fresh, existing []string
 	for _, ru := range a.bt.runs {
 		states[ru.agg] = aggState{version: ru.first - 1}
 		if ru.first == 1 {
 			fresh = append(fresh, ru.agg)
+		} else {
+			existing = append(existing, ru.agg)
 		}
 	}
-	existing := int64(len(a.bt.runs) - len(fresh))
-	if len(fresh) == 0 {
-		*written = existing
-		return
-	}
-	b.Queue(a.p.sql.markVersions, r.key, fresh).QueryRow(func(row pgx.Row) error {
+	*written = 0
+	count := func(row pgx.Row) error {
 		var n int64
 		err := row.Scan(&n)
-		*written = existing + n
+		*written += n
 		return err
-	})
+	}
+	if len(existing) > 0 {
+		b.Queue(r.inlineSQL().exist, existing).QueryRow(count)
+	}
+	if len(fresh) > 0 {
+		b.Queue(a.p.sql.markVersions, r.key, fresh).QueryRow(count)
+	}
 }
 
 // queuePrelock queues, for a speculative attempt of a processor in which an

@@ -218,3 +218,27 @@ func TestInline(t *testing.T) {
 		require.Contains(t, q[0].Error, "QueueInline")
 	})
 }
+
+// TestInlineRunWithoutRow: a batch whose runs all continue where they
+// seem to — versions 2 and 3 of an aggregate the gate has not seen — must
+// not let an inline projection's upsert create the row from version 2:
+// Condition guards the upsert's update, not its insert. orderLog checks
+// nothing itself.
+func TestInlineRunWithoutRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := setup(t, nil).db
+	proc := opProcessor(t, db, opConfig(), orderLog{})
+	ev := func(v int64) aggregate.Event {
+		return aggregate.Event{Aggregate: "x", Version: v, Type: "t", Data: []byte(`{}`)}
+	}
+	res, err := proc.Process(ctx, projection.Batch{Events: []aggregate.Event{ev(2), ev(3)}})
+	require.NoError(t, err)
+	require.Equal(t, []projection.Outcome{projection.Parked, projection.Parked}, outcomes(res))
+	res, err = proc.Process(ctx, projection.Batch{Events: []aggregate.Event{ev(1)}})
+	require.NoError(t, err)
+	require.Equal(t, []projection.Outcome{projection.Applied}, outcomes(res))
+	var applied string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT applied FROM order_log WHERE id = 'x'`).Scan(&applied))
+	require.Equal(t, "1,2,3,", applied)
+}
