@@ -71,16 +71,18 @@ func (a *attempt) outcome(r *registered) func(idx int, o Outcome) {
 func (a *attempt) gate(ctx context.Context) error {
 	p := a.p
 	b := &pgx.Batch{}
-	p.queueEpochCheck(b, a.bt.epoch) // first: see generations.go
-	// Plans made for one batch's arrays (often while the tables were still
-	// empty) must not be reused for the next: a cached generic plan turns
-	// index probes into scans as tables grow.
-	b.Queue(`SET LOCAL plan_cache_mode = force_custom_plan`)
 	if p.pauseLock {
 		for _, r := range p.projs {
 			b.Queue(p.sql.pauseShared, r.lockKey)
 		}
 	}
+	// After the rebuild locks: a rebuild in place changes the epoch before
+	// it releases them (see queueEpochCheck).
+	p.queueEpochCheck(b, a.bt.epoch)
+	// Plans made for one batch's arrays (often while the tables were still
+	// empty) must not be reused for the next: a cached generic plan turns
+	// index probes into scans as tables grow.
+	b.Queue(`SET LOCAL plan_cache_mode = force_custom_plan`)
 	if a.mode.careful {
 		if err := a.tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("rebuild locks: %w", err)
@@ -148,6 +150,7 @@ func (a *attempt) gatePlanned(ctx context.Context, b *pgx.Batch) error {
 			pl.settle(out)
 		}
 	}
+	a.out.wrote = inlineWrites(p, plans)
 	return nil
 }
 

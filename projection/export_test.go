@@ -16,3 +16,7 @@ func TxBatch(t *Tx) *pgx.Batch { return t.batch }
 func Speculation(p *Processor) (speculated, misspeculated int64) {
 	return p.speculated.Load(), p.misspeculated.Load()
 }
+
+// RowsCounted returns how many inline rows p's speculation counted instead
+// of taking them as written by its own commits.
+func RowsCounted(p *Processor) int64 { return p.rowsCounted.Load() }

@@ -180,10 +180,15 @@ func (p *Processor) processFed(ctx context.Context, b Batch) ([]Result, int, err
 
 // queueEpochCheck queues the read of the generation epoch, which fails
 // the transaction with errEpochChanged unless it is epoch. It comes first
-// in every batch transaction: a batch whose check sees the epoch its
-// registrations were chosen in received its events before any change
-// that committed later — the rebuilder, which reads the stream's end only
-// after its change committed, covers them (see build.go, catch-up).
+// in every batch transaction, after the rebuild locks only: a batch whose
+// check sees the epoch its registrations were chosen in received its
+// events before any change that committed later — the rebuilder, which
+// reads the stream's end only after its change committed, covers them (see
+// build.go, catch-up). A rebuild in place changes the epoch too, in the
+// transaction that empties the read model, and holds the rebuild lock
+// until it ends: a batch that holds the lock and sees its epoch knows that
+// no rebuild emptied its projections since its view was loaded (see
+// rowCache).
 func (p *Processor) queueEpochCheck(b *pgx.Batch, epoch int64) {
 	if epoch == 0 {
 		return

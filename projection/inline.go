@@ -38,8 +38,9 @@ import (
 //     do, and before the handler's writes to rows that several aggregates
 //     share, so that concurrent transactions lock rows in one order (see
 //     the lock order of Processor.Process);
-//   - nothing else changes the version and log columns, and Reset empties the
-//     table (a rebuild replays every version).
+//   - nothing else changes the version and log columns, no handler deletes
+//     a row (the gate takes a row it wrote as there for good), and Reset
+//     empties the table (a rebuild replays every version).
 //
 // InlineTable may return false to keep the gate's state in inorder's version
 // rows instead (the general path for every batch).

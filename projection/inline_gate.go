@@ -127,19 +127,25 @@ func (row inlineRow) marked() bool { return len(row.log)%inlineEntrySize != 0 }
 // without a row has not had its version 1 applied (its later versions may
 // have parked, or not come yet). A row, once written, stays while the
 // batch runs (a rebuild's Reset runs under the rebuild lock, which every
-// batch holds shared), so counting the rows without locks suffices.
+// batch holds shared), so counting the rows without locks suffices; and the
+// rows that the processor's own commits wrote need no count (rowCache).
 func (a *attempt) queueInlineSpeculation(b *pgx.Batch, r *registered, written *int64) {
 	states := a.states[r.index]
 	var fresh, existing []string
+	vouched := int64(0)
+	rows := a.p.rows.vouching(a.bt.epoch, a.p.pauseLock)
 	for _, ru := range a.bt.runs {
 		states[ru.agg] = aggState{version: ru.first - 1}
-		if ru.first == 1 {
+		switch {
+		case ru.first == 1:
 			fresh = append(fresh, ru.agg)
-		} else {
+		case rows.has(ru.agg, r.index):
+			vouched++
+		default:
 			existing = append(existing, ru.agg)
 		}
 	}
-	*written = 0
+	*written = vouched
 	count := func(row pgx.Row) error {
 		var n int64
 		err := row.Scan(&n)
@@ -147,6 +153,7 @@ func (a *attempt) queueInlineSpeculation(b *pgx.Batch, r *registered, written *i
 		return err
 	}
 	if len(existing) > 0 {
+		a.p.rowsCounted.Add(int64(len(existing)))
 		b.Queue(r.inlineSQL().exist, existing).QueryRow(count)
 	}
 	if len(fresh) > 0 {

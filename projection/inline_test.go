@@ -242,3 +242,45 @@ func TestInlineRunWithoutRow(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT applied FROM order_log WHERE id = 'x'`).Scan(&applied))
 	require.Equal(t, "1,2,3,", applied)
 }
+
+// TestInlineRowsWritten: speculation takes the rows that the processor's
+// own commits wrote as existing, and counts the others — after a restart,
+// and after a rebuild in place emptied the read model, which must not let
+// an aggregate's later versions create its row.
+func TestInlineRowsWritten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := setup(t, nil).db
+	proc := opProcessor(t, db, opConfig(), orderLog{})
+	ev := func(agg string, v int64) aggregate.Event {
+		return aggregate.Event{Aggregate: agg, Version: v, Type: "t", Data: []byte(`{}`)}
+	}
+	process := func(proc *projection.Processor, events ...aggregate.Event) []projection.Outcome {
+		t.Helper()
+		res, err := proc.Process(ctx, projection.Batch{Events: events})
+		require.NoError(t, err)
+		return outcomes(res)
+	}
+	const A, P = projection.Applied, projection.Parked
+	require.Equal(t, []projection.Outcome{A}, process(proc, ev("x", 1)))
+	require.Equal(t, []projection.Outcome{A}, process(proc, ev("x", 2)))
+	require.Zero(t, projection.RowsCounted(proc), "x's row was written by this processor")
+
+	// Another processor (a restart) counts it once, then knows it.
+	other := opProcessor(t, db, opConfig(), orderLog{})
+	require.Equal(t, []projection.Outcome{A}, process(other, ev("x", 3)))
+	require.EqualValues(t, 1, projection.RowsCounted(other))
+	require.Equal(t, []projection.Outcome{A}, process(other, ev("x", 4)))
+	require.EqualValues(t, 1, projection.RowsCounted(other))
+
+	// A rebuild that replays nothing empties the read model: x starts over,
+	// and its versions 5 and 6 wait for the rest.
+	require.NoError(t, proc.Rebuild(ctx, "order-log", func(context.Context, func(context.Context, []aggregate.Event) error) error {
+		return nil
+	}, nil))
+	require.Equal(t, []projection.Outcome{P, P}, process(other, ev("x", 5), ev("x", 6)))
+	require.Equal(t, []projection.Outcome{A, A, A, A}, process(other, ev("x", 1), ev("x", 2), ev("x", 3), ev("x", 4)))
+	var applied string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT applied FROM order_log WHERE id = 'x'`).Scan(&applied))
+	require.Equal(t, "1,2,3,4,5,6,", applied)
+}

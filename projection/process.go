@@ -223,6 +223,7 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 		}
 		if err == nil {
 			p.committed(m, out, contended)
+			p.rows.add(bt.epoch, out.wrote)
 			bt.summarize()
 			return nil
 		}

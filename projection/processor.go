@@ -113,10 +113,16 @@ type Processor struct {
 	// set to noMixedBatches after a mixed attempt missed, each general
 	// batch counts it down.
 	noMixed atomic.Int32
+	// rows remembers the inline rows the processor's commits wrote
+	// (inline_rows.go).
+	rows rowCache
 	// speculated counts the attempts that wrote their version rows without
 	// reading them, misspeculated those that tried and had to read them
 	// after all (tests read them).
 	speculated, misspeculated atomic.Int64
+	// rowsCounted counts the inline rows speculation counted rather than
+	// took from rows (tests read it).
+	rowsCounted atomic.Int64
 	// gens caches the generations the processor feeds (generations.go);
 	// nil in the processors that feed a fixed set (views, rebuilds).
 	gens *genCache

@@ -120,6 +120,9 @@ func (p *Processor) Rebuild(ctx context.Context, projection string, replay Repla
 			b.Queue(`DELETE FROM `+p.table(t)+` WHERE projection = $1`, r.key)
 		}
 		p.buf.QueueClear(b, r.key)
+		// Processors reload their view of the generations, and forget
+		// the rows they wrote (see rowCache).
+		b.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
 		b.Queue(p.sql.operatorLog, "rebuild-start", projection, "", nil, nil, "")
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("delete gate state: %w", err)
