@@ -150,7 +150,7 @@ func (a *attempt) gatePlanned(ctx context.Context, b *pgx.Batch) error {
 			pl.settle(out)
 		}
 	}
-	a.out.wrote = inlineWrites(p, plans)
+	a.out.rows = rowUpdates(p, plans)
 	return nil
 }
 
@@ -161,10 +161,10 @@ func (a *attempt) takeVersions(ctx context.Context, b *pgx.Batch) error {
 	p, bt := a.p, a.bt
 	if !a.mode.speculative {
 		if a.mode.mixed {
-			if err := a.preRead(ctx, b); err != nil {
+			var err error
+			if b, err = a.preRead(ctx, b); err != nil {
 				return err
 			}
-			b = &pgx.Batch{}
 			if a.hasFast() {
 				b.Queue(`SAVEPOINT inorder_speculation`)
 				a.out.fastPath = true

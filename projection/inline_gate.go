@@ -54,9 +54,11 @@ import (
 // skipped. A stale delivery is checked against the row's log, then against
 // the applied table; older than both, it counts as a duplicate.
 //
-// A mixed attempt (txMode.mixed) first reads the rows and version rows
-// without locks (preRead) and takes by the fast path only the aggregates
-// whose runs continue their rows with nothing parked or quarantined; it
+// A mixed attempt (txMode.mixed) first picks, from what the processor
+// remembers of its commits (rowCache) or by reading the rows and version
+// rows of the aggregates it does not know without locks (preRead), the
+// aggregates whose runs continue their rows with nothing parked or
+// quarantined, and takes only those by the fast path; it
 // locks the version rows of the others (and inserts those of the new fast
 // ones), then the rows of all but the new ones in one pass in aggregate
 // order. Its fast aggregates' rows keep their marks (a mark set since the
@@ -133,7 +135,7 @@ func (a *attempt) queueInlineSpeculation(b *pgx.Batch, r *registered, written *i
 	states := a.states[r.index]
 	var fresh, existing []string
 	vouched := int64(0)
-	rows := a.p.rows.vouching(a.bt.epoch, a.p.pauseLock)
+	rows := a.p.rows.rowsFor(a.bt.epoch, a.p.pauseLock)
 	for _, ru := range a.bt.runs {
 		states[ru.agg] = aggState{version: ru.first - 1}
 		switch {
@@ -469,15 +471,21 @@ func (a *attempt) checkFresh() error {
 	return nil
 }
 
-// preRead sends b with, for every inline projection, the read of its rows'
-// versions and marks (and the version rows of aggregates without a row),
-// without locks, and sets a.fast: the aggregates whose deliveries form a
-// run that continues the row's version, the row unmarked (nothing parked or
-// quarantined, no later version in the version row) — or that are new (no
-// row, no version row) with a run from version 1.
-func (a *attempt) preRead(ctx context.Context, b *pgx.Batch) error {
+// preRead picks, for every inline projection, the aggregates a mixed
+// attempt takes by the fast path (a.fast): those whose deliveries form a
+// run that continues the row's version, the row unmarked (nothing parked
+// or quarantined, no later version in the version row) — or that are new
+// (no row, no version row) with a run from version 1. It takes them from
+// what the processor remembers of its rows (rowCache), guessing that an
+// aggregate it does not know is new when its run starts at version 1, and
+// reads the others' rows and marks (and the version rows of aggregates
+// without a row) without locks. It returns b, sent if it read (the caller
+// queues on the batch it gets back).
+func (a *attempt) preRead(ctx context.Context, b *pgx.Batch) (*pgx.Batch, error) {
 	runs := aggRuns(a.valid)
+	known := a.p.rows.rowsFor(a.bt.epoch, a.p.pauseLock)
 	a.fast = make([]map[string]int64, len(a.p.projs))
+	read := false
 	for _, r := range a.p.projs {
 		t := r.inlineTable()
 		if t == nil {
@@ -485,6 +493,26 @@ func (a *attempt) preRead(ctx context.Context, b *pgx.Batch) error {
 		}
 		fast := map[string]int64{}
 		a.fast[r.index] = fast
+		var unknown []string
+		for _, agg := range a.bt.aggs {
+			ru, ok := runs[agg]
+			if !ok {
+				continue // a gap: the general path
+			}
+			st, remembered := known.get(agg, r.index)
+			switch {
+			case known.c == nil, !remembered && ru.first > 1:
+				unknown = append(unknown, agg)
+			case !remembered:
+				fast[agg] = 0
+			case st.written && st.clean && st.version == ru.first-1:
+				fast[agg] = st.version
+			}
+		}
+		if len(unknown) == 0 {
+			continue
+		}
+		read = true
 		k, v, l := pgx.Identifier{t.Key}.Sanitize(), pgx.Identifier{t.Version}.Sanitize(), pgx.Identifier{t.Log}.Sanitize()
 		// An aggregate's row, if it has one, says all (its mark stands for
 		// its version row); the version row is read only for the others.
@@ -492,7 +520,7 @@ func (a *attempt) preRead(ctx context.Context, b *pgx.Batch) error {
 LEFT JOIN LATERAL (SELECT `+v+` AS version, octet_length(`+l+`) % `+strconv.Itoa(inlineEntrySize)+` <> 0 AS marked FROM `+t.Table.Sanitize()+`
   WHERE `+k+` = k.aggregate OFFSET 0) t ON true
 LEFT JOIN LATERAL (SELECT version FROM `+a.p.table("versions")+`
-  WHERE t.version IS NULL AND projection = $1 AND aggregate = k.aggregate OFFSET 0) v ON true`, r.key, a.bt.aggs).Query(func(rows pgx.Rows) error {
+  WHERE t.version IS NULL AND projection = $1 AND aggregate = k.aggregate OFFSET 0) v ON true`, r.key, unknown).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var agg string
 				var tv, vv *int64
@@ -500,9 +528,8 @@ LEFT JOIN LATERAL (SELECT version FROM `+a.p.table("versions")+`
 				if err := rows.Scan(&agg, &tv, &marked, &vv); err != nil {
 					return err
 				}
-				ru, ok := runs[agg]
+				ru := runs[agg]
 				switch {
-				case !ok:
 				case tv == nil && vv == nil && ru.first == 1:
 					fast[agg] = 0
 				case tv != nil && *tv == ru.first-1 && !*marked:
@@ -512,10 +539,13 @@ LEFT JOIN LATERAL (SELECT version FROM `+a.p.table("versions")+`
 			return rows.Err()
 		})
 	}
-	if err := a.tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("read inline rows: %w", err)
+	if !read {
+		return b, nil
 	}
-	return nil
+	if err := a.tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("read inline rows: %w", err)
+	}
+	return &pgx.Batch{}, nil
 }
 
 // aggRuns returns the runs of the aggregates whose deliveries in valid

@@ -101,9 +101,9 @@ type txResult struct {
 	// fastPath is true when the attempt took aggregates by a fast path
 	// (speculation, or a mixed attempt's fast aggregates).
 	fastPath bool
-	// wrote holds the aggregates whose inline rows the attempt's handlers
-	// wrote (see inlineWrites; nil in careful mode).
-	wrote map[string]uint64
+	// rows is what the attempt did to its inline rows (rowUpdates; nil in
+	// careful mode).
+	rows rowNews
 }
 
 // errContended reports that a version row changed between the optimistic

@@ -223,7 +223,9 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 		}
 		if err == nil {
 			p.committed(m, out, contended)
-			p.rows.add(bt.epoch, out.wrote)
+			if p.hasInline() {
+				p.rows.update(bt.epoch, bt.aggs, out.rows, len(p.projs))
+			}
 			bt.summarize()
 			return nil
 		}
