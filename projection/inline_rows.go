@@ -7,8 +7,8 @@ import "sync"
 // commit that touched them.
 //
 // Speculation needs every aggregate whose run starts after version 1 to
-// have its row (queueInlineSpeculation): it counts them, about a tenth of
-// an in-order batch's server time. A row that this processor's commit
+// have its row (queueInlineSpeculation): it counts them, about 7% of an
+// in-order batch's server time (docs/benchmarks.md). A row that this processor's commit
 // wrote still exists: rows are removed only by a rebuild in place, whose
 // Reset runs under the projection's rebuild lock in a transaction that
 // changes the generation epoch. A batch holds the rebuild locks shared and
