@@ -37,24 +37,28 @@ func ledgerSubject(mk func(t *testing.T, db *pgtest.DB) []ledgerModel) projectio
 			for i, l := range ls {
 				ps[i] = l
 			}
-			proc, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema}, ps...)
-			require.NoError(t, err)
-			require.NoError(t, proc.Setup(t.Context()))
-			return &projectiontest.Case{
-				Processor: proc,
-				Check: func(t *testing.T, events []aggregate.Event) {
-					t.Helper()
-					want, err := ledger.Fold(events)
+			return conformanceCase(t, db, func(t *testing.T, events []aggregate.Event) {
+				t.Helper()
+				want, err := ledger.Fold(events)
+				require.NoError(t, err)
+				for _, l := range ls {
+					got, err := l.Load(t.Context(), db.Pool)
 					require.NoError(t, err)
-					for _, l := range ls {
-						got, err := l.Load(t.Context(), db.Pool)
-						require.NoError(t, err)
-						require.Equal(t, want, got, l.Name())
-					}
-				},
-			}
+					require.Equal(t, want, got, l.Name())
+				}
+			}, ps...)
 		},
 	}
+}
+
+// conformanceCase returns a conformance case of a processor of
+// projections, set up on db, whose read model check is check.
+func conformanceCase(t *testing.T, db *pgtest.DB, check func(*testing.T, []aggregate.Event), projections ...projection.Projection) *projectiontest.Case {
+	t.Helper()
+	proc, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema}, projections...)
+	require.NoError(t, err)
+	require.NoError(t, proc.Setup(t.Context()))
+	return &projectiontest.Case{Processor: proc, Check: check}
 }
 
 // TestConformanceLedger runs the conformance suite on the set-based ledger,
@@ -185,29 +189,23 @@ func TestConformanceInlineOrder(t *testing.T) {
 		Generate: ledger.Generate,
 		New: func(t *testing.T) *projectiontest.Case {
 			db := pgtest.NewMigrated(t)
-			proc, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema}, orderLog{})
-			require.NoError(t, err)
-			require.NoError(t, proc.Setup(t.Context()))
-			return &projectiontest.Case{
-				Processor: proc,
-				Check: func(t *testing.T, events []aggregate.Event) {
-					t.Helper()
-					want := map[string]string{}
-					for _, e := range events {
-						want[e.Aggregate] += strconv.FormatInt(e.Version, 10) + ","
-					}
-					got := map[string]string{}
-					rows, err := db.Pool.Query(t.Context(), `SELECT id, applied FROM order_log`)
-					require.NoError(t, err)
-					var id, applied string
-					_, err = pgx.ForEachRow(rows, []any{&id, &applied}, func() error {
-						got[id] = applied
-						return nil
-					})
-					require.NoError(t, err)
-					require.Equal(t, want, got)
-				},
-			}
+			return conformanceCase(t, db, func(t *testing.T, events []aggregate.Event) {
+				t.Helper()
+				want := map[string]string{}
+				for _, e := range events {
+					want[e.Aggregate] += strconv.FormatInt(e.Version, 10) + ","
+				}
+				got := map[string]string{}
+				rows, err := db.Pool.Query(t.Context(), `SELECT id, applied FROM order_log`)
+				require.NoError(t, err)
+				var id, applied string
+				_, err = pgx.ForEachRow(rows, []any{&id, &applied}, func() error {
+					got[id] = applied
+					return nil
+				})
+				require.NoError(t, err)
+				require.Equal(t, want, got)
+			}, orderLog{})
 		},
 	}, projectiontest.Features{Seeds: 2, Aggregates: 200, MaxBatch: 100})
 }
