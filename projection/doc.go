@@ -114,8 +114,9 @@
 // the one in catch-up, else the previous one); a projection of which the
 // processor feeds no generation reports the zero Outcome. Which generations
 // are fed is cached per generation epoch, a counter every change of them
-// moves on; every batch transaction reads the epoch first and starts again
-// with fresh generations when it moved.
+// moves on (a rebuild in place moves it too); every batch transaction reads
+// the epoch first, right after its rebuild locks, and starts again with
+// fresh generations when it moved.
 //
 // [Processor.Build] rebuilds a projection side by side: it replays the
 // stream into a new generation in bulk (one writer, no version rows, large
