@@ -135,18 +135,19 @@ func (a *attempt) queueInlineSpeculation(b *pgx.Batch, r *registered, written *i
 	states := a.states[r.index]
 	var fresh, existing []string
 	vouched := int64(0)
-	rows := a.p.rows.rowsFor(a.bt.epoch, a.p.pauseLock)
-	for _, ru := range a.bt.runs {
-		states[ru.agg] = aggState{version: ru.first - 1}
-		switch {
-		case ru.first == 1:
-			fresh = append(fresh, ru.agg)
-		case rows.has(ru.agg, r.index):
-			vouched++
-		default:
-			existing = append(existing, ru.agg)
+	a.p.rows.with(a.bt.epoch, a.p.pauseLock, func(rows rowsKnown) {
+		for _, ru := range a.bt.runs {
+			states[ru.agg] = aggState{version: ru.first - 1}
+			switch {
+			case ru.first == 1:
+				fresh = append(fresh, ru.agg)
+			case rows.has(ru.agg, r.index):
+				vouched++
+			default:
+				existing = append(existing, ru.agg)
+			}
 		}
-	}
+	})
 	*written = vouched
 	count := func(row pgx.Row) error {
 		var n int64
@@ -483,7 +484,6 @@ func (a *attempt) checkFresh() error {
 // queues on the batch it gets back).
 func (a *attempt) preRead(ctx context.Context, b *pgx.Batch) (*pgx.Batch, error) {
 	runs := aggRuns(a.valid)
-	known := a.p.rows.rowsFor(a.bt.epoch, a.p.pauseLock)
 	a.fast = make([]map[string]int64, len(a.p.projs))
 	read := false
 	for _, r := range a.p.projs {
@@ -494,21 +494,23 @@ func (a *attempt) preRead(ctx context.Context, b *pgx.Batch) (*pgx.Batch, error)
 		fast := map[string]int64{}
 		a.fast[r.index] = fast
 		var unknown []string
-		for _, agg := range a.bt.aggs {
-			ru, ok := runs[agg]
-			if !ok {
-				continue // a gap: the general path
+		a.p.rows.with(a.bt.epoch, a.p.pauseLock, func(known rowsKnown) {
+			for _, agg := range a.bt.aggs {
+				ru, ok := runs[agg]
+				if !ok {
+					continue // a gap: the general path
+				}
+				st, remembered := known.get(agg, r.index)
+				switch {
+				case !known.known, !remembered && ru.first > 1:
+					unknown = append(unknown, agg)
+				case !remembered:
+					fast[agg] = 0
+				case st.written && st.clean && st.version == ru.first-1:
+					fast[agg] = st.version
+				}
 			}
-			st, remembered := known.get(agg, r.index)
-			switch {
-			case known.c == nil, !remembered && ru.first > 1:
-				unknown = append(unknown, agg)
-			case !remembered:
-				fast[agg] = 0
-			case st.written && st.clean && st.version == ru.first-1:
-				fast[agg] = st.version
-			}
-		}
+		})
 		if len(unknown) == 0 {
 			continue
 		}

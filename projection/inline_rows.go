@@ -45,9 +45,13 @@ type rowState struct {
 // forgets them all (about 100 bytes each).
 const rowCacheSize = 1 << 17
 
-// rowNews is what one committed attempt tells the cache, by aggregate and
-// projection index (see rowUpdates).
-type rowNews map[string][]rowNew
+// rowNews is what one committed attempt tells the cache (see rowUpdates):
+// for the k-th aggregate of aggs, its news for the projection of index i is
+// news[k*n+i], n the processor's projections.
+type rowNews struct {
+	aggs []string
+	news []rowNew
+}
 
 // rowNew is one aggregate's news for one projection.
 type rowNew struct {
@@ -64,9 +68,9 @@ const (
 )
 
 // update records what a committed attempt at a batch of epoch did to its
-// aggregates: news from its plans, or, when it has none (careful mode),
-// that aggs are not to be guessed.
-func (c *rowCache) update(epoch int64, aggs []string, news rowNews, nprojs int) {
+// aggregates aggs: news from its plans, or, when it has none (careful
+// mode), that aggs are not to be guessed. n is the processor's projections.
+func (c *rowCache) update(epoch int64, aggs []string, news rowNews, n int) {
 	if epoch == 0 {
 		return
 	}
@@ -75,23 +79,33 @@ func (c *rowCache) update(epoch int64, aggs []string, news rowNews, nprojs int) 
 	if c.m == nil || epoch != c.epoch || len(c.m)+len(aggs) > rowCacheSize {
 		c.m, c.epoch = make(map[string][]rowState, len(aggs)), epoch
 	}
-	for _, agg := range aggs {
+	var backing []rowState // of the aggregates not remembered yet
+	state := func(agg string) []rowState {
 		st := c.m[agg]
 		if st == nil {
-			st = make([]rowState, nprojs)
+			if len(backing) < n {
+				backing = make([]rowState, n*max(len(aggs)/4, 1))
+			}
+			st, backing = backing[:n:n], backing[n:]
 			c.m[agg] = st
 		}
-		ns, ok := news[agg]
-		if !ok {
+		return st
+	}
+	if news.aggs == nil {
+		for _, agg := range aggs {
+			st := state(agg)
 			for i := range st {
 				st[i].clean = false
 			}
-			continue
 		}
-		for i, n := range ns {
-			switch n.kind {
+		return
+	}
+	for k, agg := range news.aggs {
+		st := state(agg)
+		for i, nw := range news.news[k*n : (k+1)*n] {
+			switch nw.kind {
 			case rowApplied:
-				st[i] = rowState{version: n.version, written: true, clean: n.clean}
+				st[i] = rowState{version: nw.version, written: true, clean: nw.clean}
 			case rowDirty:
 				st[i].clean = false
 			}
@@ -99,33 +113,33 @@ func (c *rowCache) update(epoch int64, aggs []string, news rowNews, nprojs int) 
 	}
 }
 
-// rowsFor returns the memory a batch of epoch may use: none unless it
-// checks its epoch after taking the rebuild locks (epoch > 0, pauseLock).
-func (c *rowCache) rowsFor(epoch int64, pauseLock bool) rowsKnown {
+// with calls fn with the memory a batch of epoch may use, under the
+// cache's lock (fn must not keep it): none unless the batch checks its
+// epoch after taking the rebuild locks (epoch > 0, pauseLock).
+func (c *rowCache) with(epoch int64, pauseLock bool, fn func(rowsKnown)) {
 	if epoch == 0 || !pauseLock {
-		return rowsKnown{}
+		fn(rowsKnown{})
+		return
 	}
-	return rowsKnown{c: c, epoch: epoch}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.epoch != epoch {
+		fn(rowsKnown{known: true})
+		return
+	}
+	fn(rowsKnown{m: c.m, known: true})
 }
 
-// rowsKnown answers for a batch of epoch.
+// rowsKnown is what a batch may take from a processor's memory.
 type rowsKnown struct {
-	c     *rowCache
-	epoch int64
+	m     map[string][]rowState
+	known bool // the batch may use the memory (which may be empty)
 }
 
 // get returns what is remembered of agg's row in the projection of index
 // i, and whether anything is.
 func (k rowsKnown) get(agg string, i int) (rowState, bool) {
-	if k.c == nil {
-		return rowState{}, false
-	}
-	k.c.mu.Lock()
-	defer k.c.mu.Unlock()
-	if k.c.epoch != k.epoch {
-		return rowState{}, false
-	}
-	st, ok := k.c.m[agg]
+	st, ok := k.m[agg]
 	if !ok || i >= len(st) {
 		return rowState{}, false
 	}
@@ -142,28 +156,36 @@ func (k rowsKnown) has(agg string, i int) bool {
 // rowUpdates returns the news of an attempt's plans for the cache: per
 // aggregate, for each inline projection, the row its handler wrote (the
 // run it applied; Tx.QueueInline counted the row) or that it left
-// something parked or quarantined.
+// something parked or quarantined. Every projection plans the attempt's
+// aggregates in the same order (attempt.plan).
 func rowUpdates(p *Processor, plans [][]*aggPlan) rowNews {
-	news := rowNews{}
+	n := len(p.projs)
+	var out rowNews
 	for _, r := range p.projs {
 		if r.inlineTable() == nil {
 			continue
 		}
-		for _, pl := range plans[r.index] {
-			ns := news[pl.agg]
-			if ns == nil {
-				ns = make([]rowNew, len(p.projs))
-				news[pl.agg] = ns
+		ps := plans[r.index]
+		if out.aggs == nil {
+			out.aggs = make([]string, len(ps))
+			for k, pl := range ps {
+				out.aggs[k] = pl.agg
+			}
+			out.news = make([]rowNew, len(ps)*n)
+		}
+		for k, pl := range ps {
+			if k >= len(out.aggs) || out.aggs[k] != pl.agg {
+				return rowNews{} // not in the same order: tell nothing
 			}
 			after := pl.after()
 			dirty := after.parked > 0 || after.blocked
 			switch {
 			case pl.cut > 0:
-				ns[r.index] = rowNew{kind: rowApplied, version: after.version, clean: !dirty}
+				out.news[k*n+r.index] = rowNew{kind: rowApplied, version: after.version, clean: !dirty}
 			case dirty || after != pl.before:
-				ns[r.index] = rowNew{kind: rowDirty}
+				out.news[k*n+r.index] = rowNew{kind: rowDirty}
 			}
 		}
 	}
-	return news
+	return out
 }
