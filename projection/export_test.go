@@ -20,3 +20,11 @@ func Speculation(p *Processor) (speculated, misspeculated int64) {
 // RowsCounted returns how many inline rows p's speculation counted instead
 // of taking them as written by its own commits.
 func RowsCounted(p *Processor) int64 { return p.rowsCounted.Load() }
+
+// SetInlineRuns gives t the inline runs of the events a handler is about to
+// apply, as the gate does for an inline projection, so that a benchmark can
+// call an inline handler without the gate (BenchmarkLedger's
+// setbased+inline bound). Flush checks nothing of what the upserts wrote.
+func SetInlineRuns(t *Tx, runs []InlineRun) {
+	t.inline = &inlineTx{runs: runs, event: -1, want: int64(len(runs))}
+}
