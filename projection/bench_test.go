@@ -76,7 +76,18 @@ const (
 //     statement per batch parks the future versions with their payloads
 //     (inorder's parked table), one deletes those drained; applied
 //     versions, the parked set and drained payloads stay in memory. Not a
-//     gate: a bound on one, for the shuffled variants.
+//     gate: a bound on one, for the shuffled variants. With 4 workers,
+//     partitioned, on the jittered stream: the same bound for the jittered
+//     variant (setbased+parking-jittered-partitioned).
+//   - setbased+parking+state (and -jittered-partitioned): setbased+parking
+//     with the gate's state where issue 13's design keeps it, in tables,
+//     touched only for the aggregates that leave the fast path: their state
+//     rows and the parked events that drain are read, their state rows
+//     written back. A bound on that design.
+//   - setbased+inline: the inline ledger's handler called directly on the
+//     stream in order, its upsert carrying InlineTable.Condition and the
+//     runs' log entries, and the empty state rows of new aggregates: the
+//     statements of the inline fast path and nothing else. A bound on it.
 //   - inorder-ordered: Processor.Process on batches of 1000 consecutive
 //     deliveries of the stream; the workers share one queue of batches, so
 //     concurrent batches hold the same aggregates and the gate orders them.
@@ -85,6 +96,12 @@ const (
 //   - inorder-shuffled: the stream fully shuffled plus 20% exact duplicates
 //     at random positions, batches of 1000, shared queue.
 //   - inorder-shuffled-partitioned: the shuffled stream, partitioned.
+//   - inorder-inline-ordered (-partitioned), inorder-inline-shuffled: the
+//     same with the inline ledger (the payment row carries the version:
+//     projection.Inline); inorder-inline-jittered-partitioned: the stream
+//     with each delivery displaced by up to two batches and 5% copies near
+//     their originals (what competing consumers of an ordered stream
+//     deliver), partitioned.
 //   - inorder-ordered+effects, inorder-shuffled+effects: inorder-ordered
 //     and inorder-shuffled with one effect intent per event: the ledger's
 //     handler also records, in its transaction, an intent (package effects:
@@ -92,8 +109,8 @@ const (
 //     every event it applies. Nothing performs them; the ratio to the same
 //     variant without effects is what recording costs (target: ≥0.75×).
 //
-// Every run uses a fresh schema and read model, and fails unless the read
-// model equals ledger.Fold of the events. Metrics: events/s (deliveries,
+// Every run uses a fresh schema and read model, starts after a CHECKPOINT,
+// and fails unless the read model equals ledger.Fold of the events. Metrics: events/s (deliveries,
 // duplicates included, per second), unique-events/s for the shuffled streams,
 // and, in percent of one core over the timed run, client-cpu-% (this
 // process), pg-cpu-% (its server backends, when the server is local) and

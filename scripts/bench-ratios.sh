@@ -18,6 +18,14 @@
 #   OUT=${TMPDIR:-/tmp}/bench-ledger.txt  raw benchmark output (outside the
 #                      repository, so it cannot be committed by accident)
 #   BENCH=BenchmarkLedger the -bench pattern
+#   VS=                more baselines for the per-round table, as
+#                      "variant:baseline" pairs separated by spaces (each
+#                      variant is also compared with setbased, same workers)
+#
+# The second table gives, for each variant, the median and the spread of
+# its per-round ratios (each round is one go test process, so both runs of
+# a ratio come from the same minutes): the figures docs/benchmarks.md
+# quotes. Per-round ratios of unique events use the baseline's events/s.
 #
 # Example (quiet runs only, on a shared machine):
 #   ROUNDS=5 MAX_LOAD=1 MAX_OTHER_CPU=25 scripts/bench-ratios.sh
@@ -95,3 +103,47 @@ for name in "${names[@]}"; do
 		"$(ratio "${eps[$name]}" "setbased/$workers")" "$(ratio "${ueps[$name]}" "setbased/$workers")" \
 		"$(ratio "${eps[$name]}" "naive/$workers")" "$plain" "$target"
 done
+
+# Per-round ratios, their medians and spread.
+echo
+awk -v vs="${VS:-}" -v maxother="${MAX_OTHER_CPU:-}" '
+	BEGIN { round = 0 }
+	function median(list,    a, n, i, j, t) {
+		n = split(list, a, " ")
+		for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+	}
+	$1 ~ /^BenchmarkLedger\// && $3 ~ /^[0-9]+$/ {
+		name = $1; sub(/^BenchmarkLedger\//, "", name); sub(/-[0-9]+$/, "", name)
+		eps = ""; ueps = ""; other = ""
+		for (i = 3; i < NF; i += 2) {
+			if ($(i+1) == "events/s") eps = $i
+			if ($(i+1) == "unique-events/s") ueps = $i
+			if ($(i+1) == "other-cpu-%") other = $i
+		}
+		if (ueps == "") ueps = eps
+		if (maxother != "" && other != "" && other + 0 > maxother + 0) next
+		if (!(name in seen)) { seen[name] = 1; order[++nn] = name }
+		e[round, name] = eps; u[round, name] = ueps
+	}
+	/^(ok|FAIL)[ \t]/ { round++ }
+	END {
+		np = 0
+		for (k = 1; k <= nn; k++) {
+			w = order[k]; sub(/^.*\//, "", w)
+			if (order[k] !~ /^setbased\//) { pv[++np] = order[k]; pb[np] = "setbased/" w }
+		}
+		m = split(vs, extra, " ")
+		for (k = 1; k <= m; k++) { i = index(extra[k], ":"); pv[++np] = substr(extra[k], 1, i - 1); pb[np] = substr(extra[k], i + 1) }
+		printf "%-48s %-34s %6s %8s %8s  %s\n", "variant", "vs (same round)", "rounds", "median", "unique", "per round"
+		for (k = 1; k <= np; k++) {
+			list = ""; ulist = ""; shown = ""; cnt = 0
+			for (r = 0; r <= round; r++) {
+				if (((r, pv[k]) in e) && ((r, pb[k]) in e) && e[r, pb[k]] > 0) {
+					x = e[r, pv[k]] / e[r, pb[k]]; list = list " " x; ulist = ulist " " u[r, pv[k]] / e[r, pb[k]]
+					shown = shown sprintf("%.2f ", x); cnt++
+				}
+			}
+			if (cnt) printf "%-48s %-34s %6d %7.3fx %7.3fx  %s\n", pv[k], pb[k], cnt, median(list), median(ulist), shown
+		}
+	}' "$out"
