@@ -94,8 +94,12 @@ func newInlineSQL(t *InlineTable) inlineSQL {
 	return inlineSQL{
 		// exist counts the rows of $1 that exist.
 		exist: `SELECT count(*) FROM ` + tbl + ` WHERE ` + k + ` = ANY($1::text[])`,
-		// lock locks the rows of $1 (sorted), one probe each.
-		lock: `SELECT k.aggregate, t.version, t.log FROM unnest($1::text[]) AS k(aggregate)
+		// lock locks the rows of $1 (sorted), one probe each, and returns
+		// their versions and logs — no log for a row at the version $2
+		// expects of it (a mixed attempt's fast aggregate, whose log is
+		// not read; -1 wants every log).
+		lock: `SELECT k.aggregate, t.version, CASE WHEN t.version = k.expect THEN NULL ELSE t.log END
+FROM unnest($1::text[], $2::bigint[]) AS k(aggregate, expect)
 CROSS JOIN LATERAL (SELECT ` + v + ` AS version, ` + l + ` AS log FROM ` + tbl + `
   WHERE ` + k + ` = k.aggregate OFFSET 0 FOR UPDATE) t`,
 		// prepare readies rows the transaction holds for the handler to
@@ -181,9 +185,10 @@ func (a *attempt) queuePrelock(b *pgx.Batch) {
 		return
 	}
 	var aggs []string
+	var expect []int64 // no log is read of a row where its run continues
 	for _, ru := range a.bt.runs { // in aggregate order
 		if ru.first > 1 {
-			aggs = append(aggs, ru.agg)
+			aggs, expect = append(aggs, ru.agg), append(expect, ru.first-1)
 		}
 	}
 	if len(aggs) == 0 {
@@ -191,7 +196,7 @@ func (a *attempt) queuePrelock(b *pgx.Batch) {
 	}
 	for _, r := range a.p.projs {
 		if t := r.inlineTable(); t != nil {
-			b.Queue(r.inlineSQL().lock, aggs)
+			b.Queue(r.inlineSQL().lock, aggs, expect)
 		}
 	}
 }
@@ -215,7 +220,17 @@ func (a *attempt) queueInlineLock(b *pgx.Batch, r *registered, aggs []string) {
 	rows := make(map[string]inlineRow, len(aggs))
 	a.inline[r.index] = rows
 	states := a.states[r.index]
-	b.Queue(r.inlineSQL().lock, aggs).Query(func(rs pgx.Rows) error {
+	// The fast aggregates' logs are read only if their rows moved on
+	// (checkFresh): their runs, then partly stale, are checked against them.
+	fast := a.fastAggs(r)
+	expect := make([]int64, len(aggs))
+	for i, agg := range aggs {
+		expect[i] = -1
+		if e, ok := fast[agg]; ok && e > 0 {
+			expect[i] = e
+		}
+	}
+	b.Queue(r.inlineSQL().lock, aggs, expect).Query(func(rs pgx.Rows) error {
 		for rs.Next() {
 			var agg string
 			var row inlineRow
@@ -337,7 +352,7 @@ func inlineApplied(row inlineRow, v int64) (rec record, logged, gap bool) {
 // action and returns its version (0 if it has none).
 func lockInlineOne(ctx context.Context, tx pgx.Tx, r *registered, agg string) (inlineRow, error) {
 	var row inlineRow
-	rows, err := tx.Query(ctx, r.inlineSQL().lock, []string{agg})
+	rows, err := tx.Query(ctx, r.inlineSQL().lock, []string{agg}, []int64{-1})
 	if err != nil {
 		return row, fmt.Errorf("lock inline row: %w", err)
 	}
