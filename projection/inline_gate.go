@@ -185,7 +185,7 @@ func (a *attempt) queuePrelock(b *pgx.Batch) {
 		return
 	}
 	var aggs []string
-	var expect []int64 // no log is read of a row where its run continues
+	var expect []int64             // no log is read of a row where its run continues
 	for _, ru := range a.bt.runs { // in aggregate order
 		if ru.first > 1 {
 			aggs, expect = append(aggs, ru.agg), append(expect, ru.first-1)
