@@ -194,5 +194,6 @@ func (e Event) Validate(l *Limits) error {
 	if v.Err == nil {
 		return nil
 	}
-	return &v
+	out := v // v itself stays on the stack: valid events allocate nothing here
+	return &out
 }

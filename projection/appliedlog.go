@@ -2,10 +2,9 @@ package projection
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/inorder/inorder/aggregate"
 )
 
 // This file holds the applied log: the id and payload hash of every applied
@@ -90,7 +89,7 @@ func (l *logEntries) add(agg string, version int64, id string, hash []byte) {
 	if l.entries > 0 {
 		l.lit = append(l.lit, ',')
 	}
-	if id == aggregate.DefaultID(agg, version) {
+	if isDefaultID(id, agg, version) {
 		l.lit = append(l.lit, "NULL"...)
 	} else {
 		l.custom = true
@@ -135,4 +134,15 @@ func (l *logEntries) done() {
 			l.hashes[i] = []byte{} // an empty log, not NULL
 		}
 	}
+}
+
+// isDefaultID reports whether id is aggregate.DefaultID(agg, version)
+// without building it (the gate asks for every delivery).
+func isDefaultID(id, agg string, version int64) bool {
+	n := len(agg)
+	if len(id) < n+2 || id[:n] != agg || id[n] != ':' {
+		return false
+	}
+	var digits [20]byte
+	return id[n+1:] == string(strconv.AppendInt(digits[:0], version, 10))
 }

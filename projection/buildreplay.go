@@ -436,7 +436,7 @@ func (rp *replay) bulkTx(ctx context.Context, bt *batch, bulk []delivery, n int6
 	for i, d := range bulk {
 		events[i] = d.ev
 		aggs[i], vers[i], hashes[i] = d.ev.Aggregate, d.ev.Version, d.hash
-		if d.id != aggregate.DefaultID(d.ev.Aggregate, d.ev.Version) {
+		if !isDefaultID(d.id, d.ev.Aggregate, d.ev.Version) {
 			ids[i] = &bulk[i].id
 		}
 	}

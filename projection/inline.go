@@ -118,7 +118,7 @@ func InlineEntry(e aggregate.Event) []byte {
 // when the id is the default one (it follows from the version), else a
 // digest of both.
 func inlineEntry(agg string, version int64, id string, hash []byte) []byte {
-	if id == aggregate.DefaultID(agg, version) {
+	if isDefaultID(id, agg, version) {
 		return hash[:inlineEntrySize:inlineEntrySize]
 	}
 	h := sha256.New()
@@ -221,6 +221,10 @@ func (t *Tx) setInline(r *registered, events []aggregate.Event, entries [][]byte
 		return
 	}
 	in := &inlineTx{event: -1}
+	// Every run's log is a piece of one buffer, capped so that appending
+	// to one cannot reach the next.
+	logs := make([]byte, 0, len(events)*inlineEntrySize)
+	start := 0
 	for i, e := range events {
 		entry := []byte(nil)
 		if entries != nil {
@@ -230,10 +234,18 @@ func (t *Tx) setInline(r *registered, events []aggregate.Event, entries [][]byte
 		}
 		if n := len(in.runs); n > 0 && in.runs[n-1].Aggregate == e.Aggregate && r.batch != nil {
 			in.runs[n-1].Version = e.Version
-			in.runs[n-1].Log = append(in.runs[n-1].Log, entry...)
+			logs = append(logs, entry...)
 			continue
 		}
-		in.runs = append(in.runs, InlineRun{Aggregate: e.Aggregate, Version: e.Version, Log: append([]byte(nil), entry...)})
+		if n := len(in.runs); n > 0 {
+			in.runs[n-1].Log = logs[start:len(logs):len(logs)]
+		}
+		start = len(logs)
+		logs = append(logs, entry...)
+		in.runs = append(in.runs, InlineRun{Aggregate: e.Aggregate, Version: e.Version})
+	}
+	if n := len(in.runs); n > 0 {
+		in.runs[n-1].Log = logs[start:len(logs):len(logs)]
 	}
 	in.want = int64(len(in.runs))
 	t.inline = in

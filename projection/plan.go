@@ -100,6 +100,10 @@ type aggPlan struct {
 type planner struct {
 	outcomes  func(idx int, o Outcome)
 	conflicts []conflict
+	// plans and cands, when set, back the plans and their batch
+	// candidates: one allocation each per attempt, not per aggregate.
+	plans []aggPlan
+	cands []candidate
 }
 
 func (pl *planner) conflict(agg string, v int64, existing record, d delivery) {
@@ -119,7 +123,13 @@ func (pl *planner) conflict(agg string, v int64, existing record, d delivery) {
 // batch position) against its state st, its parked events, its quarantined
 // event (when st.blocked) and the applied log of its stale versions.
 func (pl *planner) plan(agg string, st aggState, ds []delivery, parked []buffer.Parked, quarantined *record, qVersion int64, applied map[int64]record) *aggPlan {
-	p := &aggPlan{agg: agg, before: st, qvers: qVersion}
+	var p *aggPlan
+	if len(pl.plans) > 0 {
+		p, pl.plans = &pl.plans[0], pl.plans[1:]
+		*p = aggPlan{agg: agg, before: st, qvers: qVersion}
+	} else {
+		p = &aggPlan{agg: agg, before: st, qvers: qVersion}
+	}
 	var parkedAt map[int64]int
 	if len(parked) > 0 {
 		parkedAt = make(map[int64]int, len(parked))
@@ -127,7 +137,12 @@ func (pl *planner) plan(agg string, st aggState, ds []delivery, parked []buffer.
 			parkedAt[parked[i].Version] = i
 		}
 	}
-	winners := make([]candidate, 0, len(ds))
+	var winners []candidate
+	if len(pl.cands) >= len(ds) {
+		winners, pl.cands = pl.cands[:0:len(ds)], pl.cands[len(ds):]
+	} else {
+		winners = make([]candidate, 0, len(ds))
+	}
 	for i := 0; i < len(ds); {
 		v := ds[i].ev.Version
 		j := i
@@ -390,8 +405,8 @@ func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []confli
 			return nil, nil, fmt.Errorf("projection %s: load gate state: %w", r.name, err)
 		}
 	}
-	pl := &planner{outcomes: outcome}
-	var plans []*aggPlan
+	pl := &planner{outcomes: outcome, plans: make([]aggPlan, countAggregates(valid)), cands: make([]candidate, len(valid))}
+	plans := make([]*aggPlan, 0, len(pl.plans))
 	for i := 0; i < len(valid); {
 		agg := valid[i].ev.Aggregate
 		j := i
@@ -412,4 +427,16 @@ func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []confli
 type quarantineRef struct {
 	version int64
 	rec     record
+}
+
+// countAggregates returns the number of aggregates of valid (sorted by
+// aggregate).
+func countAggregates(valid []delivery) int {
+	n := 0
+	for i := range valid {
+		if i == 0 || valid[i].ev.Aggregate != valid[i-1].ev.Aggregate {
+			n++
+		}
+	}
+	return n
 }
