@@ -61,9 +61,10 @@ import (
 // quarantined, and takes only those by the fast path; it
 // locks the version rows of the others (and inserts those of the new fast
 // ones), then the rows of all but the new ones in one pass in aggregate
-// order. Its fast aggregates' rows keep their marks (a mark set since the
-// pre-read makes the upsert miss); the others are prepared and marked as on
-// the general path.
+// order (the lock order; the pass reads no log from a fast aggregate's row
+// that stands where its run expects). Its fast aggregates' rows keep their
+// marks (a mark set since the pre-read makes the upsert miss); the others
+// are prepared and marked as on the general path.
 
 // errInlineMiss reports that an inline projection's fast path did not hold:
 // the attempt takes the general path.
