@@ -51,8 +51,11 @@ for r in $(seq 1 "$rounds"); do
 	go test -run '^$' -bench "$bench" -benchtime=1x -count=1 -timeout 30m "$@" ./projection/ | tee -a "$out" >&2
 done
 
-# One line per run: variant events/s unique-events/s other-cpu-%.
+# One line per run: variant events/s unique-events/s other-cpu-% round (each go test
+# process, ended by its ok or FAIL line, is a round).
 runs=$(awk -v maxother="${MAX_OTHER_CPU:-}" '
+	BEGIN { round = 0 }
+	/^(ok|FAIL)[ \t]/ { round++ }
 	$1 ~ /^BenchmarkLedger\// && $3 ~ /^[0-9]+$/ {
 		name = $1; sub(/^BenchmarkLedger\//, "", name); sub(/-[0-9]+$/, "", name)
 		eps = ""; ueps = ""; other = ""
@@ -63,7 +66,7 @@ runs=$(awk -v maxother="${MAX_OTHER_CPU:-}" '
 		}
 		if (ueps == "") ueps = eps
 		if (maxother != "" && other != "" && other + 0 > maxother + 0) next
-		print name, eps, ueps, other
+		print name, eps, ueps, other, round
 	}' "$out")
 if [[ -z "$runs" ]]; then
 	echo "no benchmark results in $out" >&2
@@ -106,27 +109,17 @@ done
 
 # Per-round ratios, their medians and spread.
 echo
-awk -v vs="${VS:-}" -v maxother="${MAX_OTHER_CPU:-}" '
-	BEGIN { round = 0 }
+awk -v vs="${VS:-}" '
 	function median(list,    a, n, i, j, t) {
 		n = split(list, a, " ")
 		for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] + 0 > a[j] + 0; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
 		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 	}
-	$1 ~ /^BenchmarkLedger\// && $3 ~ /^[0-9]+$/ {
-		name = $1; sub(/^BenchmarkLedger\//, "", name); sub(/-[0-9]+$/, "", name)
-		eps = ""; ueps = ""; other = ""
-		for (i = 3; i < NF; i += 2) {
-			if ($(i+1) == "events/s") eps = $i
-			if ($(i+1) == "unique-events/s") ueps = $i
-			if ($(i+1) == "other-cpu-%") other = $i
-		}
-		if (ueps == "") ueps = eps
-		if (maxother != "" && other != "" && other + 0 > maxother + 0) next
-		if (!(name in seen)) { seen[name] = 1; order[++nn] = name }
-		e[round, name] = eps; u[round, name] = ueps
+	{
+		if (!($1 in seen)) { seen[$1] = 1; order[++nn] = $1 }
+		e[$5, $1] = $2; u[$5, $1] = $3
+		if ($5 > round) round = $5
 	}
-	/^(ok|FAIL)[ \t]/ { round++ }
 	END {
 		np = 0
 		for (k = 1; k <= nn; k++) {
@@ -146,4 +139,4 @@ awk -v vs="${VS:-}" -v maxother="${MAX_OTHER_CPU:-}" '
 			}
 			if (cnt) printf "%-48s %-34s %6d %7.3fx %7.3fx  %s\n", pv[k], pb[k], cnt, median(list), median(ulist), shown
 		}
-	}' "$out"
+	}' <<<"$runs"
