@@ -800,17 +800,9 @@ func benchInlineApply(ctx context.Context, pool *pgxpool.Pool, l *ledger.Project
 	slices.SortStableFunc(events, func(a, b aggregate.Event) int {
 		return cmp.Or(strings.Compare(a.Aggregate, b.Aggregate), cmp.Compare(a.Version, b.Version))
 	})
-	var runs []projection.InlineRun
 	var fresh []string
 	for i, e := range events {
-		entry := projection.InlineEntry(e)
-		if i > 0 && events[i-1].Aggregate == e.Aggregate {
-			ru := &runs[len(runs)-1]
-			ru.Version, ru.Log = e.Version, append(ru.Log, entry...)
-			continue
-		}
-		runs = append(runs, projection.InlineRun{Aggregate: e.Aggregate, Version: e.Version, Log: entry})
-		if e.Version == 1 {
+		if e.Version == 1 && (i == 0 || events[i-1].Aggregate != e.Aggregate) {
 			fresh = append(fresh, e.Aggregate)
 		}
 	}
@@ -819,7 +811,7 @@ func benchInlineApply(ctx context.Context, pool *pgxpool.Pool, l *ledger.Project
 		if len(fresh) > 0 {
 			t.Queue(`INSERT INTO versions (projection, aggregate) SELECT $1, * FROM unnest($2::text[]) ON CONFLICT DO NOTHING`, benchProjection, fresh)
 		}
-		projection.SetInlineRuns(t, runs)
+		projection.SetInlineRuns(t, events)
 		if err := l.ApplyBatch(ctx, t, events); err != nil {
 			return err
 		}

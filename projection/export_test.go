@@ -1,6 +1,10 @@
 package projection
 
-import "github.com/jackc/pgx/v5"
+import (
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder/inorder/aggregate"
+)
 
 // NewTx wraps a pgx transaction in the handler-facing *Tx, so tests outside
 // the package can call a handler directly, without the gate (the set-based
@@ -21,10 +25,11 @@ func Speculation(p *Processor) (speculated, misspeculated int64) {
 // of taking them as written by its own commits.
 func RowsCounted(p *Processor) int64 { return p.rowsCounted.Load() }
 
-// SetInlineRuns gives t the inline runs of the events a handler is about to
-// apply, as the gate does for an inline projection, so that a benchmark can
-// call an inline handler without the gate (BenchmarkLedger's
+// SetInlineRuns gives t the inline runs of events (sorted by aggregate and
+// version) as the gate does for an inline BatchHandler, so that a benchmark
+// can call an inline handler without the gate (BenchmarkLedger's
 // setbased+inline bound). Flush checks nothing of what the upserts wrote.
-func SetInlineRuns(t *Tx, runs []InlineRun) {
+func SetInlineRuns(t *Tx, events []aggregate.Event) {
+	runs := inlineRuns(events, nil, true)
 	t.inline = &inlineTx{runs: runs, event: -1, want: int64(len(runs))}
 }

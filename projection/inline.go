@@ -220,7 +220,15 @@ func (t *Tx) setInline(r *registered, events []aggregate.Event, entries [][]byte
 		t.inline = nil
 		return
 	}
-	in := &inlineTx{event: -1}
+	runs := inlineRuns(events, entries, r.batch != nil)
+	t.inline = &inlineTx{runs: runs, event: -1, want: int64(len(runs))}
+}
+
+// inlineRuns returns the runs of events (sorted by aggregate and version),
+// whose log entries are entries (nil: computed from the events): one per
+// aggregate for a BatchHandler (perBatch), else one per event.
+func inlineRuns(events []aggregate.Event, entries [][]byte, perBatch bool) []InlineRun {
+	var runs []InlineRun
 	// Every run's log is a piece of one buffer, capped so that appending
 	// to one cannot reach the next.
 	logs := make([]byte, 0, len(events)*inlineEntrySize)
@@ -232,23 +240,22 @@ func (t *Tx) setInline(r *registered, events []aggregate.Event, entries [][]byte
 		} else {
 			entry = inlineEntry(e.Aggregate, e.Version, e.StableID(), e.Hash())
 		}
-		if n := len(in.runs); n > 0 && in.runs[n-1].Aggregate == e.Aggregate && r.batch != nil {
-			in.runs[n-1].Version = e.Version
+		if n := len(runs); n > 0 && runs[n-1].Aggregate == e.Aggregate && perBatch {
+			runs[n-1].Version = e.Version
 			logs = append(logs, entry...)
 			continue
 		}
-		if n := len(in.runs); n > 0 {
-			in.runs[n-1].Log = logs[start:len(logs):len(logs)]
+		if n := len(runs); n > 0 {
+			runs[n-1].Log = logs[start:len(logs):len(logs)]
 		}
 		start = len(logs)
 		logs = append(logs, entry...)
-		in.runs = append(in.runs, InlineRun{Aggregate: e.Aggregate, Version: e.Version})
+		runs = append(runs, InlineRun{Aggregate: e.Aggregate, Version: e.Version})
 	}
-	if n := len(in.runs); n > 0 {
-		in.runs[n-1].Log = logs[start:len(logs):len(logs)]
+	if n := len(runs); n > 0 {
+		runs[n-1].Log = logs[start:len(logs):len(logs)]
 	}
-	in.want = int64(len(in.runs))
-	t.inline = in
+	return runs
 }
 
 // inlineShort returns an error if t's handler wrote fewer inline rows than

@@ -289,7 +289,9 @@ func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []confli
 	// the applied log of stale versions.
 	var parkedAggs, probeAggs, blockedAggs, staleAggs []string
 	var probeVers, staleVers []int64
+	naggs := 0 // the plans to make
 	for i := 0; i < len(valid); {
+		naggs++
 		agg := valid[i].ev.Aggregate
 		st := states[agg]
 		j := i
@@ -405,7 +407,7 @@ func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []confli
 			return nil, nil, fmt.Errorf("projection %s: load gate state: %w", r.name, err)
 		}
 	}
-	pl := &planner{outcomes: outcome, plans: make([]aggPlan, countAggregates(valid)), cands: make([]candidate, len(valid))}
+	pl := &planner{outcomes: outcome, plans: make([]aggPlan, naggs), cands: make([]candidate, len(valid))}
 	plans := make([]*aggPlan, 0, len(pl.plans))
 	for i := 0; i < len(valid); {
 		agg := valid[i].ev.Aggregate
@@ -427,16 +429,4 @@ func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []confli
 type quarantineRef struct {
 	version int64
 	rec     record
-}
-
-// countAggregates returns the number of aggregates of valid (sorted by
-// aggregate).
-func countAggregates(valid []delivery) int {
-	n := 0
-	for i := range valid {
-		if i == 0 || valid[i].ev.Aggregate != valid[i-1].ev.Aggregate {
-			n++
-		}
-	}
-	return n
 }
