@@ -242,10 +242,8 @@ func (a *attempt) finish(ctx context.Context) error {
 			a.out.tally[i].n[Rejected] += n
 		}
 	}
-	if bt.Checkpoint != nil {
-		if err := a.p.queueCheckpoint(b, bt.Checkpoint); err != nil {
-			return err
-		}
+	if err := a.p.queueCheckpoints(b, bt.Checkpoint, bt.Checkpoints); err != nil {
+		return err
 	}
 	if b.Len() > 0 {
 		if err := a.tx.SendBatch(ctx, b).Close(); err != nil {

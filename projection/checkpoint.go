@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // This file holds the checkpoints table: where sources store their position
-// in the same transaction as the work it covers (Batch.Checkpoint), or on
-// their own (SaveCheckpoint) when they pass events no projection needs.
+// in the same transaction as the work it covers (Batch.Checkpoint and
+// Batch.Checkpoints), or on their own (SaveCheckpoint) when they pass events
+// no projection needs.
 
 // saveCheckpointSQL never moves a checkpoint back: the row's lock orders
 // concurrent writers, and a smaller position leaves it as it is.
@@ -58,11 +61,26 @@ func (p *Processor) LoadCheckpoint(ctx context.Context, name string) (position P
 	return position, true, nil
 }
 
-// queueCheckpoint queues the write of a batch's checkpoint.
-func (p *Processor) queueCheckpoint(b *pgx.Batch, cp *Checkpoint) error {
-	if cp.Name == "" || len(cp.Position) == 0 {
-		return errors.New("projection: batch checkpoint with an empty name or position")
+// queueCheckpoints queues the writes of a batch's checkpoints (see
+// Batch.Checkpoints), in order of name.
+func (p *Processor) queueCheckpoints(b *pgx.Batch, one *Checkpoint, more []Checkpoint) error {
+	if one == nil && len(more) == 0 {
+		return nil
 	}
-	b.Queue(p.saveCheckpointSQL(), cp.Name, []byte(cp.Position))
+	cps := more
+	if one != nil {
+		cps = append([]Checkpoint{*one}, more...)
+	} else if !slices.IsSortedFunc(cps, compareCheckpoints) {
+		cps = slices.Clone(cps)
+	}
+	slices.SortStableFunc(cps, compareCheckpoints)
+	for _, cp := range cps {
+		if cp.Name == "" || len(cp.Position) == 0 {
+			return errors.New("projection: batch checkpoint with an empty name or position")
+		}
+		b.Queue(p.saveCheckpointSQL(), cp.Name, []byte(cp.Position))
+	}
 	return nil
 }
+
+func compareCheckpoints(a, b Checkpoint) int { return strings.Compare(a.Name, b.Name) }

@@ -40,6 +40,13 @@ type Batch struct {
 	// back together. Name and Position are used.
 	Checkpoint *Checkpoint
 
+	// Checkpoints are more positions stored like Checkpoint, for a source
+	// whose position has several parts — a Kafka partition each. All of
+	// them, with Checkpoint, are written in order of Name, so that batches
+	// committing at once lock the rows in the same order and never
+	// deadlock.
+	Checkpoints []Checkpoint
+
 	// BeforeCommit, if set, runs in the batch's transaction after the
 	// projections' writes and the checkpoint, before the commit. It may run
 	// more than once if the transaction is retried.

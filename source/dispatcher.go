@@ -51,7 +51,7 @@ type Delivery struct {
 	Acker Acker
 
 	// Ticket is the delivery's ticket in the source's Tracker, if any; the
-	// dispatcher does not use it (see Config.BeforeCommit).
+	// dispatcher does not use it (see Config.Checkpoints).
 	Ticket Ticket
 
 	// Handle is the source's own reference to the delivery (the message to
@@ -110,10 +110,20 @@ type Config struct {
 	// Defaults 100 ms and 5 s.
 	MinBackoff, MaxBackoff time.Duration
 
+	// Checkpoints, if set, is called before each batch is processed, with
+	// its deliveries, and returns the source positions the batch's
+	// transaction stores (projection.Batch.Checkpoints): the positions the
+	// source may resume from once the batch has committed, such as the low
+	// watermark of each partition with the batch's deliveries counted as
+	// committed (Tracker.WatermarkWith). They commit or roll back with the
+	// batch's effects.
+	Checkpoints func(batch []*Delivery) []projection.Checkpoint
+
 	// BeforeCommit, if set, runs inside each batch's transaction, after the
 	// projections' writes and before the commit, with the batch's
-	// deliveries (a source writes its checkpoint here). It may run more than
-	// once for one batch if the transaction is retried.
+	// deliveries. It may run more than once for one batch if the
+	// transaction is retried. A source that only stores its position uses
+	// Checkpoints instead, which needs no statement of its own.
 	BeforeCommit func(ctx context.Context, tx pgx.Tx, batch []*Delivery) error
 
 	// AfterCommit, if set, is called after each committed batch, after its

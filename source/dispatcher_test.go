@@ -3,6 +3,7 @@ package source_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -196,6 +197,43 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 		c := b.proc.Counts()["ledger"]
 		require.Zero(t, c.Deliveries[projection.Parked])
 		require.EqualValues(t, len(events), c.Applied())
+	})
+
+	t.Run("Checkpoints", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		events := ledger.Generate(rand.New(rand.NewPCG(7, 7)), 30, 3)
+		a := newAcker(false)
+		var failures atomic.Int64
+		failures.Store(1)
+		d, err := source.NewDispatcher(&source.Config{
+			Processor: b.proc, Workers: 1, BatchSize: 1000, MaxWait: time.Hour, // one batch, at Flush
+			MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
+			Checkpoints: func(batch []*source.Delivery) []projection.Checkpoint {
+				last := batch[len(batch)-1].Handle.(int)
+				return []projection.Checkpoint{{Name: "src", Position: projection.Position(fmt.Sprintf("%04d", last))}}
+			},
+			BeforeCommit: func(ctx context.Context, tx pgx.Tx, batch []*source.Delivery) error {
+				if failures.Add(-1) >= 0 {
+					return errors.New("injected failure")
+				}
+				return nil
+			},
+		})
+		require.NoError(t, err)
+		run(t, d)
+		ds := deliveries(events, a)
+		for i, del := range ds {
+			del.Handle = i
+			require.NoError(t, d.Dispatch(t.Context(), del))
+		}
+		require.NoError(t, d.Flush(t.Context()))
+		b.requireFold(t, events)
+		got, ok, err := b.proc.LoadCheckpoint(t.Context(), "src")
+		require.NoError(t, err)
+		require.True(t, ok, "the batch's checkpoint committed with it")
+		require.Equal(t, fmt.Sprintf("%04d", len(ds)-1), string(got))
+		require.Equal(t, int64(1), d.Stats().Failures, "the first transaction failed, with its checkpoint")
 	})
 
 	t.Run("FlushSkipsMaxWait", func(t *testing.T) {

@@ -35,10 +35,11 @@
 // committed: Ack when it committed, Nack when Process failed. An Acker that
 // cannot redeliver (a catch-up subscription) declines the Nack and the worker
 // retries the deliveries itself, with capped exponential backoff (the policy
-// of package internal/retry). The
-// Config.BeforeCommit hook runs inside the batch's transaction: a source
-// writes its checkpoint there, so the checkpoint and the effects it covers
-// commit or roll back together.
+// of package internal/retry). Before each batch, the dispatcher asks the
+// source for the positions the batch takes it to (Config.Checkpoints): they
+// are written in the batch's transaction (projection.Batch.Checkpoints), so
+// the checkpoint and the effects it covers commit or roll back together.
+// Config.BeforeCommit runs other statements of a source in that transaction.
 //
 // [Dispatcher.Flush] processes everything dispatched so far without waiting
 // for MaxWait and returns once it is settled: a graceful stop is "stop

@@ -155,6 +155,9 @@ func (w *worker) process(ctx context.Context, pending []*Delivery, reason int) [
 			b.Events = append(b.Events, del.Event)
 		}
 	}
+	if d.cfg.Checkpoints != nil {
+		b.Checkpoints = d.cfg.Checkpoints(batch)
+	}
 	if d.cfg.BeforeCommit != nil {
 		b.BeforeCommit = func(ctx context.Context, tx pgx.Tx) error { return d.cfg.BeforeCommit(ctx, tx, batch) }
 	}
