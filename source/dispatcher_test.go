@@ -422,3 +422,57 @@ func versions(ds []*source.Delivery) []int64 {
 	}
 	return out
 }
+
+// Config.Checkpoints gives each batch the low watermark of a Tracker, which
+// the processor writes in the batch's own transaction: once every delivery
+// is acknowledged, the stored checkpoint is the last position, and it was
+// written by the batches (no other write of it happens here).
+func TestDispatcherCheckpoint(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	a := newAcker(false)
+	events := ledger.Generate(rand.New(rand.NewPCG(7, 7)), 30, 6)
+	tr := source.NewTracker[int]()
+	var written atomic.Int64
+	d, err := source.NewDispatcher(&source.Config{
+		Processor: b.proc, Workers: 4, BatchSize: 25, MaxWait: 5 * time.Millisecond,
+		Checkpoints: func(batch []*source.Delivery) []projection.Checkpoint {
+			tickets := make([]source.Ticket, len(batch))
+			for i, del := range batch {
+				tickets[i] = del.Ticket
+			}
+			p, ok := tr.WatermarkWith(tickets)
+			if !ok {
+				return nil
+			}
+			written.Add(1)
+			return []projection.Checkpoint{{Name: "test", Position: projection.Position(fmt.Sprintf("%08d", p))}}
+		},
+		AfterCommit: func(batch []*source.Delivery, _ []projection.Result) {
+			tickets := make([]source.Ticket, len(batch))
+			for i, del := range batch {
+				tickets[i] = del.Ticket
+			}
+			tr.Done(tickets...)
+		},
+	})
+	require.NoError(t, err)
+	run(t, d)
+	for i, del := range deliveries(events, a) {
+		del.Ticket = tr.Track(i + 1)
+		require.NoError(t, d.Dispatch(t.Context(), del))
+	}
+	waitFor(t, a.signal, func() bool { n, _ := a.counts(); return n == len(events) }, "every delivery acked")
+	require.NoError(t, d.Flush(t.Context()))
+	// A batch that committed last holds the whole stream's watermark only
+	// if every other had committed; one more batch makes sure of it.
+	extra := deliveries(events[:1], a)[0]
+	extra.Ticket = tr.Track(len(events) + 1)
+	require.NoError(t, d.Dispatch(t.Context(), extra))
+	require.NoError(t, d.Flush(t.Context()))
+	pos, ok, err := b.proc.LoadCheckpoint(t.Context(), "test")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, fmt.Sprintf("%08d", len(events)+1), string(pos))
+	require.Positive(t, written.Load())
+}

@@ -59,4 +59,13 @@
 // deliveries were committed, which is what that batch's transaction may
 // store; [Tracker.Pass] records positions that need no work (skipped events,
 // a server's checkpoints) so the watermark moves past them.
+//
+// # Every source alike
+//
+// A source that runs in a worker process is a [Feed]: Run, Abort, its
+// [Lag] in events and seconds, and its metrics. The conformance suite of
+// package source/sourcetest checks every source through it.
+// [NewCollector] exports the figures every source shares — the
+// dispatcher's window and batches, inorder_source_lag_events and
+// inorder_source_lag_seconds — under the same names and labels.
 package source

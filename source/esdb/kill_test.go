@@ -24,6 +24,7 @@ import (
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/esdb"
+	"github.com/inorder/inorder/source/sourcetest"
 )
 
 // The child process: TestMain runs childMain instead of the tests when
@@ -43,7 +44,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(childMain())
 	}
-	os.Exit(m.Run())
+	sourcetest.Main(m, sourceSubjects()...)
 }
 
 // childMain runs a catch-up Source until SIGINT and prints a line per

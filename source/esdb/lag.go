@@ -515,3 +515,24 @@ func (s *Source) noteApplied(batch []*source.Delivery, results []projection.Resu
 		}
 	}
 }
+
+// Feed returns the source as a source.Feed: the interface through which
+// package cli's run command and the conformance suite of package
+// source/sourcetest run every kind of source. Its Lag is Source.Lag's
+// summary.
+func (s *Source) Feed() source.Feed { return feed{s} }
+
+type feed struct{ *Source }
+
+func (f feed) Lag() source.Lag { return f.Source.Lag().Summary() }
+
+func (f feed) MeasureLag(ctx context.Context) (source.Lag, error) {
+	l, err := f.Source.MeasureLag(ctx)
+	return l.Summary(), err
+}
+
+// Summary returns the figures of l every source reports (source.Lag).
+func (l Lag) Summary() source.Lag {
+	return source.Lag{Source: l.Source, Known: l.Known, MeasuredAt: l.MeasuredAt, Events: l.Events,
+		Behind: l.Behind, BehindSeconds: l.Behind.Seconds(), Err: l.Err}
+}
