@@ -18,6 +18,7 @@ import (
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source"
 	"github.com/inorder/inorder/source/esdb"
 	"github.com/inorder/inorder/source/esdb/esdbtest"
 )
@@ -55,7 +56,7 @@ func TestRunBuildsANewCodeVersion(t *testing.T) {
 	start := func(p projection.Projection, name string) (stop func() error, logs *syncBuffer) {
 		ctx, cancel := context.WithCancel(context.Background())
 		logs = &syncBuffer{}
-		cfg := cli.Config{Projections: []projection.Projection{p}, Stdout: logs, Stderr: logs, Getenv: func(k string) string { return env[k] }}
+		cfg := cli.Config{Projections: []projection.Projection{p}, Sources: []source.Driver{esdb.Driver()}, Stdout: logs, Stderr: logs, Getenv: func(k string) string { return env[k] }}
 		done := make(chan error, 1)
 		go func() {
 			done <- cli.Run(ctx, cfg, []string{"run", "--name", name, "--http-addr", "", "--max-wait", "5ms", "--batch-size", "50"})

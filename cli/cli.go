@@ -13,6 +13,7 @@ import (
 	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source"
 )
 
 // Exit codes returned by Main.
@@ -53,6 +54,14 @@ type Config struct {
 	// values take the processor's defaults); Schema and Logger are set
 	// from the command line.
 	Processor projection.Config
+
+	// Sources are the sources the binary reads: run, rebuild and parked
+	// repair choose one by the scheme of --source's URL (esdb://,
+	// postgres://…) and show each one's flags in their help. Each source
+	// package provides its driver: esdb.Driver(), pgtable.Driver(). The
+	// library links only the sources its binary lists here. Default: none
+	// — those commands then fail with a usage error.
+	Sources []source.Driver
 
 	// Effects are the binary's effect handlers (package effects), one per
 	// effect kind. With any, run performs the intents the projections

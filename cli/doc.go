@@ -14,6 +14,7 @@
 //		os.Exit(cli.Main(cli.Config{
 //			Name:        "orders-inorder",
 //			Projections: []projection.Projection{orders},
+//			Sources:     []source.Driver{esdb.Driver(), pgtable.Driver()},
 //			Processor:   projection.Config{MaxAttempts: 5},
 //			Commands:    []func(*cli.App) *cobra.Command{myCommand},
 //		}))
@@ -24,8 +25,19 @@
 // environment variables like the built-in ones, and an error wrapping
 // [ErrUsage] (see [Usagef]) exits with status 2.
 //
-// This package links neither the demo nor test servers: the demo lives in
-// the module's internal/demo.
+// This package links neither the demo nor test servers (the demo lives in
+// the module's internal/demo), nor any source: a binary lists the sources
+// it reads in [Config].Sources, and the library links only those.
+//
+// # Sources
+//
+// run, rebuild and parked repair read the source --source names by URL
+// (--esdb-url, the older flag, is the same as --source with an esdb:// URL):
+// the scheme chooses the driver (a [source.Driver]: esdb://, postgres://…),
+// whose own flags follow the command's in the help, in a group of their
+// own. Every source runs through the same [source.Feed], so the metrics
+// (inorder_source_lag_events, inorder_source_lag_seconds), readiness,
+// drain, rebuild and status work alike.
 //
 // # Commands
 //
@@ -35,7 +47,7 @@
 // command does and what it changes:
 //
 //	migrate [--dry-run] | migrate status   apply / list inorder's migrations, create read-model tables
-//	run                                    workers against EventStoreDB (catch-up or persistent)
+//	run                                    workers against a source (--source esdb://…, postgres://…)
 //	serve                                  the read-model HTTP API alone
 //	status                                 per projection: applied, parked, quarantined, conflicts
 //	parked list|show|repair|declare-gap    aggregates waiting for missing versions
@@ -60,7 +72,7 @@
 // # Configuration
 //
 // Every flag has a default; most can also be set from the environment
-// (DATABASE_URL, ESDB_URL, INORDER_SCHEMA, INORDER_HTTP_ADDR,
+// (DATABASE_URL, INORDER_SOURCE, ESDB_URL, INORDER_SCHEMA, INORDER_HTTP_ADDR,
 // INORDER_LOG_FORMAT, …; each flag's help names its variable). One table
 // names the variable of each flag name, in every command alike. A flag on
 // the command line wins over the environment.

@@ -10,6 +10,8 @@ import (
 	"github.com/inorder/inorder/cli"
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/esdb"
 )
 
 // A binary of your own: every command of inorder, for your projections,
@@ -27,6 +29,7 @@ func ExampleMain() {
 	os.Exit(cli.Main(cli.Config{
 		Name:        "payments-inorder",
 		Projections: []projection.Projection{payments},
+		Sources:     []source.Driver{esdb.Driver()},
 		Commands:    []func(*cli.App) *cobra.Command{hello},
 	}))
 }

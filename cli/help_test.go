@@ -11,6 +11,8 @@ import (
 
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/esdb"
 )
 
 // TestEveryCommandSaysWhatItChanges walks the command tree: every command's
@@ -18,7 +20,7 @@ import (
 // read-only); "inorder help <command>" prints the same.
 func TestEveryCommandSaysWhatItChanges(t *testing.T) {
 	t.Parallel()
-	cfg := Config{Projections: []projection.Projection{ledger.New(nil)}, Getenv: func(string) string { return "" }}
+	cfg := Config{Projections: []projection.Projection{ledger.New(nil)}, Sources: []source.Driver{esdb.Driver()}, Getenv: func(string) string { return "" }}
 	var paths []string
 	var walk func(c *cobra.Command, path []string)
 	walk = func(c *cobra.Command, path []string) {

@@ -18,6 +18,8 @@ import (
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/esdb"
 )
 
 // toggle is a per-event projection that writes nothing and fails, while
@@ -48,7 +50,7 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	b := &bundle{db: pgtest.NewMigrated(t), ledger: ledger.New(nil), toggle: &toggle{}}
 	pcfg := projection.Config{MaxAttempts: 2, RetryBackoff: time.Millisecond}
-	b.cfg = cli.Config{Projections: []projection.Projection{b.ledger, b.toggle}, Processor: pcfg}
+	b.cfg = cli.Config{Projections: []projection.Projection{b.ledger, b.toggle}, Sources: []source.Driver{esdb.Driver()}, Processor: pcfg}
 	pcfg.Schema = b.db.Schema
 	var err error
 	b.proc, err = projection.New(b.db.Pool, &pcfg, b.ledger, b.toggle)
@@ -386,7 +388,7 @@ func TestOperatorCommands(t *testing.T) {
 
 func TestUsage(t *testing.T) {
 	t.Parallel()
-	b := &bundle{cfg: cli.Config{Projections: []projection.Projection{ledger.New(nil), &toggle{}}},
+	b := &bundle{cfg: cli.Config{Projections: []projection.Projection{ledger.New(nil), &toggle{}}, Sources: []source.Driver{esdb.Driver()}},
 		env: map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/x"}}
 
 	for _, tt := range []struct {
@@ -409,6 +411,11 @@ func TestUsage(t *testing.T) {
 		{name: "NoDatabase", args: []string{"status"}, env: map[string]string{}, want: "no database: set --database-url or $DATABASE_URL"},
 		{name: "FlagAfterArgument", args: []string{"parked", "show", "a", "--limit", "0"}, want: "--limit must be at least 1"},
 		{name: "BadTypeRegex", args: []string{"run", "--esdb-url", "esdb://127.0.0.1:1?tls=false", "--type-regex", "("}, want: "invalid --type-regex"},
+		{name: "NoSource", args: []string{"run"}, want: "no source: set --source (esdb://, esdb+discover://, kurrentdb://, kurrentdb+discover://) or $INORDER_SOURCE"},
+		{name: "UnknownScheme", args: []string{"run", "--source", "nats://127.0.0.1:4222"}, want: "no source for nats:// URLs; this binary reads esdb://"},
+		{name: "TwoSources", args: []string{"run", "--source", "esdb://a:1?tls=false", "--esdb-url", "esdb://b:1?tls=false"}, want: "--source and --esdb-url name two sources"},
+		{name: "BadSourceURL", args: []string{"run", "--source", "kurrentdb://127.0.0.1:1?tls=maybe"}, want: "EventStoreDB source: invalid EventStoreDB URL"},
+		{name: "SourceFlagOfRun", args: []string{"rebuild", "ledger", "--source", "esdb://127.0.0.1:1?tls=false", "--mode", "persistent"}, want: "unknown flag: --mode"},
 		{name: "RebuildWithoutYes", args: []string{"rebuild", "ledger", "--in-place", "--esdb-url", "esdb://127.0.0.1:1?tls=false"}, want: "pass --yes to confirm"},
 		{name: "DropWithoutYes", args: []string{"rebuild", "drop", "ledger", "--generation", "2"}, want: "pass --yes to confirm"},
 		{name: "DropWithoutGeneration", args: []string{"rebuild", "drop", "ledger", "--yes"}, want: "--generation is required"},

@@ -14,14 +14,13 @@ import (
 
 	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/projection"
-	"github.com/inorder/inorder/source/esdb"
 )
 
 // rebuildOptions configures rebuild.
 type rebuildOptions struct {
 	log        clikit.LogOptions
 	db         clikit.DBOptions
-	es         esdbOptions
+	src        sourceOptions
 	out        clikit.OutputOptions
 	a          *App
 	Projection string
@@ -51,7 +50,7 @@ func (o *rebuildOptions) validate(args []string) error {
 	if o.Projection, err = o.a.pickProjection(name); err != nil {
 		return err
 	}
-	for _, v := range []interface{ Validate() error }{&o.log, &o.db, &o.es} {
+	for _, v := range []interface{ Validate() error }{&o.log, &o.db, &o.src} {
 		if err := v.Validate(); err != nil {
 			return err
 		}
@@ -83,18 +82,18 @@ type rebuildCmd struct{ a *App }
 
 func (c *rebuildCmd) command() *cobra.Command {
 	cmd := leaf("rebuild <projection>", "rebuild a projection from the stream: side by side, verified, switched in at once",
-		`Rebuilds one projection from EventStoreDB's $all — mapped and filtered like
-'run' (--stream-prefix, --type-regex, --version-field) — as a new generation
-of it, side by side with the live one, which keeps serving reads and being
+		`Rebuilds one projection from the history of the source --source names —
+EventStoreDB's $all, the events table… — mapped and filtered like 'run' (the
+source's flags below) — as a new generation of it, side by side with the live one, which keeps serving reads and being
 fed by the workers with no pause:
 
-  replay     $all from the start into the new generation's own tables (a
+  replay     the history from the start into the new generation's own tables (a
              schema of its own) and gate state, in bulk: one writer, large
              batches (--replay-batch-size), each aggregate's version kept in
              memory (--max-aggregates, then looked up), --unlogged makes the
              tables unlogged until it is done;
   catch-up   the workers of the projection's code version feed it from now
-             on, with the live one; the rebuild reads $all up to its end
+             on, with the live one; the rebuild reads the history up to its end
              through the gate, repeating while a pass reads more than
              --catch-up-events;
   verify     the projection's own checks (the ledger: legs balance, balances
@@ -136,7 +135,7 @@ DELETES the read model and its parked, quarantined and conflict records
 			o := &rebuildOptions{a: c.a}
 			clikit.BindLog(fs, &o.log, "warn")
 			clikit.BindDB(fs, &o.db)
-			bindESDB(fs, &o.es)
+			c.a.bindSource(fs, "rebuild", &o.src)
 			clikit.BindOutput(fs, &o.out)
 			fs.BoolVar(&o.InPlace, "in-place", false, "empty the live read model and replay into it, pausing live workers (readers see it half built)")
 			fs.IntVar(&o.Workers, "workers", 4, "--in-place: concurrent batches; aggregates are partitioned across them by hash")
@@ -152,6 +151,7 @@ DELETES the read model and its parked, quarantined and conflict records
 			fs.BoolVar(&o.Wait, "wait", false, "if another process is rebuilding the projection, wait for it and report its outcome")
 			return o
 		}, c.Run)
+	cmd.SetUsageFunc(clikit.GroupedUsage)
 	cmd.AddCommand((&rebuildStatusCmd{c.a}).command(), (&rebuildRollbackCmd{c.a}).command(), (&rebuildDropCmd{c.a}).command())
 	return cmd
 }
@@ -200,7 +200,7 @@ func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
 	if err != nil {
 		return err
 	}
-	r, err := esdb.NewReplayer(o.es.config(esdb.Config{Logger: logger}))
+	r, err := o.src.opener.Replayer(ctx, o.src.url, o.src.openConfig(&o.db, "", logger))
 	if err != nil {
 		return err
 	}
@@ -314,7 +314,9 @@ func (c *rebuildCmd) inPlace(ctx context.Context, o *rebuildOptions) error {
 	if err := proc.Setup(ctx); err != nil {
 		return err // the processor names the projection and the step
 	}
-	r, err := esdb.NewReplayer(o.es.config(esdb.Config{Workers: o.Workers, BatchSize: o.BatchSize, Logger: logger}))
+	oc := o.src.openConfig(&o.db, "", logger)
+	oc.Workers, oc.BatchSize = o.Workers, o.BatchSize
+	r, err := o.src.opener.Replayer(ctx, o.src.url, oc)
 	if err != nil {
 		return err
 	}

@@ -10,13 +10,13 @@ import (
 
 	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/projection"
-	"github.com/inorder/inorder/source/esdb"
+	"github.com/inorder/inorder/source"
 )
 
 // repairOptions configures parked repair.
 type repairOptions struct {
 	listOptions
-	es        esdbOptions
+	src       sourceOptions
 	OlderThan time.Duration
 }
 
@@ -40,7 +40,7 @@ func (o *repairOptions) validate(args []string) error {
 	if err := o.opOptions.validate(); err != nil {
 		return err
 	}
-	return o.es.Validate()
+	return o.src.Validate()
 }
 
 // parkedRepairCmd reads the missing versions of waiting aggregates from
@@ -48,10 +48,11 @@ func (o *repairOptions) validate(args []string) error {
 type parkedRepairCmd struct{ a *App }
 
 func (c *parkedRepairCmd) command() *cobra.Command {
-	return leaf("repair [aggregate]", "read the missing versions of waiting aggregates from EventStoreDB, once",
+	cmd := leaf("repair [aggregate]", "read the missing versions of waiting aggregates from the source, once",
 		`Runs gap repair once, now: for the given aggregate, or for every aggregate
 with parked events (--older-than, --limit), reads the versions it waits for
-straight from its stream (--stream-prefix + aggregate id; mapped like 'run')
+straight from the source (EventStoreDB: its stream, --stream-prefix +
+aggregate id; the events table: its rows; mapped like 'run')
 and feeds them through the gate, which applies them and drains the parked
 events behind them. Versions the stream does not have — deleted, truncated,
 never written — are reported, and recorded in the operator log like the
@@ -67,10 +68,12 @@ operator log gets a row per gap missing at the source, once.`,
 		func(fs *pflag.FlagSet) *repairOptions {
 			o := &repairOptions{listOptions: listOptions{a: c.a}}
 			o.bind(fs, 100, "aggregates", "projection")
-			bindESDB(fs, &o.es)
+			c.a.bindSource(fs, "repair", &o.src)
 			fs.DurationVar(&o.OlderThan, "older-than", 0, "only aggregates whose oldest parked event waited at least this `duration`")
 			return o
 		}, c.Run)
+	cmd.SetUsageFunc(clikit.GroupedUsage)
+	return cmd
 }
 
 // RepairReport is one aggregate of parked repair --json.
@@ -99,10 +102,12 @@ func (c *parkedRepairCmd) Run(ctx context.Context, o *repairOptions) error {
 		return err
 	}
 	defer closeFn()
-	src, err := esdb.New(o.es.config(esdb.Config{Processor: proc, Name: "repair", Logger: o.log.Logger(c.a.stderr)}))
-	if err != nil {
-		return err
+	repairer, ok := o.src.opener.(source.Repairer)
+	if !ok {
+		return clikit.Usagef("the %s source cannot read an aggregate's missing versions on demand", o.src.title())
 	}
+	oc := o.src.openConfig(&o.opOptions.db, "repair", o.log.Logger(c.a.stderr))
+	oc.Processor = proc
 	// The versions before, in every projection (a repair feeds them all),
 	// to tell what it applied.
 	n := len(proc.Projections())
@@ -110,7 +115,7 @@ func (c *parkedRepairCmd) Run(ctx context.Context, o *repairOptions) error {
 	if err != nil {
 		return err
 	}
-	repairs, err := src.RepairNow(ctx, &esdb.RepairOptions{Projection: o.Projection, Aggregate: o.Aggregate, OlderThan: o.OlderThan, Limit: o.Limit})
+	repairs, err := repairer.Repair(ctx, o.src.url, oc, &source.RepairOptions{Projection: o.Projection, Aggregate: o.Aggregate, OlderThan: o.OlderThan, Limit: o.Limit})
 	if err != nil {
 		return fmt.Errorf("repair: %w", err)
 	}
@@ -119,9 +124,7 @@ func (c *parkedRepairCmd) Run(ctx context.Context, o *repairOptions) error {
 	for _, r := range repairs {
 		rep := RepairReport{Aggregate: r.Aggregate, From: r.From, To: r.To, Found: r.Found, Reason: r.Reason,
 			Before: map[string]int64{}, After: map[string]int64{}}
-		for _, a := range r.Absent {
-			rep.Missing = append(rep.Missing, a.String())
-		}
+		rep.Missing = r.Missing
 		if len(rep.Missing) > 0 {
 			missing++
 		}

@@ -7,102 +7,37 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"log/slog"
-	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/migrations"
 	"github.com/inorder/inorder/projection"
-	"github.com/inorder/inorder/source/esdb"
+	"github.com/inorder/inorder/source"
 )
 
-// strategyAuto is --consumer-strategy's default: the source chooses by the
-// server's version (esdb.Persistent.Settings).
-const strategyAuto = "auto"
-
-// consumerStrategies are the values of --consumer-strategy.
-var consumerStrategies = []string{
-	strategyAuto, string(esdbc.ConsumerStrategyRoundRobin), string(esdbc.ConsumerStrategyDispatchToSingle), string(esdbc.ConsumerStrategyPinned),
-}
-
-// Modes of run.
-const (
-	ModeCatchUp    = "catch-up"
-	ModePersistent = "persistent"
-)
-
-// esdbOptions are the flags that say where and how to read EventStoreDB:
-// shared by run (subscriptions), rebuild (replay) and parked repair.
-type esdbOptions struct {
-	URL          string
-	StreamPrefix string
-	TypeRegex    string
-	VersionField string
-}
-
-func bindESDB(fs *pflag.FlagSet, o *esdbOptions) {
-	fs.StringVar(&o.URL, "esdb-url", "", "EventStoreDB connection `string` (esdb://host:2113?tls=false)")
-	fs.StringVar(&o.StreamPrefix, "stream-prefix", "", "category `prefix` of the aggregates' streams, removed to get aggregate ids (\"payment-\": stream payment-42 is aggregate 42); other streams are ignored. Default: every non-system stream, named as its aggregate")
-	fs.StringVar(&o.TypeRegex, "type-regex", "", "only events whose type matches this `regex`")
-	fs.StringVar(&o.VersionField, "version-field", "", "metadata `field` holding the aggregate version (default: stream revision + 1)")
-}
-
-// Validate checks the flags, the regular expression included.
-func (o *esdbOptions) Validate() error {
-	if o.URL == "" {
-		return clikit.Usagef("no EventStoreDB: set --esdb-url or $%s", clikit.EnvESDBURL)
-	}
-	if _, err := esdbc.ParseConnectionString(o.URL); err != nil {
-		return clikit.Usagef("invalid --esdb-url: %v", err)
-	}
-	if _, err := regexp.Compile(o.TypeRegex); err != nil {
-		return clikit.Usagef("invalid --type-regex: %v", err)
-	}
-	return nil
-}
-
-func (o *esdbOptions) mapping() esdb.Mapping {
-	return esdb.Mapping{StreamPrefix: o.StreamPrefix, VersionField: o.VersionField}
-}
-
-// config returns cfg with the connection, mapping and filter these flags
-// describe: what parked repair and rebuild read with.
-func (o *esdbOptions) config(cfg esdb.Config) *esdb.Config {
-	cfg.URL, cfg.TypeRegex, cfg.Mapping = o.URL, o.TypeRegex, o.mapping()
-	return &cfg
-}
+// DefaultDrainTimeout is run's default --drain-timeout.
+const DefaultDrainTimeout = 30 * time.Second
 
 // runOptions configures run.
 type runOptions struct {
-	log        clikit.LogOptions
-	db         clikit.DBOptions
-	es         esdbOptions
-	http       clikit.HTTPOptions
-	Mode       string
-	Name       string
-	Group      string
-	Stream     string
-	Workers    int
-	BatchSize  int
-	MaxWait    time.Duration
-	BufferSize int
-	ReadAhead  int
-	Strategy   string
-	// TrustServerCheckpoints: see esdb.Config.TrustServerCheckpoints.
-	TrustServerCheckpoints bool
-	FromEnd                bool
-	RepairAfter            time.Duration
-	DrainTimeout           time.Duration
-	ReadyMaxLag            time.Duration
-	Migrate                bool
-	Build                  bool
+	log          clikit.LogOptions
+	db           clikit.DBOptions
+	src          sourceOptions
+	http         clikit.HTTPOptions
+	Name         string
+	Workers      int
+	BatchSize    int
+	MaxWait      time.Duration
+	FromEnd      bool
+	DrainTimeout time.Duration
+	ReadyMaxLag  time.Duration
+	Migrate      bool
+	Build        bool
 	// EffectsWorkers is how many effects this process performs at once; 0
 	// records intents without performing them (an 'effects work' process
 	// does).
@@ -113,40 +48,20 @@ func (o *runOptions) validate(args []string) error {
 	if err := clikit.NoArgs(args); err != nil {
 		return err
 	}
-	for _, v := range []interface{ Validate() error }{&o.log, &o.db, &o.es, &o.http} {
+	for _, v := range []interface{ Validate() error }{&o.log, &o.db, &o.src, &o.http} {
 		if err := v.Validate(); err != nil {
 			return err
 		}
 	}
-	switch o.Mode {
-	case ModeCatchUp:
-		if o.Stream != "" {
-			return clikit.Usagef("--stream needs --mode persistent")
-		}
-	case ModePersistent:
-		if o.Group == "" {
-			return clikit.Usagef("--group must not be empty")
-		}
-	default:
-		return clikit.Usagef("--mode must be %s or %s, not %q", ModeCatchUp, ModePersistent, o.Mode)
-	}
 	switch {
-	case o.Name == "":
-		return clikit.Usagef("--name must not be empty")
 	case o.Workers < 1:
 		return clikit.Usagef("--workers must be at least 1")
 	case o.BatchSize < 1:
 		return clikit.Usagef("--batch-size must be at least 1")
 	case o.MaxWait <= 0:
 		return clikit.Usagef("--max-wait must be positive")
-	case o.BufferSize < 0:
-		return clikit.Usagef("--buffer-size must not be negative")
-	case o.ReadAhead < 0:
-		return clikit.Usagef("--read-ahead must not be negative")
 	case o.ReadyMaxLag < 0:
 		return clikit.Usagef("--ready-max-lag must not be negative")
-	case !slices.Contains(consumerStrategies, o.Strategy):
-		return clikit.Usagef("--consumer-strategy must be one of %s, not %q", strings.Join(consumerStrategies, ", "), o.Strategy)
 	case o.DrainTimeout <= 0:
 		return clikit.Usagef("--drain-timeout must be positive")
 	case o.EffectsWorkers < 0:
@@ -155,32 +70,49 @@ func (o *runOptions) validate(args []string) error {
 	return nil
 }
 
+// sourceName returns --name, or by default the source's first scheme
+// ("esdb", "postgres"): the checkpoint row of a source run before names
+// were per source keeps its name.
+func (o *sourceOptions) sourceName(name string) string {
+	if name != "" {
+		return name
+	}
+	return o.driver.Schemes()[0]
+}
+
+// openConfig is what run, rebuild and repair give the source they open.
+func (o *sourceOptions) openConfig(db *clikit.DBOptions, name string, logger *slog.Logger) *source.OpenConfig {
+	return &source.OpenConfig{DatabaseURL: db.URL, Name: o.sourceName(name), Logger: logger,
+		Workers: source.DefaultWorkers, BatchSize: source.DefaultBatchSize, MaxWait: source.DefaultMaxWait, DrainTimeout: DefaultDrainTimeout}
+}
+
 // runCmd runs the projection workers.
 type runCmd struct{ a *App }
 
 func (c *runCmd) command() *cobra.Command {
-	return leaf("run", "run the projection workers against EventStoreDB",
-		`Consumes EventStoreDB and applies every event to the projections through
-the version gate, with --workers workers per process (aggregates are
+	cmd := leaf("run", "run the projection workers against a source (EventStoreDB, an events table…)",
+		`Consumes the source --source names (its URL's scheme chooses it: see the
+flags below, grouped by source) and applies every event to the projections
+through the version gate, with --workers workers per process (aggregates are
 partitioned across them by hash), batching up to --batch-size events per
-transaction (waiting at most --max-wait for a batch to fill).
+transaction (waiting at most --max-wait for a batch to fill). The source's
+position is checkpointed in Postgres (row --name) in the same transaction as
+the writes, or acknowledged to its server only after the commit.
 
-Modes:
-  catch-up    (default) a catch-up subscription to $all, filtered by
-              --stream-prefix / --type-regex; the position is checkpointed in
-              Postgres (row --name) in the same transaction as the writes.
-  persistent  one consumer of the persistent subscription --group (to $all,
-              or to --stream such as $ce-payment), created if missing; any
-              number of processes compete for its events. Deliveries arrive
-              out of order and duplicated: the gate absorbs both.
+EventStoreDB (esdb://…, --esdb-url): --mode catch-up (default) is a catch-up
+subscription to $all, filtered by --stream-prefix / --type-regex;
+--mode persistent is one consumer of the persistent subscription --group (to
+$all, or to --stream such as $ce-payment), created if missing; any number of
+processes compete for its events, which arrive out of order and duplicated:
+the gate absorbs both. Two catch-up processes with the same --name share one
+checkpoint and both read everything: give each its own --name, or use
+persistent mode to share the work. Gap repair: aggregates whose parked events
+waited longer than --repair-after get their missing versions read from their
+stream.
 
-Any number of processes may run side by side on one schema, in either mode:
-the gate serialises them per aggregate. (Two catch-up processes with the same
---name share one checkpoint and both read everything: give each its own
---name, or use persistent mode to share the work.)
-
-Gap repair: aggregates whose parked events waited longer than
---repair-after get their missing versions read from their stream.
+Any number of processes may run side by side on one schema: the gate
+serialises them per aggregate. Each source's page in docs/sources says how it
+shares the work between processes.
 
 It serves /healthz, /readyz (ready once the workers run, while the database
 answers, the schema is migrated and — with --ready-max-lag — the lag is
@@ -205,34 +137,28 @@ generation has — a new version deployed next to the old workers — is rebuilt
 side by side by one of the processes running that version (the others wait
 for it, and take over if it dies): see 'rebuild'. The old workers keep the
 live generation current meanwhile; after the switch, this process feeds the
-new one. In persistent mode it
-may create the subscription group. It calls the effects' other sides.`,
+new one. A source may keep state of its own (a persistent subscription group
+it creates, leases on partitions). It calls the effects' other sides.`,
 		func(fs *pflag.FlagSet) *runOptions {
 			o := &runOptions{}
 			clikit.BindLog(fs, &o.log, "info")
 			clikit.BindDB(fs, &o.db)
-			bindESDB(fs, &o.es)
+			c.a.bindSource(fs, "run", &o.src)
 			clikit.BindHTTP(fs, &o.http, "127.0.0.1:8080")
-			fs.StringVar(&o.Mode, "mode", ModeCatchUp, "`mode`: catch-up or persistent")
-			fs.StringVar(&o.Name, "name", esdb.DefaultName, "source `name`: its checkpoint row, and the source recorded with rejected events")
-			fs.StringVar(&o.Group, "group", "inorder", "persistent subscription `group`")
-			fs.StringVar(&o.Stream, "stream", "", "persistent mode: the `stream` the group reads (default $all)")
+			fs.StringVar(&o.Name, "name", "", "source `name`: its checkpoint row (or group, or lease set), and the source recorded with rejected events (default: the source's scheme, such as esdb or postgres)")
 			fs.IntVar(&o.Workers, "workers", 4, "workers of this process; aggregates are partitioned across them by hash")
 			fs.IntVar(&o.BatchSize, "batch-size", 500, "events per transaction, at most")
 			fs.DurationVar(&o.MaxWait, "max-wait", 50*time.Millisecond, "longest wait for a batch to fill")
-			fs.IntVar(&o.BufferSize, "buffer-size", 0, "persistent mode: unacknowledged events the server may send this process (default 3 × workers × batch size)")
-			fs.StringVar(&o.Strategy, "consumer-strategy", strategyAuto, "persistent mode, when the group is created: auto (Pinned on servers whose Pinned groups keep their checkpoints right, RoundRobin on others; see the esdb package documentation), RoundRobin, DispatchToSingle or Pinned (each stream's events to one consumer: fewer parked events)")
-			fs.IntVar(&o.ReadAhead, "read-ahead", 0, "catch-up mode: events read ahead of the commits (default 3 × workers × batch size)")
-			fs.BoolVar(&o.TrustServerCheckpoints, "trust-server-checkpoints", false, "catch-up mode: let the server's checkpoints move the saved position past filtered-out events (only on server releases without KurrentDB#4970; see the esdb package documentation)")
 			fs.BoolVar(&o.FromEnd, "from-end", false, "start at the end of the stream, not its beginning (when there is no checkpoint yet / when creating the group)")
-			fs.DurationVar(&o.RepairAfter, "repair-after", esdb.DefaultRepairAfter, "gap repair: read the missing versions of aggregates parked this long from their stream (negative disables)")
-			fs.DurationVar(&o.DrainTimeout, "drain-timeout", esdb.DefaultDrainTimeout, "longest graceful drain after the first signal")
+			fs.DurationVar(&o.DrainTimeout, "drain-timeout", DefaultDrainTimeout, "longest graceful drain after the first signal")
 			fs.DurationVar(&o.ReadyMaxLag, "ready-max-lag", 0, "/readyz fails while the source's lag (the age of the oldest event not committed yet) exceeds this `duration`; 0: lag does not affect readiness")
 			fs.BoolVar(&o.Migrate, "migrate", false, "apply pending migrations and create the read-model tables before starting")
 			fs.BoolVar(&o.Build, "build", true, "rebuild side by side a projection whose code version no live generation has (one process builds, the others wait)")
 			fs.IntVar(&o.EffectsWorkers, "effects-workers", DefaultEffectsWorkers, "effects performed at once by this process (0: only record them, for 'effects work' processes)")
 			return o
 		}, c.Run)
+	cmd.SetUsageFunc(clikit.GroupedUsage)
+	return cmd
 }
 
 // Run runs the workers until the first signal, then drains.
@@ -283,35 +209,13 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	if err := proc.Setup(ctx); err != nil {
 		return err // the processor names the projection and the step
 	}
-	cfg := &esdb.Config{
-		URL:          o.es.URL,
-		Processor:    proc,
-		Name:         o.Name,
-		TypeRegex:    o.es.TypeRegex,
-		FromEnd:      o.FromEnd,
-		Mapping:      o.es.mapping(),
-		Workers:      o.Workers,
-		BatchSize:    o.BatchSize,
-		MaxWait:      o.MaxWait,
-		ReadAhead:    o.ReadAhead,
-		RepairAfter:  o.RepairAfter,
-		DrainTimeout: o.DrainTimeout,
-		Logger:       logger,
-
-		TrustServerCheckpoints: o.TrustServerCheckpoints,
-	}
-	if o.Mode == ModePersistent {
-		cfg.Persistent = &esdb.Persistent{Group: o.Group, Stream: o.Stream, BufferSize: uint32(o.BufferSize)}
-		if o.Strategy != strategyAuto {
-			st := esdb.DefaultSettings(o.Stream)
-			st.ConsumerStrategyName = esdbc.ConsumerStrategy(o.Strategy)
-			cfg.Persistent.Settings = &st
-		}
-	}
 	ready := clikit.NewReadiness(pool, o.db.Schema)
 	ready.Set(false, "the workers have not subscribed yet")
-	cfg.OnSubscribed = func() { ready.Set(true, "") }
-	src, err := esdb.New(cfg)
+	oc := o.src.openConfig(&o.db, o.Name, logger)
+	oc.Processor, oc.Workers, oc.BatchSize, oc.MaxWait = proc, o.Workers, o.BatchSize, o.MaxWait
+	oc.FromEnd, oc.DrainTimeout = o.FromEnd, o.DrainTimeout
+	oc.OnReady = func() { ready.Set(true, "") }
+	src, err := o.src.opener.Open(ctx, o.src.url, oc)
 	if err != nil {
 		return err
 	}
@@ -339,7 +243,7 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 		}
 		logger.Info("effects workers started", "workers", o.EffectsWorkers, "kinds", strings.Join(fx.Kinds(), ","), "river_schema", o.db.River())
 	}
-	logger.Info("workers starting", "mode", o.Mode, "workers", o.Workers, "batch_size", o.BatchSize,
+	logger.Info("workers starting", "source", o.src.title(), "name", oc.Name, "workers", o.Workers, "batch_size", o.BatchSize,
 		"projections", strings.Join(proc.Projections(), ","), "schema", o.db.Schema)
 
 	// Run drains when its context ends (the first signal) and stops at
@@ -390,8 +294,7 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 			httpErr = serr
 		}
 	}
-	st := src.Stats()
-	logger.Info("workers stopped", "received", st.Received, "acked", st.Acked, "batches", st.Batches, "aborted", errors.Is(err, esdb.ErrAborted))
+	logger.Info("workers stopped", "source", o.src.title(), "aborted", errors.Is(err, source.ErrAborted))
 	if err != nil {
 		return err
 	}
@@ -460,7 +363,7 @@ func (c *runCmd) buildNewVersions(ctx context.Context, proc *projection.Processo
 	if err != nil || len(unfed) == 0 {
 		return err
 	}
-	r, err := esdb.NewReplayer(o.es.config(esdb.Config{Logger: logger}))
+	r, err := o.src.opener.Replayer(ctx, o.src.url, o.src.openConfig(&o.db, o.Name, logger))
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +37,11 @@ type Feed interface {
 	// is measured (see NewCollector).
 	RegisterMetrics(reg prometheus.Registerer) error
 }
+
+// ErrAborted is wrapped by the error of a Feed's Run whose drain was cut
+// short (Abort, or a drain timeout): the batches in flight rolled back and
+// are delivered again on the next run.
+var ErrAborted = errors.New("source: drain aborted")
 
 // Lag is how far a source is behind the head of what it reads.
 type Lag struct {

@@ -21,6 +21,8 @@ import (
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/demo"
 	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/esdb"
 )
 
 // version is stamped by release builds: -ldflags "-X main.version=v1.2.3".
@@ -39,6 +41,7 @@ func main() {
 	os.Exit(cli.Main(cli.Config{
 		Version:     version,
 		Projections: []projection.Projection{payments},
+		Sources:     []source.Driver{esdb.Driver()},
 		Effects:     handlers,
 		Commands:    []func(*cli.App) *cobra.Command{demo.Ledger(payments)},
 	}))

@@ -12,6 +12,7 @@ import (
 const (
 	EnvDatabaseURL    = "DATABASE_URL"
 	EnvESDBURL        = "ESDB_URL"
+	EnvSource         = "INORDER_SOURCE"
 	EnvSchema         = "INORDER_SCHEMA"
 	EnvHTTPAddr       = "INORDER_HTTP_ADDR"
 	EnvHTTPToken      = "INORDER_HTTP_TOKEN"
@@ -47,6 +48,7 @@ func EnvVars() map[string]string {
 	return map[string]string{
 		"database-url":             EnvDatabaseURL,
 		"esdb-url":                 EnvESDBURL,
+		"source":                   EnvSource,
 		"schema":                   EnvSchema,
 		"http-addr":                EnvHTTPAddr,
 		"http-token":               EnvHTTPToken,
@@ -78,7 +80,8 @@ func EnvVars() map[string]string {
 	}
 }
 
-// envAnnotation is the flag annotation that names a flag's variable.
+// envAnnotation is the flag annotation that names a flag's variable (the
+// value of source.FlagEnvAnnotation, by which source drivers name theirs).
 const envAnnotation = "inorder_env"
 
 // SetEnv makes flag name of fs take its value from the variable env instead
@@ -141,4 +144,24 @@ func ApplyEnv(c *cobra.Command, getenv func(string) string) error {
 		}
 	})
 	return err
+}
+
+// groupAnnotation is the flag annotation that names a flag's group in the
+// help (GroupedUsage).
+const groupAnnotation = "inorder_group"
+
+// SetFlagGroup puts f in the help's group title (a source's flags).
+func SetFlagGroup(f *pflag.Flag, title string) {
+	if f.Annotations == nil {
+		f.Annotations = map[string][]string{}
+	}
+	f.Annotations[groupAnnotation] = []string{title}
+}
+
+// FlagGroup returns f's group ("" for the command's own flags).
+func FlagGroup(f *pflag.Flag) string {
+	if v := f.Annotations[groupAnnotation]; len(v) == 1 {
+		return v[0]
+	}
+	return ""
 }

@@ -21,6 +21,8 @@ import (
 	"github.com/inorder/inorder/internal/demo"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/esdb"
 )
 
 // syncBuffer is a bytes.Buffer that signals every write.
@@ -74,7 +76,7 @@ func TestDemo(t *testing.T) {
 		db := pgtest.New(t)
 		p := ledger.New(nil)
 		stdout, stderr := newSyncBuffer(), newSyncBuffer()
-		cfg := cli.Config{Projections: []projection.Projection{p}, Commands: []func(*cli.App) *cobra.Command{demo.Ledger(p)}, Stdout: stdout, Stderr: stderr,
+		cfg := cli.Config{Projections: []projection.Projection{p}, Sources: []source.Driver{esdb.Driver()}, Commands: []func(*cli.App) *cobra.Command{demo.Ledger(p)}, Stdout: stdout, Stderr: stderr,
 			Getenv: func(string) string { return "" }}
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
@@ -130,7 +132,7 @@ func TestDemo(t *testing.T) {
 		// Loggers write from several goroutines: the buffers must be safe
 		// for that.
 		stdout, stderr := newSyncBuffer(), newSyncBuffer()
-		cfg := cli.Config{Projections: []projection.Projection{p}, Commands: []func(*cli.App) *cobra.Command{demo.Command(w)}, Stdout: stdout, Stderr: stderr,
+		cfg := cli.Config{Projections: []projection.Projection{p}, Sources: []source.Driver{esdb.Driver()}, Commands: []func(*cli.App) *cobra.Command{demo.Command(w)}, Stdout: stdout, Stderr: stderr,
 			Getenv: func(string) string { return "" }}
 		err := cli.Run(t.Context(), cfg, []string{"demo", "--payments", "20", "--versions", "3", "--database-url", db.URL,
 			"--schema", db.Schema, "--exit"})
@@ -145,7 +147,7 @@ func TestDemo(t *testing.T) {
 		db := pgtest.New(t)
 		p := ledger.New(nil)
 		stdout, stderr := newSyncBuffer(), newSyncBuffer() // loggers write from several goroutines
-		cfg := cli.Config{Projections: []projection.Projection{p}, Commands: []func(*cli.App) *cobra.Command{demo.Ledger(p)},
+		cfg := cli.Config{Projections: []projection.Projection{p}, Sources: []source.Driver{esdb.Driver()}, Commands: []func(*cli.App) *cobra.Command{demo.Ledger(p)},
 			Stdout: stdout, Stderr: stderr, Getenv: func(string) string { return "" }}
 		err := cli.Run(t.Context(), cfg, []string{"demo", "--payments", "20", "--versions", "3", "--database-url", db.URL,
 			"--schema", db.Schema, "--exit", "--log-format", "json", "--log-level", "info"})
@@ -165,7 +167,7 @@ func TestDemo(t *testing.T) {
 		t.Parallel()
 		p := ledger.New(nil)
 		var stdout bytes.Buffer
-		cfg := cli.Config{Projections: []projection.Projection{p}, Commands: []func(*cli.App) *cobra.Command{demo.Ledger(p)}, Stdout: &stdout, Stderr: &stdout,
+		cfg := cli.Config{Projections: []projection.Projection{p}, Sources: []source.Driver{esdb.Driver()}, Commands: []func(*cli.App) *cobra.Command{demo.Ledger(p)}, Stdout: &stdout, Stderr: &stdout,
 			Getenv: func(string) string { return "" }}
 		err := cli.Run(t.Context(), cfg, []string{"demo", "--payments", "0"})
 		require.ErrorIs(t, err, cli.ErrUsage)

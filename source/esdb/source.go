@@ -28,8 +28,8 @@ type tpos struct {
 
 // ErrAborted is returned by Run when its drain was cut short by Abort or
 // Config.DrainTimeout: the batches in flight were rolled back, and their
-// events are delivered again on the next run.
-var ErrAborted = errors.New("esdb: drain aborted")
+// events are delivered again on the next run. It wraps source.ErrAborted.
+var ErrAborted = fmt.Errorf("esdb: %w", source.ErrAborted)
 
 // Source feeds a projection.Processor from EventStoreDB, through a catch-up
 // subscription to $all or a persistent subscription. See the package
