@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"mime"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,14 @@ type Event struct {
 
 	// RecordedAt is when the source recorded the event, if it says.
 	RecordedAt time.Time
+
+	// ContentType is the media type the source gives for Data, if it
+	// gives one (EventStoreDB's content type, a message's content-type
+	// header). Empty means JSON. Validate rejects a type that is not JSON
+	// — application/json or a "+json" type, parameters ignored — with
+	// ErrInvalidJSON, whatever Data holds. It is not part of the payload
+	// hash.
+	ContentType string
 }
 
 // StableID returns e.ID, or "<aggregate>:<version>" when e.ID is empty.
@@ -74,6 +83,16 @@ func New(aggregate string, version int64, typ string, data any) (Event, error) {
 		return Event{}, fmt.Errorf("aggregate: marshal %s data: %w", typ, err)
 	}
 	return Event{Aggregate: aggregate, Version: version, Type: typ, Data: b}, nil
+}
+
+// IsJSONContentType reports whether a media type is JSON: application/json
+// or a "+json" type, parameters ignored.
+func IsJSONContentType(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
 }
 
 // Default limits of Limits.
@@ -185,7 +204,10 @@ func (e Event) Validate(l *Limits) error {
 	if e.Type != "" && len(l.Types) > 0 && !slices.Contains(l.Types, e.Type) {
 		v.add(ErrUnknownType, fmt.Sprintf("type %q is not accepted", e.Type))
 	}
-	if len(bytes.TrimSpace(e.Data)) == 0 || !json.Valid(e.Data) {
+	switch {
+	case e.ContentType != "" && !IsJSONContentType(e.ContentType):
+		v.add(ErrInvalidJSON, fmt.Sprintf("content type %s is not JSON", e.ContentType))
+	case len(bytes.TrimSpace(e.Data)) == 0 || !json.Valid(e.Data):
 		v.add(ErrInvalidJSON, "data is not valid JSON")
 	}
 	if len(e.Metadata) > 0 && !json.Valid(e.Metadata) {

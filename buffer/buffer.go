@@ -58,13 +58,15 @@ CROSS JOIN LATERAL (SELECT event_id, hash, type, parked_at FROM ` + t + `
 		list: `SELECT p.projection, p.aggregate, p.version, p.event_id, p.hash, p.type,
   CASE WHEN $5 THEN NULL ELSE p.data END, CASE WHEN $5 THEN NULL ELSE p.metadata END, p.parked_at
 FROM ` + t + ` p
-WHERE ($1 = '' OR p.projection = $1) AND ($2 = '' OR p.aggregate = $2) AND ($4::timestamptz IS NULL OR p.parked_at <= $4)
+WHERE (cardinality($1::text[]) = 0 OR p.projection = ANY($1)) AND NOT (p.projection = ANY($6::text[]))
+  AND ($2 = '' OR p.aggregate = $2) AND ($4::timestamptz IS NULL OR p.parked_at <= $4)
 ORDER BY p.parked_at, p.projection, p.aggregate, p.version LIMIT $3`,
 		stats: `SELECT p.projection, count(*), count(DISTINCT p.aggregate), min(p.parked_at)
 FROM ` + t + ` p WHERE (coalesce(cardinality($1::text[]), 0) = 0 OR p.projection = ANY($1)) GROUP BY p.projection ORDER BY p.projection`,
 		perAggr: `SELECT p.projection, p.aggregate, count(*), min(p.version), max(p.version), min(p.parked_at)
 FROM ` + t + ` p
-WHERE ($1 = '' OR p.projection = $1) AND ($4::timestamptz IS NULL OR p.parked_at <= $4)
+WHERE (cardinality($1::text[]) = 0 OR p.projection = ANY($1)) AND NOT (p.projection = ANY($5::text[]))
+  AND ($4::timestamptz IS NULL OR p.parked_at <= $4)
 GROUP BY p.projection, p.aggregate
 HAVING ($2 = '' OR p.aggregate = $2)
 ORDER BY min(p.parked_at), p.projection, p.aggregate LIMIT $3`,
@@ -195,6 +197,11 @@ type Querier interface {
 type ListOptions struct {
 	// Projection restricts the listing to one projection.
 	Projection string
+	// Projections, when not empty, restricts the listing to these
+	// projections (and Projection, if set).
+	Projections []string
+	// Exclude leaves these projections out.
+	Exclude []string
 	// Aggregate restricts the listing to one aggregate.
 	Aggregate string
 	// OlderThan, when positive, keeps only events parked at least that long ago.
@@ -212,6 +219,21 @@ func (o ListOptions) before() *time.Time {
 	}
 	t := time.Now().Add(-o.OlderThan)
 	return &t
+}
+
+// include returns the projections the listing is restricted to, never nil
+// (empty: all).
+func (o ListOptions) include() []string {
+	in := append([]string{}, o.Projections...)
+	if o.Projection != "" {
+		in = append(in, o.Projection)
+	}
+	return in
+}
+
+// exclude returns Exclude, never nil.
+func (o ListOptions) exclude() []string {
+	return append([]string{}, o.Exclude...)
 }
 
 func (o ListOptions) limit() int {
@@ -232,7 +254,7 @@ type Entry struct {
 
 // List returns parked events, oldest first.
 func (b *Buffer) List(ctx context.Context, q Querier, opts ListOptions) ([]Entry, error) {
-	rows, err := q.Query(ctx, b.list, opts.Projection, opts.Aggregate, opts.limit(), opts.before(), opts.OmitPayloads)
+	rows, err := q.Query(ctx, b.list, opts.include(), opts.Aggregate, opts.limit(), opts.before(), opts.OmitPayloads, opts.exclude())
 	if err != nil {
 		return nil, fmt.Errorf("buffer: list parked: %w", err)
 	}
@@ -259,7 +281,7 @@ type Waiting struct {
 // Waiting lists the aggregates that have parked events, the longest waiting
 // first.
 func (b *Buffer) Waiting(ctx context.Context, q Querier, opts ListOptions) ([]Waiting, error) {
-	rows, err := q.Query(ctx, b.perAggr, opts.Projection, opts.Aggregate, opts.limit(), opts.before())
+	rows, err := q.Query(ctx, b.perAggr, opts.include(), opts.Aggregate, opts.limit(), opts.before(), opts.exclude())
 	if err != nil {
 		return nil, fmt.Errorf("buffer: list waiting aggregates: %w", err)
 	}

@@ -1,8 +1,15 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"os"
+	"os/user"
+	"slices"
+	"strings"
+
 	"github.com/spf13/pflag"
 
 	"github.com/inorder/inorder/internal/clikit"
@@ -57,22 +64,27 @@ func (a *App) open(ctx context.Context, o *opOptions) (proc *projection.Processo
 // the filters.
 type listOptions struct {
 	opOptions
-	a          *App
-	Projection string
-	Aggregate  string
-	AfterID    int64
-	Limit      int
+	a              *App
+	Projection     string
+	Generation     int
+	AllGenerations bool
+	Aggregate      string
+	AfterID        int64
+	Limit          int
 }
 
 // bind defines the operator flags, the listing's filters (any of
-// "projection", "aggregate", "after-id") and --limit, at most limit of unit
-// by default.
+// "projection", "generation", "aggregate", "after-id") and --limit, at most
+// limit of unit by default.
 func (o *listOptions) bind(fs *pflag.FlagSet, limit int, unit string, filters ...string) {
 	bindOp(fs, &o.opOptions)
 	for _, f := range filters {
 		switch f {
 		case "projection":
 			fs.StringVar(&o.Projection, f, "", "only this `projection`")
+		case "generation":
+			fs.IntVar(&o.Generation, f, 0, "list this `generation` of the projections (see 'rebuild status'); default: the live one")
+			fs.BoolVar(&o.AllGenerations, "all-generations", false, "list every generation of the projections, not only the live one")
 		case "aggregate":
 			fs.StringVar(&o.Aggregate, f, "", "only this `aggregate`")
 		case "after-id":
@@ -84,17 +96,30 @@ func (o *listOptions) bind(fs *pflag.FlagSet, limit int, unit string, filters ..
 	fs.IntVar(&o.Limit, "limit", limit, "at most this many `"+unit+"`")
 }
 
-// check validates the filters: --projection, when set, and --limit.
+// check validates the filters: --projection, when set, --generation and
+// --limit.
 func (o *listOptions) check() error {
 	if o.Projection != "" {
 		if _, err := o.a.pickProjection(o.Projection); err != nil {
 			return err
 		}
 	}
+	if o.Generation < 0 {
+		return clikit.Usagef("--generation must be at least 1")
+	}
+	if o.Generation > 0 && o.AllGenerations {
+		return clikit.Usagef("--generation and --all-generations exclude each other")
+	}
 	if o.Limit < 1 {
 		return clikit.Usagef("--limit must be at least 1")
 	}
 	return nil
+}
+
+// listOpts returns the processor's listing options of the flags.
+func (o *listOptions) listOpts() projection.ListOptions {
+	return projection.ListOptions{Projection: o.Projection, Generation: o.Generation, AllGenerations: o.AllGenerations,
+		Aggregate: o.Aggregate, AfterID: o.AfterID, Limit: o.Limit}
 }
 
 // validate is the validate step of the list commands without positional
@@ -146,14 +171,56 @@ func runList[T any](ctx context.Context, a *App, o *opOptions, read func(context
 	return t.Flush()
 }
 
+// actOptions are the flags every command that changes something shares:
+// --dry-run and --by (who acts, for the operator log).
+type actOptions struct {
+	DryRun bool
+	By     string
+}
+
+// bindAct defines --dry-run and --by; what says what the dry run shows.
+func bindAct(fs *pflag.FlagSet, o *actOptions, what string) {
+	fs.BoolVar(&o.DryRun, "dry-run", false, "change nothing: "+what)
+	fs.StringVar(&o.By, "by", "", "who acts, for the operator log (default: $USER@host)")
+	clikit.SetEnv(fs, "by", clikit.EnvOperator)
+}
+
+// options returns the processor's action options of the flags, with the
+// actor defaulted.
+func (o *actOptions) options(a *App, generation int, reason string) *projection.ActionOptions {
+	return &projection.ActionOptions{Generation: generation, DryRun: o.DryRun, By: cmp.Or(o.By, a.actor()), Reason: reason}
+}
+
+// actor names who runs the command: $USER@host.
+func (a *App) actor() string {
+	u := cmp.Or(a.getenv("USER"), a.getenv("LOGNAME"))
+	if u == "" {
+		if cu, err := user.Current(); err == nil {
+			u = cu.Username
+		}
+	}
+	host, _ := os.Hostname()
+	return cmp.Or(u, "unknown") + "@" + cmp.Or(host, "localhost")
+}
+
 // actionOptions are the flags of the commands that act on one aggregate of
-// one projection.
+// one generation of one projection.
 type actionOptions struct {
 	opOptions
+	actOptions
 	a          *App
 	Projection string
+	Generation int
 	Reason     string
 	Aggregate  string
+}
+
+// bindAction defines the flags of an action on an aggregate.
+func (o *actionOptions) bind(fs *pflag.FlagSet, what string) {
+	bindOp(fs, &o.opOptions)
+	bindAct(fs, &o.actOptions, what)
+	fs.StringVar(&o.Projection, "projection", "", "the `projection` (default: the only one)")
+	fs.IntVar(&o.Generation, "generation", 0, "the projection's `generation` (see 'rebuild status'); default: the live one")
 }
 
 // check takes the aggregate argument and picks the projection.
@@ -163,46 +230,77 @@ func (o *actionOptions) check(args []string) error {
 		return err
 	}
 	o.Aggregate = agg
+	if o.Generation < 0 {
+		return clikit.Usagef("--generation must be at least 1")
+	}
 	o.Projection, err = o.a.pickProjection(o.Projection)
 	return err
 }
 
-// runAction opens the processor, runs act on o's aggregate and prints what
-// it did with the aggregate's applied version before and after.
-func (a *App) runAction(ctx context.Context, o *actionOptions, action string, act func(ctx context.Context, proc *projection.Processor, before int64) (message string, err error)) error {
+// runAction opens the processor, runs act on o's aggregate and prints its
+// report.
+func (a *App) runAction(ctx context.Context, o *actionOptions, act func(ctx context.Context, proc *projection.Processor, opts *projection.ActionOptions) (projection.ActionReport, error)) error {
 	proc, closeFn, err := a.open(ctx, &o.opOptions)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	r := ActionReport{Action: action, Projection: o.Projection, Aggregate: o.Aggregate}
-	if r.Before, err = proc.Version(ctx, o.Projection, o.Aggregate); err != nil {
+	rep, err := act(ctx, proc, o.options(a, o.Generation, o.Reason))
+	if err != nil {
 		return err
 	}
-	if r.Message, err = act(ctx, proc, r.Before); err != nil {
-		return err
-	}
-	if r.After, err = proc.Version(ctx, o.Projection, o.Aggregate); err != nil {
-		return err
-	}
+	return a.printReport(&o.opOptions, rep)
+}
+
+// printReport prints what an action did, or would do: the report itself
+// with --json.
+func (a *App) printReport(o *opOptions, r projection.ActionReport) error {
 	if o.out.JSON {
 		return clikit.WriteJSON(a.stdout, r)
 	}
-	fmt.Fprintf(a.stdout, "%s: %s %s: %s; version %d -> %d\n", r.Action, r.Projection, r.Aggregate, r.Message, r.Before, r.After)
+	fmt.Fprintln(a.stdout, reportLine(r))
 	return nil
 }
 
-// ActionReport is what an operator action (declare-gap, quarantine retry
-// and skip) prints with --json.
-type ActionReport struct {
-	Action     string `json:"action"`
-	Projection string `json:"projection"`
-	Aggregate  string `json:"aggregate"`
-	// Before and After are the aggregate's applied version before and
-	// after the action.
-	Before  int64  `json:"before"`
-	After   int64  `json:"after"`
-	Message string `json:"message"`
+// reportLine renders an action's report in one line.
+func reportLine(r projection.ActionReport) string {
+	var b strings.Builder
+	if r.DryRun {
+		b.WriteString("dry run, nothing changed: ")
+	}
+	b.WriteString(r.Action + ":")
+	if r.Projection != "" {
+		fmt.Fprintf(&b, " %s", r.Projection)
+		if r.Generation > 0 {
+			fmt.Fprintf(&b, " generation %d", r.Generation)
+		}
+	}
+	if r.Aggregate != "" {
+		fmt.Fprintf(&b, " %s", r.Aggregate)
+	}
+	if r.ID > 0 {
+		fmt.Fprintf(&b, " #%d", r.ID)
+	}
+	b.WriteString(": ")
+	if r.DryRun {
+		b.WriteString("would be: ")
+	}
+	b.WriteString(r.Message)
+	if r.Aggregate != "" && r.ID == 0 {
+		fmt.Fprintf(&b, "; version %d -> %d", r.Before, r.After)
+	}
+	if len(r.Resolved) > 0 {
+		fmt.Fprintf(&b, "; rejected deliveries resolved: %v", r.Resolved)
+	}
+	if len(r.Deleted) > 0 {
+		keys := slices.Sorted(maps.Keys(r.Deleted))
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = fmt.Sprintf("%s %d", k, r.Deleted[k])
+		}
+		fmt.Fprintf(&b, "; rows: %s", strings.Join(parts, ", "))
+	}
+	return b.String()
 }
 
 // needReason requires the --reason of an action the operator log records.

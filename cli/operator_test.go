@@ -148,8 +148,8 @@ func TestOperatorCommands(t *testing.T) {
 		require.Equal(t, [2]int64{4, 5}, [2]int64{w.MinVersion, w.MaxVersion})
 
 		out := b.runOK(t, "parked", "list")
-		require.Regexp(t, `(?m)^ledger\s+pay-1\s+1\s+2-3\s+2\s+4-5\s`, out)
-		require.Regexp(t, `(?m)^toggle\s+pay-1\s+1\s+2-3\s+2\s+4-5\s`, out)
+		require.Regexp(t, `(?m)^ledger\s+1\s+pay-1\s+1\s+2-3\s+2\s+4-5\s`, out)
+		require.Regexp(t, `(?m)^toggle\s+1\s+pay-1\s+1\s+2-3\s+2\s+4-5\s`, out)
 
 		var parked []projection.ParkedEntry
 		b.runJSON(t, &parked, "parked", "show", "pay-1", "--projection", "toggle")
@@ -157,6 +157,10 @@ func TestOperatorCommands(t *testing.T) {
 		require.Equal(t, []int64{4, 5}, []int64{parked[0].Version, parked[1].Version})
 		require.Equal(t, ledger.Voided, parked[1].Type)
 		require.JSONEq(t, `{}`, string(parked[0].Data), "data is shown as JSON")
+
+		out = b.runOK(t, "parked", "show", "pay-1", "--projection", "toggle")
+		require.Regexp(t, `(?m)^toggle\s+1\s+1\s+5\s+pay-1:5\s+payment.voided\s+.*\s\{\}\s*$`, out, "data printed as JSON")
+		require.NotContains(t, out, "[123", "not as a Go byte slice")
 
 		out = b.runOK(t, "parked", "show", "pay-nothing")
 		require.Contains(t, out, "no parked events")
@@ -171,18 +175,31 @@ func TestOperatorCommands(t *testing.T) {
 		require.Error(t, err, "version 4 is parked")
 		require.ErrorIs(t, err, projection.ErrBadGap)
 
+		// A dry run says what would happen and changes nothing.
+		out = b.runOK(t, "parked", "declare-gap", "pay-1", "--to", "3", "--projection", "toggle", "--reason", "truncated stream", "--dry-run")
+		require.Equal(t, "dry run, nothing changed: declare-gap: toggle generation 1 pay-1: would be: versions 2-3 declared missing, "+
+			"2 parked events applied behind it; version 1 -> 5\n", out)
+		v, err := b.proc.Version(t.Context(), "toggle", "pay-1")
+		require.NoError(t, err)
+		require.Equal(t, int64(1), v, "the dry run changed nothing")
+		_, _, err = b.run(t, "parked", "declare-gap", "pay-1", "--to", "3", "--projection", "toggle", "--reason", "x", "--generation", "2")
+		require.ErrorIs(t, err, projection.ErrNoGeneration)
+
 		var act map[string]any
-		b.runJSON(t, &act, "parked", "declare-gap", "pay-1", "--to", "3", "--projection", "toggle", "--reason", "truncated stream")
+		b.runJSON(t, &act, "parked", "declare-gap", "pay-1", "--to", "3", "--projection", "toggle", "--reason", "truncated stream", "--by", "alice")
 		require.Equal(t, "declare-gap", act["action"])
 		require.EqualValues(t, 1, act["before"])
 		require.EqualValues(t, 5, act["after"], "the parked successors drained")
-		v, err := b.proc.Version(t.Context(), "ledger", "pay-1")
+		v, err = b.proc.Version(t.Context(), "ledger", "pay-1")
 		require.NoError(t, err)
 		require.Equal(t, int64(1), v, "the other projection is untouched")
 
-		var logged string
-		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT reason FROM operator_log WHERE action = 'declare-gap'`).Scan(&logged))
+		var logged, by string
+		var gen int
+		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT reason, actor, generation FROM operator_log WHERE action = 'declare-gap'`).Scan(&logged, &by, &gen))
 		require.Equal(t, "truncated stream", logged)
+		require.Equal(t, "alice", by)
+		require.Equal(t, 1, gen)
 	})
 
 	t.Run("Quarantine", func(t *testing.T) {
@@ -203,7 +220,7 @@ func TestOperatorCommands(t *testing.T) {
 			require.Equal(t, ledger.Authorized, q.Type)
 		}
 		out := b.runOK(t, "quarantine", "list", "--aggregate", "bad-1")
-		require.Regexp(t, `(?m)^toggle\s+bad-1\s+1\s+payment.authorized\s`, out)
+		require.Regexp(t, `(?m)^toggle\s+1\s+bad-1\s+1\s+payment.authorized\s`, out)
 		require.NotContains(t, out, "bad-2")
 
 		// Still failing: the retry fails and the event stays.
@@ -223,7 +240,7 @@ func TestOperatorCommands(t *testing.T) {
 		_, _, err = b.run(t, "quarantine", "skip", "bad-2", "--projection", "toggle")
 		require.ErrorIs(t, err, cli.ErrUsage, "skip needs a reason")
 		out = b.runOK(t, "quarantine", "skip", "bad-2", "--projection", "toggle", "--reason", "bad data")
-		require.Contains(t, out, "skip: toggle bad-2")
+		require.Contains(t, out, "skip: toggle generation 1 bad-2: quarantined event (version 1) skipped")
 		require.Contains(t, out, "version 0 -> 1")
 
 		_, _, err = b.run(t, "quarantine", "skip", "bad-2", "--projection", "toggle", "--reason", "again")
@@ -261,7 +278,7 @@ func TestOperatorCommands(t *testing.T) {
 		out := b.runOK(t, "conflicts", "list")
 		// The inline ledger's row logs entries, not ids: the existing id is
 		// unknown ("-"); the toggle projection keeps version rows.
-		require.Regexp(t, `(?m)^\d+\s+ledger\s+pay-1\s+1\s+applied\s+-\s+pay-1:1\s+payment.authorized\s+2\s.*\sno$`, out)
+		require.Regexp(t, `(?m)^\d+\s+ledger\s+1\s+pay-1\s+1\s+applied\s+-\s+pay-1:1\s+payment.authorized\s+2\s.*\sno$`, out)
 
 		// Acknowledge: no longer open, in the status and the listing.
 		id := strconv.FormatInt(c.ID, 10)
@@ -269,8 +286,10 @@ func TestOperatorCommands(t *testing.T) {
 		require.ErrorIs(t, err, cli.ErrUsage, "a reason is required")
 		_, _, err = b.run(t, "conflicts", "ack", "999999", "--reason", "x")
 		require.ErrorIs(t, err, projection.ErrNotFound)
-		out = b.runOK(t, "conflicts", "ack", id, "--reason", "producer fixed, OPS-7")
-		require.Equal(t, "conflict "+id+" acknowledged\n", out)
+		out = b.runOK(t, "conflicts", "ack", id, "--reason", "producer fixed, OPS-7", "--dry-run")
+		require.Contains(t, out, "dry run, nothing changed: ack-conflict: ledger generation 1 pay-1 #"+id)
+		out = b.runOK(t, "conflicts", "ack", id, "--reason", "producer fixed, OPS-7", "--by", "bob")
+		require.Equal(t, "ack-conflict: ledger generation 1 pay-1 #"+id+": conflict "+id+" acknowledged\n", out)
 		var st projection.Status
 		b.runJSON(t, &st, "status")
 		require.Equal(t, int64(0), st.Projections[0].Conflicts, "ledger: acknowledged")
@@ -292,7 +311,7 @@ func TestOperatorCommands(t *testing.T) {
 		require.Equal(t, "ledger", log[0].Projection)
 		require.Equal(t, "producer fixed, OPS-7", log[0].Reason)
 		out = b.runOK(t, "oplog", "--projection", "ledger")
-		require.Regexp(t, `(?m)^\d+\s+\S+\s+ack-conflict\s+ledger\s+pay-1\s+1\s+producer fixed, OPS-7$`, out)
+		require.Regexp(t, `(?m)^\d+\s+\S+\s+ack-conflict\s+ledger\s+1\s+pay-1\s+1\s+producer fixed, OPS-7\s+bob$`, out)
 		out = b.runOK(t, "oplog", "--projection", "toggle")
 		require.Equal(t, "the operator log is empty\n", out)
 	})
@@ -312,6 +331,7 @@ func TestOperatorCommands(t *testing.T) {
 		b.runJSON(t, &rs, "rejected", "list")
 		require.Len(t, rs, 2)
 		require.Equal(t, "invalid_json", rs[0].Reason)
+		invalid := strconv.FormatInt(rs[0].ID, 10)
 		require.Equal(t, "{not json", string(rs[0].Data), "invalid data is shown in base64 and decoded")
 		require.Equal(t, "unknown_type", rs[1].Reason)
 		require.Equal(t, "strict", rs[1].Source)
@@ -324,10 +344,16 @@ func TestOperatorCommands(t *testing.T) {
 		var verr *aggregate.ValidationError
 		require.ErrorAs(t, err, &verr, "still invalid")
 
-		var res map[string]any
+		var res projection.ActionReport
+		b.runJSON(t, &res, "rejected", "replay", strconv.FormatInt(rs[1].ID, 10), "--dry-run")
+		require.True(t, res.DryRun)
+		require.Equal(t, map[string]string{"ledger": "applied", "toggle": "applied"}, res.Outcomes, "what it would become")
+		var dry projection.Status
+		b.runJSON(t, &dry, "status")
+		require.Equal(t, projection.RejectedCounts{Total: 2, Pending: 2}, dry.Rejected, "a dry run replays nothing")
 		b.runJSON(t, &res, "rejected", "replay", strconv.FormatInt(rs[1].ID, 10))
-		require.Equal(t, "applied", res["outcome"])
-		require.Equal(t, map[string]any{"ledger": "applied", "toggle": "applied"}, res["projections"])
+		require.False(t, res.DryRun)
+		require.Equal(t, map[string]string{"ledger": "applied", "toggle": "applied"}, res.Outcomes)
 
 		b.runJSON(t, &rs, "rejected", "list", "--after-id", strconv.FormatInt(rs[0].ID, 10))
 		require.Len(t, rs, 1)
@@ -336,6 +362,18 @@ func TestOperatorCommands(t *testing.T) {
 		var rep projection.Status
 		b.runJSON(t, &rep, "status")
 		require.Equal(t, projection.RejectedCounts{Total: 2, Pending: 1}, rep.Rejected)
+
+		// The one still invalid: dismissed, with a reason.
+		_, _, err = b.run(t, "rejected", "dismiss", invalid)
+		require.ErrorIs(t, err, cli.ErrUsage, "a reason is required")
+		out = b.runOK(t, "rejected", "dismiss", invalid, "--reason", "garbage from a test producer")
+		require.Contains(t, out, "dismissed")
+		b.runJSON(t, &rep, "status")
+		require.Equal(t, projection.RejectedCounts{Total: 2, Pending: 0}, rep.Rejected)
+		out = b.runOK(t, "rejected", "list")
+		require.Regexp(t, `(?m)^\d+\s+pay-1\s+2\s+payment.approved\s+invalid_json\s+1\s+\S+ ago\s+dismissed `, out)
+		b.runJSON(t, &rs, "rejected", "list", "--pending")
+		require.Empty(t, rs)
 	})
 
 	t.Run("Migrate", func(t *testing.T) {

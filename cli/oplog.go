@@ -3,11 +3,11 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -23,14 +23,17 @@ type oplogCmd struct{ a *App }
 func (c *oplogCmd) command() *cobra.Command {
 	return leaf("oplog", "list the operator log: every operator decision and source finding",
 		`Lists the operator log, oldest first: every decision an operator made
-(retry, skip, declare-gap, replay-rejected, ack-conflict, rebuild-start,
-rebuild-done) and every finding the workers recorded (gap-missing-at-source),
-with the projection, aggregate, versions and reason. Filter with
---projection, --aggregate and --action; page with --after-id (the ID of the
-last row shown). Read-only.`,
+(retry, skip, declare-gap, replay-rejected, dismiss-rejected, ack-conflict,
+rebuild-start, rebuild-switch, rebuild-rollback, rebuild-drop, …) and every
+finding the workers recorded (gap-missing-at-source), with the projection
+and its generation, the aggregate, versions, reason and who acted (BY).
+Filter with --projection, --generation, --aggregate and --action (every
+generation's entries unless --generation says one: it is history); page
+with --after-id (the ID of the last row shown). Read-only.`,
 		func(fs *pflag.FlagSet) *oplogOptions {
 			o := &oplogOptions{listOptions: listOptions{a: c.a}}
 			o.bind(fs, 100, "rows", "projection", "aggregate", "after-id")
+			fs.IntVar(&o.Generation, "generation", 0, "only entries about this `generation` of the projections")
 			fs.StringVar(&o.Action, "action", "", "only this `action` (retry, skip, declare-gap, ack-conflict, gap-missing-at-source, …)")
 			return o
 		}, c.Run)
@@ -39,11 +42,17 @@ last row shown). Read-only.`,
 // Run lists the operator log.
 func (c *oplogCmd) Run(ctx context.Context, o *oplogOptions) error {
 	return runList(ctx, c.a, &o.opOptions, func(ctx context.Context, proc *projection.Processor) ([]projection.OperatorLogEntry, error) {
-		return proc.OperatorLog(ctx, projection.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, Action: o.Action, AfterID: o.AfterID, Limit: o.Limit})
+		lo := o.listOpts()
+		lo.Action = o.Action
+		return proc.OperatorLog(ctx, lo)
 	}, listing[projection.OperatorLogEntry]{
-		headers: []string{"ID", "AT", "ACTION", "PROJECTION", "AGGREGATE", "VERSIONS", "REASON"},
+		headers: []string{"ID", "AT", "ACTION", "PROJECTION", "GEN", "AGGREGATE", "VERSIONS", "REASON", "BY"},
 		cells: func(e projection.OperatorLogEntry) []any {
-			return []any{e.ID, e.At, e.Action, e.Projection, e.Aggregate, versions(e.From, e.To), e.Reason}
+			gen := "-"
+			if e.Generation > 0 {
+				gen = strconv.Itoa(e.Generation)
+			}
+			return []any{e.ID, e.At, e.Action, e.Projection, gen, e.Aggregate, versions(e.From, e.To), e.Reason, e.By}
 		},
 		empty: "the operator log is empty",
 	})
@@ -65,6 +74,7 @@ func versions(from, to *int64) string {
 // conflictsAckOptions configures conflicts ack.
 type conflictsAckOptions struct {
 	opOptions
+	actOptions
 	ID     int64
 	Reason string
 }
@@ -93,10 +103,11 @@ It stays listed (with its acknowledgement), no longer counts as open in
 the same conflicting event does not reopen it.
 
 Changes: the conflict's acknowledgement and the operator log (with
---reason). Nothing is applied; the read model is untouched.`,
+--reason and --by). Nothing is applied; the read model is untouched.`,
 		func(fs *pflag.FlagSet) *conflictsAckOptions {
 			o := &conflictsAckOptions{}
 			bindOp(fs, &o.opOptions)
+			bindAct(fs, &o.actOptions, "print the conflict it would acknowledge")
 			fs.StringVar(&o.Reason, "reason", "", "what was done about it, for the operator log (required)")
 			return o
 		}, c.Run)
@@ -109,12 +120,9 @@ func (c *conflictsAckCmd) Run(ctx context.Context, o *conflictsAckOptions) error
 		return err
 	}
 	defer closeFn()
-	if err := proc.AckConflict(ctx, o.ID, o.Reason); err != nil {
+	rep, err := proc.AckConflict(ctx, o.ID, o.options(c.a, 0, o.Reason))
+	if err != nil {
 		return err
 	}
-	if o.out.JSON {
-		return clikit.WriteJSON(c.a.stdout, map[string]any{"id": o.ID, "acknowledged": true, "reason": o.Reason})
-	}
-	_, err = fmt.Fprintf(c.a.stdout, "conflict %d acknowledged\n", o.ID)
-	return err
+	return c.a.printReport(&o.opOptions, rep)
 }

@@ -40,14 +40,16 @@ func (c *parkedListCmd) command() *cobra.Command {
 	return leaf("list", "list the aggregates waiting for missing versions, longest waiting first",
 		`Lists the aggregates that have parked events — future versions stored until
 the versions before them arrive — with the versions they wait for, how many
-events are parked and how long the oldest has waited. Read-only.
+events are parked and how long the oldest has waited: in the live generation
+of each projection (GEN), or in --generation N, or in every generation
+(--all-generations). Read-only.
 
 An aggregate that waits long usually lacks an event the source has not
 delivered: try 'parked repair', then, if the versions really do not exist,
 'parked declare-gap'.`,
 		func(fs *pflag.FlagSet) *parkedListOptions {
 			o := &parkedListOptions{listOptions: listOptions{a: c.a}}
-			o.bind(fs, 100, "rows", "projection", "aggregate")
+			o.bind(fs, 100, "rows", "projection", "generation", "aggregate")
 			fs.DurationVar(&o.OlderThan, "older-than", 0, "only aggregates whose oldest parked event waited at least this `duration`")
 			return o
 		}, c.Run)
@@ -56,16 +58,18 @@ delivered: try 'parked repair', then, if the versions really do not exist,
 // Run lists waiting aggregates.
 func (c *parkedListCmd) Run(ctx context.Context, o *parkedListOptions) error {
 	return runList(ctx, c.a, &o.opOptions, func(ctx context.Context, proc *projection.Processor) ([]projection.WaitingEntry, error) {
-		return proc.Waiting(ctx, projection.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, OlderThan: o.OlderThan, Limit: o.Limit})
+		lo := o.listOpts()
+		lo.OlderThan = o.OlderThan
+		return proc.Waiting(ctx, lo)
 	}, listing[projection.WaitingEntry]{
-		headers: []string{"PROJECTION", "AGGREGATE", "APPLIED", "WAITING FOR", "PARKED", "VERSIONS", "OLDEST"},
+		headers: []string{"PROJECTION", "GEN", "AGGREGATE", "APPLIED", "WAITING FOR", "PARKED", "VERSIONS", "OLDEST"},
 		cells: func(w projection.WaitingEntry) []any {
 			from, to := w.MissingFrom, w.MissingTo
 			missing := strconv.FormatInt(from, 10)
 			if to > from {
 				missing += "-" + strconv.FormatInt(to, 10)
 			}
-			return []any{w.Projection, w.Aggregate, w.Current, missing, w.Parked, fmt.Sprintf("%d-%d", w.MinVersion, w.MaxVersion), clikit.AgeOf(w.Oldest)}
+			return []any{w.Projection, w.Generation, w.Aggregate, w.Current, missing, w.Parked, fmt.Sprintf("%d-%d", w.MinVersion, w.MaxVersion), clikit.AgeOf(w.Oldest)}
 		},
 	})
 }
@@ -91,10 +95,13 @@ type parkedShowCmd struct{ a *App }
 func (c *parkedShowCmd) command() *cobra.Command {
 	return leaf("show <aggregate>", "show the parked events of one aggregate",
 		`Shows the parked events of one aggregate, in every projection (or in
---projection), with the applied version they wait behind. Read-only.`,
+--projection) — their live generation unless --generation or
+--all-generations says otherwise — with the applied version they wait
+behind, and their data: JSON on one line, or base64: and the bytes' base64
+when they are not JSON. Read-only.`,
 		func(fs *pflag.FlagSet) *parkedShowOptions {
 			o := &parkedShowOptions{listOptions{a: c.a}}
-			o.bind(fs, 1000, "events", "projection")
+			o.bind(fs, 1000, "events", "projection", "generation")
 			return o
 		}, c.Run)
 }
@@ -102,11 +109,11 @@ func (c *parkedShowCmd) command() *cobra.Command {
 // Run shows the parked events.
 func (c *parkedShowCmd) Run(ctx context.Context, o *parkedShowOptions) error {
 	return runList(ctx, c.a, &o.opOptions, func(ctx context.Context, proc *projection.Processor) ([]projection.ParkedEntry, error) {
-		return proc.Parked(ctx, projection.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, Limit: o.Limit})
+		return proc.Parked(ctx, o.listOpts())
 	}, listing[projection.ParkedEntry]{
-		headers: []string{"PROJECTION", "APPLIED", "VERSION", "EVENT ID", "TYPE", "PARKED", "DATA"},
+		headers: []string{"PROJECTION", "GEN", "APPLIED", "VERSION", "EVENT ID", "TYPE", "PARKED", "DATA"},
 		cells: func(e projection.ParkedEntry) []any {
-			return []any{e.Projection, e.Current, e.Version, e.EventID, e.Type, clikit.AgeOf(e.ParkedAt) + " ago", e.Data}
+			return []any{e.Projection, e.Generation, e.Current, e.Version, e.EventID, e.Type, clikit.AgeOf(e.ParkedAt) + " ago", e.Data.String()}
 		},
 		empty: fmt.Sprintf("aggregate %s has no parked events", o.Aggregate),
 	})
@@ -139,16 +146,19 @@ func (c *declareGapCmd) command() *cobra.Command {
 		`Records that versions applied+1 … --to of an aggregate do not exist (deleted
 or truncated at the source), advances the aggregate past them without
 applying anything, and applies the parked events that were waiting behind
-the gap.
+the gap. The rejected deliveries of the declared versions (an event the
+source holds but no projection can apply) are resolved with it.
 
-Changes: the aggregate's version in --projection, the read model (the
-drained events are applied) and the operator log (with --reason). It cannot
-be undone except by a rebuild. --to must be below the first parked version;
-an aggregate in quarantine is refused (use 'quarantine').`,
+Changes: the aggregate's version in --projection (its live generation, or
+--generation N), the read model (the drained events are applied), the
+rejected deliveries of those versions and the operator log (with --reason
+and --by). It cannot be undone except by a rebuild. --to must be below the
+first parked version; an aggregate in quarantine is refused (use
+'quarantine'). --dry-run does all of it in a transaction it rolls back and
+prints what would change.`,
 		func(fs *pflag.FlagSet) *declareGapOptions {
 			o := &declareGapOptions{actionOptions: actionOptions{a: c.a}}
-			bindOp(fs, &o.opOptions)
-			fs.StringVar(&o.Projection, "projection", "", "the `projection` (default: the only one)")
+			o.actionOptions.bind(fs, "print the versions it would declare missing and the parked events it would apply")
 			fs.Int64Var(&o.To, "to", 0, "the last missing `version` (required)")
 			fs.StringVar(&o.Reason, "reason", "", "why the versions are missing, for the operator log (required)")
 			return o
@@ -157,10 +167,7 @@ an aggregate in quarantine is refused (use 'quarantine').`,
 
 // Run declares the gap.
 func (c *declareGapCmd) Run(ctx context.Context, o *declareGapOptions) error {
-	return c.a.runAction(ctx, &o.actionOptions, "declare-gap", func(ctx context.Context, proc *projection.Processor, before int64) (string, error) {
-		if err := proc.DeclareGap(ctx, o.Projection, o.Aggregate, o.To, o.Reason); err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("versions %d-%d declared missing", before+1, o.To), nil
+	return c.a.runAction(ctx, &o.actionOptions, func(ctx context.Context, proc *projection.Processor, opts *projection.ActionOptions) (projection.ActionReport, error) {
+		return proc.DeclareGap(ctx, o.Projection, o.Aggregate, o.To, opts)
 	})
 }

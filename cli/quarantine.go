@@ -23,10 +23,12 @@ func (c *quarantineListCmd) command() *cobra.Command {
 	return leaf("list", "list quarantined events, the longest quarantined first",
 		`Lists the events whose handler failed for good, one per aggregate at most,
 with the last error and the attempts. Each blocks its aggregate: later
-versions park behind it until an operator retries or skips it. Read-only.`,
+versions park behind it until an operator retries or skips it. The live
+generation of each projection (GEN) unless --generation or
+--all-generations says otherwise. Read-only.`,
 		func(fs *pflag.FlagSet) *quarantineListOptions {
 			o := &quarantineListOptions{listOptions{a: c.a}}
-			o.bind(fs, 100, "rows", "projection", "aggregate")
+			o.bind(fs, 100, "rows", "projection", "generation", "aggregate")
 			return o
 		}, c.Run)
 }
@@ -34,11 +36,11 @@ versions park behind it until an operator retries or skips it. Read-only.`,
 // Run lists the quarantine.
 func (c *quarantineListCmd) Run(ctx context.Context, o *quarantineListOptions) error {
 	return runList(ctx, c.a, &o.opOptions, func(ctx context.Context, proc *projection.Processor) ([]projection.QuarantineEntry, error) {
-		return proc.Quarantined(ctx, projection.ListOptions{Projection: o.Projection, Aggregate: o.Aggregate, Limit: o.Limit})
+		return proc.Quarantined(ctx, o.listOpts())
 	}, listing[projection.QuarantineEntry]{
-		headers: []string{"PROJECTION", "AGGREGATE", "VERSION", "TYPE", "ATTEMPTS", "QUARANTINED", "ERROR"},
+		headers: []string{"PROJECTION", "GEN", "AGGREGATE", "VERSION", "TYPE", "ATTEMPTS", "QUARANTINED", "ERROR"},
 		cells: func(q projection.QuarantineEntry) []any {
-			return []any{q.Projection, q.Aggregate, q.Version, q.Type, q.Attempts, clikit.AgeOf(q.QuarantinedAt) + " ago", q.Error}
+			return []any{q.Projection, q.Generation, q.Aggregate, q.Version, q.Type, q.Attempts, clikit.AgeOf(q.QuarantinedAt) + " ago", q.Error}
 		},
 	})
 }
@@ -70,8 +72,11 @@ type quarantineActionCmd struct {
 func (c *quarantineActionCmd) command() *cobra.Command {
 	bind := func(fs *pflag.FlagSet) *quarantineActionOptions {
 		o := &quarantineActionOptions{actionOptions: actionOptions{a: c.a}, skip: c.skip}
-		bindOp(fs, &o.opOptions)
-		fs.StringVar(&o.Projection, "projection", "", "the `projection` (default: the only one)")
+		what := "apply it in a transaction that is rolled back, and print what would change"
+		if c.skip {
+			what = "print the version it would skip to and the parked events it would apply"
+		}
+		o.actionOptions.bind(fs, what)
 		if c.skip {
 			fs.StringVar(&o.Reason, "reason", "", "why the event is skipped, for the operator log (required)")
 		}
@@ -83,9 +88,11 @@ func (c *quarantineActionCmd) command() *cobra.Command {
 records the decision and --reason in the operator log, and applies the
 parked events waiting behind it.
 
-Changes: the aggregate's version, the read model (the drained events) and the
-operator log; the skipped event's effect is lost for good (a rebuild replays
-it again). Prefer 'quarantine retry' once the handler is fixed.`, bind, c.Run)
+Changes: the aggregate's version (in its live generation, or --generation N),
+the read model (the drained events) and the operator log (with --reason and
+--by); the skipped event's effect is lost for good (a rebuild replays it
+again). Prefer 'quarantine retry' once the handler is fixed. --dry-run does
+it all in a transaction it rolls back and prints what would change.`, bind, c.Run)
 	}
 	return leaf("retry <aggregate>", "apply a quarantined event again, once its fault is fixed",
 		`Applies the aggregate's quarantined event again — after the handler or the
@@ -93,28 +100,28 @@ data behind it was fixed — then the parked events waiting behind it. If it
 fails again it stays quarantined (its attempts and error are updated) and
 the command exits with status 1.
 
-Changes: the read model, the aggregate's version and the operator log.`, bind, c.Run)
+Changes: the read model, the aggregate's version (in its live generation, or
+--generation N) and the operator log (with --by). --dry-run runs the handler
+in a transaction it rolls back and prints what would change — or that it
+would fail again.`, bind, c.Run)
 }
 
 // Run retries or skips.
 func (c *quarantineActionCmd) Run(ctx context.Context, o *quarantineActionOptions) error {
-	action, msg := "retry", "quarantined event applied"
-	if o.skip {
-		action, msg = "skip", "quarantined event skipped"
-	}
-	return c.a.runAction(ctx, &o.actionOptions, action, func(ctx context.Context, proc *projection.Processor, _ int64) (string, error) {
-		var err error
+	return c.a.runAction(ctx, &o.actionOptions, func(ctx context.Context, proc *projection.Processor, opts *projection.ActionOptions) (projection.ActionReport, error) {
 		if o.skip {
-			err = proc.SkipQuarantined(ctx, o.Projection, o.Aggregate, o.Reason)
-		} else {
-			err = proc.RetryQuarantined(ctx, o.Projection, o.Aggregate)
+			return proc.SkipQuarantined(ctx, o.Projection, o.Aggregate, opts)
 		}
+		rep, err := proc.RetryQuarantined(ctx, o.Projection, o.Aggregate, opts)
 		var herr *projection.HandlerError
 		if errors.As(err, &herr) {
 			// The processor's error names the projection, action and
 			// aggregate; say only what it cannot know.
-			return "", fmt.Errorf("the event still fails and stays quarantined: %w", err)
+			if opts.DryRun {
+				return rep, fmt.Errorf("dry run, nothing changed: the event would fail again: %w", err)
+			}
+			return rep, fmt.Errorf("the event still fails and stays quarantined: %w", err)
 		}
-		return msg, err
+		return rep, err
 	})
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,8 @@ type rebuildOptions struct {
 	VerifyTimeout time.Duration
 	Unlogged      bool
 	Wait          bool
+	By            string
+	Name          string
 }
 
 func (o *rebuildOptions) validate(args []string) error {
@@ -83,8 +86,10 @@ type rebuildCmd struct{ a *App }
 func (c *rebuildCmd) command() *cobra.Command {
 	cmd := leaf("rebuild <projection>", "rebuild a projection from the stream: side by side, verified, switched in at once",
 		`Rebuilds one projection from the history of the source --source names —
-EventStoreDB's $all, the events table… — mapped and filtered like 'run' (the
-source's flags below) — as a new generation of it, side by side with the live one, which keeps serving reads and being
+EventStoreDB's $all, the events table… — mapped and filtered as the workers
+do: with the mapping they recorded in the schema (--name picks the source
+when there are several; the source's mapping flags below, when given, win)
+— as a new generation of it, side by side with the live one, which keeps serving reads and being
 fed by the workers with no pause:
 
   replay     the history from the start into the new generation's own tables (a
@@ -149,6 +154,9 @@ DELETES the read model and its parked, quarantined and conflict records
 			fs.DurationVar(&o.VerifyTimeout, "verify-timeout", projection.DefaultVerifyTimeout, "how long verification waits for the new generation and the live one to be in step")
 			fs.BoolVar(&o.Unlogged, "unlogged", false, "make the new generation's tables unlogged during the replay (lost in a database crash, the replay then starts again; made logged at the end, which rewrites them)")
 			fs.BoolVar(&o.Wait, "wait", false, "if another process is rebuilding the projection, wait for it and report its outcome")
+			fs.StringVar(&o.By, "by", "", "who rebuilds, for the operator log (default: $USER@host)")
+			fs.StringVar(&o.Name, "name", "", "read the source as the workers of this source `name` do (its recorded mapping); default: the only one recorded")
+			clikit.SetEnv(fs, "by", clikit.EnvOperator)
 			return o
 		}, c.Run)
 	cmd.SetUsageFunc(clikit.GroupedUsage)
@@ -200,7 +208,9 @@ func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
 	if err != nil {
 		return err
 	}
-	r, err := o.src.opener.Replayer(ctx, o.src.url, o.src.openConfig(&o.db, "", logger))
+	oc := o.src.openConfig(&o.db, "", logger)
+	oc.Processor, oc.Name, oc.Note = proc, o.Name, clikit.NewConsole(c.a.stderr, &o.log).Note // the workers' mapping
+	r, err := o.src.opener.Replayer(ctx, o.src.url, oc)
 	if err != nil {
 		return err
 	}
@@ -209,7 +219,7 @@ func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
 	res, err := proc.Build(ctx, o.Projection, &projection.BuildOptions{
 		Stream: r, BatchSize: o.ReplayBatch, MaxAggregates: o.MaxAggregates, CatchUpEvents: o.CatchUpEvents,
 		Retention: o.Retention, ExpectChanges: o.ExpectChanges, VerifyTimeout: o.VerifyTimeout, Unlogged: o.Unlogged, Wait: o.Wait,
-		Progress: bars.update,
+		By: cmp.Or(o.By, c.a.actor()), Progress: bars.update,
 	})
 	bars.finish()
 	var verr *projection.VerificationError
@@ -316,6 +326,7 @@ func (c *rebuildCmd) inPlace(ctx context.Context, o *rebuildOptions) error {
 	}
 	oc := o.src.openConfig(&o.db, "", logger)
 	oc.Workers, oc.BatchSize = o.Workers, o.BatchSize
+	oc.Processor, oc.Name, oc.Note = proc, o.Name, clikit.NewConsole(c.a.stderr, &o.log).Note // the workers' mapping
 	r, err := o.src.opener.Replayer(ctx, o.src.url, oc)
 	if err != nil {
 		return err
@@ -325,7 +336,7 @@ func (c *rebuildCmd) inPlace(ctx context.Context, o *rebuildOptions) error {
 	con.Printf([]any{"projection", o.Projection}, "rebuilding %s in place: waiting for the projection's lock (live workers pause)", o.Projection)
 	start := time.Now()
 	var events int64
-	err = proc.Rebuild(ctx, o.Projection, r.Replay, &projection.RebuildOptions{Progress: func(p projection.RebuildProgress) {
+	err = proc.Rebuild(ctx, o.Projection, r.Replay, &projection.RebuildOptions{By: cmp.Or(o.By, c.a.actor()), Progress: func(p projection.RebuildProgress) {
 		events = p.Events
 		bar.Update(p.Events)
 	}})
@@ -354,6 +365,7 @@ func (c *rebuildCmd) inPlace(ctx context.Context, o *rebuildOptions) error {
 // genOptions configures the rebuild subcommands that act on generations.
 type genOptions struct {
 	opOptions
+	actOptions
 	a          *App
 	Projection string
 	Generation int
@@ -376,7 +388,7 @@ func (o *genOptions) validate(args []string) error {
 		if o.Generation < 1 {
 			return clikit.Usagef("--generation is required")
 		}
-		if !o.Yes && !o.a.Terminal() {
+		if !o.Yes && !o.DryRun && !o.a.Terminal() {
 			return clikit.Usagef("rebuild drop deletes generation %d of %s: pass --yes to confirm (there is no terminal to ask on)", o.Generation, o.Projection)
 		}
 	}
@@ -390,8 +402,9 @@ func (c *rebuildStatusCmd) command() *cobra.Command {
 	return leaf("status <projection>", "list a projection's generations: state, phase, position, lag",
 		`Lists every generation of a projection: its code version, state (building,
 catchup, live, previous, failed, retired, dropped), the phase of a rebuild
-working on it, the events the rebuild read, its lag (the age of the last event
-it read, while it is built), and why it failed.
+working on it, the events applied in it (by its rebuild and by the workers),
+the events its rebuild read (0 for a generation no rebuild built), its lag
+(the age of the last event it read, while it is built), and why it failed.
 
 Read-only.`,
 		func(fs *pflag.FlagSet) *genOptions {
@@ -415,13 +428,13 @@ func (c *rebuildStatusCmd) Run(ctx context.Context, o *genOptions) error {
 	if o.out.JSON {
 		return clikit.WriteJSON(c.a.stdout, gens)
 	}
-	t := clikit.NewTable(c.a.stdout, "GENERATION", "CODE VERSION", "STATE", "PHASE", "EVENTS", "LAG", "SCHEMA", "LIVE AT", "KEEP UNTIL", "ERROR")
+	t := clikit.NewTable(c.a.stdout, "GENERATION", "CODE VERSION", "STATE", "PHASE", "APPLIED", "REBUILD READ", "LAG", "SCHEMA", "LIVE AT", "KEEP UNTIL", "ERROR")
 	for _, g := range gens {
 		lag := "-"
 		if g.Lag > 0 {
 			lag = clikit.Age(g.Lag)
 		}
-		t.Row(g.Generation, g.CodeVersion, g.State, g.Phase, g.Events, lag, g.Schema, g.LiveAt, g.KeepUntil, g.Error)
+		t.Row(g.Generation, g.CodeVersion, g.State, g.Phase, appliedCell(g.Applied), g.Events, lag, g.Schema, g.LiveAt, g.KeepUntil, g.Error)
 	}
 	return t.Flush()
 }
@@ -438,10 +451,11 @@ generation is current only while workers of its code version run: they keep
 feeding it after a switch until its retention ends.
 
 Changes: which generation is live; records rebuild-rollback in the operator
-log.`,
+log (with --by). --dry-run prints the generation it would make live.`,
 		func(fs *pflag.FlagSet) *genOptions {
 			o := &genOptions{a: c.a}
 			bindOp(fs, &o.opOptions)
+			bindAct(fs, &o.actOptions, "print the generation it would make live")
 			return o
 		}, c.Run)
 }
@@ -453,15 +467,11 @@ func (c *rebuildRollbackCmd) Run(ctx context.Context, o *genOptions) error {
 		return err
 	}
 	defer closeFn()
-	gen, err := proc.Rollback(ctx, o.Projection)
+	rep, err := proc.Rollback(ctx, o.Projection, o.options(c.a, 0, ""))
 	if err != nil {
 		return err
 	}
-	if o.out.JSON {
-		return clikit.WriteJSON(c.a.stdout, map[string]any{"projection": o.Projection, "generation": gen})
-	}
-	fmt.Fprintf(c.a.stdout, "generation %d of %s is live again\n", gen, o.Projection)
-	return nil
+	return c.a.printReport(&o.opOptions, rep)
 }
 
 // rebuildDropCmd drops a generation.
@@ -476,11 +486,13 @@ through the projection's Reset) and its gate rows. A rebuild drops the
 retired generations (previous ones past their retention) by itself.
 
 Changes: DROPS the generation's tables and gate rows; no rollback to it is
-possible afterwards. Records rebuild-drop in the operator log. On a terminal
-it asks first; elsewhere it refuses to start without --yes.`,
+possible afterwards. Records rebuild-drop in the operator log (with --by). On
+a terminal it asks first; elsewhere it refuses to start without --yes.
+--dry-run counts the rows and tables it would drop and needs no --yes.`,
 		func(fs *pflag.FlagSet) *genOptions {
 			o := &genOptions{a: c.a, drop: true}
 			bindOp(fs, &o.opOptions)
+			bindAct(fs, &o.actOptions, "count the gate rows, parked events and tables it would drop")
 			fs.IntVar(&o.Generation, "generation", 0, "the generation to drop (see 'rebuild status')")
 			fs.BoolVarP(&o.Yes, "yes", "y", false, "do not ask: drop")
 			return o
@@ -489,7 +501,7 @@ it asks first; elsewhere it refuses to start without --yes.`,
 
 // Run drops the generation.
 func (c *rebuildDropCmd) Run(ctx context.Context, o *genOptions) error {
-	if !o.Yes {
+	if !o.Yes && !o.DryRun {
 		fmt.Fprintf(c.a.stderr, "This drops generation %d of %s (its tables and gate rows) in schema %s.\nType the projection's name to go on: ", o.Generation, o.Projection, o.db.Schema)
 		line, _ := bufio.NewReader(c.a.stdin).ReadString('\n')
 		if strings.TrimSpace(line) != o.Projection {
@@ -501,12 +513,9 @@ func (c *rebuildDropCmd) Run(ctx context.Context, o *genOptions) error {
 		return err
 	}
 	defer closeFn()
-	if err := proc.DropGeneration(ctx, o.Projection, o.Generation); err != nil {
+	rep, err := proc.DropGeneration(ctx, o.Projection, o.options(c.a, o.Generation, ""))
+	if err != nil {
 		return err
 	}
-	if o.out.JSON {
-		return clikit.WriteJSON(c.a.stdout, map[string]any{"projection": o.Projection, "generation": o.Generation, "dropped": true})
-	}
-	fmt.Fprintf(c.a.stdout, "generation %d of %s dropped\n", o.Generation, o.Projection)
-	return nil
+	return c.a.printReport(&o.opOptions, rep)
 }

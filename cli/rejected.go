@@ -15,7 +15,10 @@ import (
 
 // rejectedListOptions configures rejected list (no --projection: rejected
 // deliveries belong to none).
-type rejectedListOptions struct{ listOptions }
+type rejectedListOptions struct {
+	listOptions
+	Pending bool
+}
 
 // rejectedListCmd lists rejected deliveries.
 type rejectedListCmd struct{ a *App }
@@ -23,13 +26,16 @@ type rejectedListCmd struct{ a *App }
 func (c *rejectedListCmd) command() *cobra.Command {
 	return leaf("list", "list deliveries that failed validation, with the reason",
 		`Lists deliveries whose envelope was invalid (no aggregate id, version below
-1, no type, data that is not JSON, payload too large, unknown type), with the
-reason code and error, how often each was delivered and whether an operator
-replayed it. They were acknowledged to the source and applied nowhere.
-Read-only; page with --after-id.`,
+1, no type, data or content type that is not JSON, payload too large, a type
+no projection accepts), one row per bad event however often and by
+whichever path it arrived, with the reason code and error, how often it was
+delivered, and whether it is resolved: replayed, dismissed, or its version
+declared missing. They were acknowledged to the source and applied nowhere.
+--pending leaves resolved ones out. Read-only; page with --after-id.`,
 		func(fs *pflag.FlagSet) *rejectedListOptions {
-			o := &rejectedListOptions{listOptions{a: c.a}}
+			o := &rejectedListOptions{listOptions: listOptions{a: c.a}}
 			o.bind(fs, 100, "rows", "aggregate", "after-id")
+			fs.BoolVar(&o.Pending, "pending", false, "only deliveries no operator resolved")
 			return o
 		}, c.Run)
 }
@@ -37,31 +43,41 @@ Read-only; page with --after-id.`,
 // Run lists rejected deliveries.
 func (c *rejectedListCmd) Run(ctx context.Context, o *rejectedListOptions) error {
 	return runList(ctx, c.a, &o.opOptions, func(ctx context.Context, proc *projection.Processor) ([]projection.RejectedEntry, error) {
-		return proc.Rejected(ctx, projection.ListOptions{Aggregate: o.Aggregate, AfterID: o.AfterID, Limit: o.Limit})
+		lo := o.listOpts()
+		lo.Open = o.Pending
+		return proc.Rejected(ctx, lo)
 	}, listing[projection.RejectedEntry]{
-		headers: []string{"ID", "AGGREGATE", "VERSION", "TYPE", "REASON", "COUNT", "LAST SEEN", "REPLAYED", "ERROR"},
+		headers: []string{"ID", "AGGREGATE", "VERSION", "TYPE", "REASON", "COUNT", "LAST SEEN", "RESOLVED", "ERROR"},
 		cells: func(r projection.RejectedEntry) []any {
-			replayed := "no"
-			if !r.ReplayedAt.IsZero() {
-				replayed = clikit.AgeOf(r.ReplayedAt) + " ago"
+			resolved := "no"
+			if !r.ResolvedAt.IsZero() {
+				resolved = r.Resolution + " " + clikit.AgeOf(r.ResolvedAt) + " ago"
 			}
-			return []any{r.ID, r.Aggregate, r.Version, r.Type, r.Reason, r.Count, clikit.AgeOf(r.LastSeen) + " ago", replayed, r.Error}
+			return []any{r.ID, r.Aggregate, r.Version, r.Type, r.Reason, r.Count, clikit.AgeOf(r.LastSeen) + " ago", resolved, r.Error}
 		},
 	})
 }
 
-// rejectedReplayOptions configures rejected replay.
-type rejectedReplayOptions struct {
+// rejectedActionOptions configures rejected replay and dismiss.
+type rejectedActionOptions struct {
 	opOptions
-	ID int64
+	actOptions
+	ID      int64
+	Reason  string
+	dismiss bool
 }
 
-func (o *rejectedReplayOptions) validate(args []string) error {
+func (o *rejectedActionOptions) validate(args []string) error {
 	id, err := parseID(args, "rejected event id", "the ID column of 'rejected list'")
 	if err != nil {
 		return err
 	}
 	o.ID = id
+	if o.dismiss {
+		if err := needReason(o.Reason); err != nil {
+			return err
+		}
+	}
 	return o.opOptions.validate()
 }
 
@@ -83,38 +99,77 @@ type rejectedReplayCmd struct{ a *App }
 
 func (c *rejectedReplayCmd) command() *cobra.Command {
 	return leaf("replay <id>", "feed a rejected delivery through the gate again, once the cause is fixed",
-		`Feeds the rejected delivery with the given id (see 'rejected list') through
-the processor again — after what made it invalid was fixed (a raised payload
-limit, a newly accepted type) — and marks it replayed. If it is still
-invalid it stays rejected and the command exits with status 1.
+		`Validates the rejected delivery with the given id (see 'rejected list') again,
+as it was delivered (its content type included), and, if it is valid now —
+after what made it invalid was fixed (a raised payload limit, a newly
+accepted type) — feeds it through the processor and marks it resolved
+(replayed). If it is still invalid it stays pending, its reason and error
+become this validation's, and the command exits with status 1.
 
 Changes: like any delivery, it may apply, park or be discarded as a
-duplicate; the entry's replayed_at and the operator log are updated.`,
-		func(fs *pflag.FlagSet) *rejectedReplayOptions {
-			o := &rejectedReplayOptions{}
+duplicate; the entry's resolution and the operator log (with --reason and
+--by) are updated. --dry-run feeds it in a transaction it rolls back and
+prints what would become of it.`,
+		func(fs *pflag.FlagSet) *rejectedActionOptions {
+			o := &rejectedActionOptions{}
 			bindOp(fs, &o.opOptions)
+			bindAct(fs, &o.actOptions, "print what would become of it in each projection")
+			fs.StringVar(&o.Reason, "reason", "", "why, for the operator log")
 			return o
 		}, c.Run)
 }
 
 // Run replays the rejected delivery.
-func (c *rejectedReplayCmd) Run(ctx context.Context, o *rejectedReplayOptions) error {
+func (c *rejectedReplayCmd) Run(ctx context.Context, o *rejectedActionOptions) error {
 	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	res, err := proc.ReplayRejected(ctx, o.ID)
+	rep, err := proc.ReplayRejected(ctx, o.ID, o.options(c.a, 0, o.Reason))
 	if err != nil {
+		if o.DryRun {
+			return fmt.Errorf("rejected replay %d: dry run, nothing changed: %w", o.ID, err)
+		}
 		return fmt.Errorf("rejected replay %d: %w", o.ID, err)
 	}
-	outcomes := map[string]string{}
-	for i, name := range proc.Projections() {
-		outcomes[name] = res.Projections[i].String()
+	return c.a.printReport(&o.opOptions, rep)
+}
+
+// rejectedDismissCmd dismisses a rejected delivery.
+type rejectedDismissCmd struct{ a *App }
+
+func (c *rejectedDismissCmd) command() *cobra.Command {
+	return leaf("dismiss <id>", "resolve a rejected delivery without replaying it",
+		`Marks the rejected delivery with the given id (see 'rejected list') resolved
+without replaying it: an operator decided nothing will ever apply it (a test
+event, garbage from a broken producer). It stays listed, no longer counts as
+pending ('status', /v1/status, inorder_rejected_pending), and a new delivery
+of the same event does not reopen it. If the aggregate waits for its version,
+'parked declare-gap' is the decision to make instead (it resolves the
+delivery too).
+
+Changes: the entry's resolution and the operator log (with --reason and
+--by). Nothing is applied.`,
+		func(fs *pflag.FlagSet) *rejectedActionOptions {
+			o := &rejectedActionOptions{dismiss: true}
+			bindOp(fs, &o.opOptions)
+			bindAct(fs, &o.actOptions, "print the delivery it would dismiss")
+			fs.StringVar(&o.Reason, "reason", "", "why it is dismissed, for the operator log (required)")
+			return o
+		}, c.Run)
+}
+
+// Run dismisses the rejected delivery.
+func (c *rejectedDismissCmd) Run(ctx context.Context, o *rejectedActionOptions) error {
+	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
+	if err != nil {
+		return err
 	}
-	if o.out.JSON {
-		return clikit.WriteJSON(c.a.stdout, map[string]any{"id": o.ID, "outcome": res.Outcome.String(), "projections": outcomes})
+	defer closeFn()
+	rep, err := proc.DismissRejected(ctx, o.ID, o.options(c.a, 0, o.Reason))
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(c.a.stdout, "rejected event %d replayed: %s\n", o.ID, res.Outcome)
-	return nil
+	return c.a.printReport(&o.opOptions, rep)
 }

@@ -37,9 +37,9 @@ func TestParkedRepair(t *testing.T) {
 	// pay-2 misses version 2 at the source: done, but incomplete.
 	out, _, err := b.run(t, "parked", "repair", "--projection", "ledger")
 	require.ErrorIs(t, err, cli.ErrIncomplete)
-	require.Regexp(t, `(?m)^AGGREGATE\s+LOOKED FOR\s+FOUND\s+MISSING AT SOURCE\s+APPLIED`, out)
-	require.Regexp(t, `(?m)^pay-1\s+1-2\s+2\s+-\s+ledger 0->3, toggle 0->3\s*$`, out)
-	require.Regexp(t, `(?m)^pay-2\s+2-2\s+0\s+\[2\]\s+nothing\s*$`, out, "nothing applied: no version shown as if it were")
+	require.Regexp(t, `(?m)^AGGREGATE\s+LOOKED FOR\s+FOUND\s+OUTCOMES\s+MISSING AT SOURCE\s+APPLIED`, out)
+	require.Regexp(t, `(?m)^pay-1\s+1-2\s+2\s+2 applied\s+-\s+ledger 0->3, toggle 0->3\s*$`, out)
+	require.Regexp(t, `(?m)^pay-2\s+2-2\s+0\s+-\s+\[2\]\s+nothing\s*$`, out, "nothing applied: no version shown as if it were")
 
 	var reps []cli.RepairReport
 	repairJSON := func(args ...string) error {

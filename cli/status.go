@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -75,22 +76,25 @@ func (c *statusCmd) Run(ctx context.Context, o *statusOptions) error {
 	if err := t.Flush(); err != nil {
 		return err
 	}
+	for _, note := range statusNotes(o.db.Schema, st.Status) {
+		fmt.Fprintln(c.a.stdout, note)
+	}
 	if len(st.Generations) > len(st.Projections) {
 		// Some projection has more than its live generation: a rebuild.
 		fmt.Fprintln(c.a.stdout)
-		t := clikit.NewTable(c.a.stdout, "PROJECTION", "GENERATION", "CODE VERSION", "STATE", "PHASE", "EVENTS", "LAG")
+		t := clikit.NewTable(c.a.stdout, "PROJECTION", "GENERATION", "CODE VERSION", "STATE", "PHASE", "APPLIED", "REBUILD READ", "LAG")
 		for _, g := range st.Generations {
 			lag := "-"
 			if g.Lag > 0 {
 				lag = clikit.Age(g.Lag)
 			}
-			t.Row(g.Projection, g.Generation, g.CodeVersion, g.State, g.Phase, g.Events, lag)
+			t.Row(g.Projection, g.Generation, g.CodeVersion, g.State, g.Phase, appliedCell(g.Applied), g.Events, lag)
 		}
 		if err := t.Flush(); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(c.a.stdout, "\nrejected deliveries: %d (%d not replayed)\n", st.Rejected.Total, st.Rejected.Pending)
+	fmt.Fprintf(c.a.stdout, "\nrejected deliveries: %d (%d pending: 'rejected list --pending')\n", st.Rejected.Total, st.Rejected.Pending)
 	if len(st.Checkpoints) > 0 {
 		fmt.Fprintln(c.a.stdout)
 		t := clikit.NewTable(c.a.stdout, "CHECKPOINT", "POSITION", "UPDATED")
@@ -110,4 +114,33 @@ func (c *statusCmd) Run(ctx context.Context, o *statusOptions) error {
 		return t.Flush()
 	}
 	return nil
+}
+
+// appliedCell renders a generation's applied count ("-": not measured).
+func appliedCell(n *int64) any {
+	if n == nil {
+		return "-"
+	}
+	return *n
+}
+
+// statusNotes explains a status that would mislead on its own: the
+// binary's projections empty in a schema that holds other projections.
+func statusNotes(schema string, st projection.Status) []string {
+	if len(st.Others) == 0 {
+		return nil
+	}
+	var empty []string
+	for _, p := range st.Projections {
+		if p.Aggregates == 0 && p.Events == 0 && p.Parked == 0 && p.Quarantined == 0 {
+			empty = append(empty, p.Name)
+		}
+	}
+	if len(empty) == 0 {
+		return []string{fmt.Sprintf("note: schema %s also holds projections this binary does not have: %s",
+			schema, strings.Join(st.Others, ", "))}
+	}
+	return []string{fmt.Sprintf("note: schema %s holds no state of %s; it holds %s, which this binary does not have: "+
+		"run status with the binary that has them, or name the schema of %s with --schema",
+		schema, strings.Join(empty, ", "), strings.Join(st.Others, ", "), strings.Join(empty, ", "))}
 }

@@ -62,7 +62,7 @@ func reversed(vs []int) []int {
 
 var coreTables = []string{
 	"applied", "applied_log", "checkpoints", "conflicts", "effects", "generation_epoch", "generations", "operator_log", "parked",
-	"quarantine", "rejected", "schema_migrations", "versions",
+	"quarantine", "rejected", "schema_migrations", "sources", "versions",
 }
 
 func TestMigrateAndRerun(t *testing.T) {

@@ -143,7 +143,7 @@ AND (cardinality(log_ids) <> version - log_base OR octet_length(log_hashes) <> 1
 	require.Equal(t, projection.Quarantined, got[19])
 	requireLog(versions, slices.Concat(a, b, c, d[:19]))
 	fault.on.Store(false)
-	require.NoError(t, proc.RetryQuarantined(ctx, "journal", "d"))
+	require.NoError(t, acted(proc.RetryQuarantined(ctx, "journal", "d", nil)))
 	requireLog(versions, slices.Concat(a, b, c, d))
 	require.Equal(t, slices.Repeat([]projection.Outcome{projection.Applied}, 5), process(journalEvents("d", noID)[30:35]...))
 	requireLog(versions, slices.Concat(a, b, c, journalEvents("d", noID)[:35]))
@@ -153,7 +153,7 @@ AND (cardinality(log_ids) <> version - log_base OR octet_length(log_hashes) <> 1
 	// turns up after all is a conflict with the "skipped" state.
 	e := journalEvents("e", noID)
 	process(e[:18]...)
-	require.NoError(t, proc.DeclareGap(ctx, "journal", "e", 22, "lost at the source"))
+	require.NoError(t, acted(proc.DeclareGap(ctx, "journal", "e", 22, &projection.ActionOptions{Reason: "lost at the source"})))
 	process(e[22:40]...)
 	requireLog(versions, slices.Concat(a, b, c, journalEvents("d", noID)[:35], e[:18], e[22:40]))
 	require.Equal(t, []projection.Outcome{projection.Conflict, projection.Duplicate}, process(e[20], e[30]))

@@ -90,7 +90,7 @@ func (p *Processor) applyCarefully(ctx context.Context, tx pgx.Tx, r *registered
 		}
 		if herr != nil {
 			pl.cut, pl.err = k, herr
-			p.log.ErrorContext(ctx, "quarantining event", "projection", r.name, "aggregate", pl.agg, "version", events[k].Version, "error", herr)
+			p.log.ErrorContext(ctx, "quarantining event", "projection", r.name, "generation", r.generation, "aggregate", pl.agg, "version", events[k].Version, "error", herr)
 			return nil
 		}
 	}

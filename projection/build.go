@@ -135,6 +135,9 @@ type BuildOptions struct {
 	// that one completes, Build reports it (BuildResult.AlreadyLive).
 	Wait bool
 
+	// By names who rebuilds, for the operator log (see ActionOptions.By).
+	By string
+
 	// Progress, if set, is called after every replay transaction and
 	// catch-up batch, at every phase change, and with notes (waiting for
 	// another build, verification retries), from the goroutine that called
@@ -321,7 +324,7 @@ func (b *builder) run(ctx context.Context) error {
 				return err
 			}
 		case g.State == StateRetired:
-			if err := p.dropGeneration(ctx, b.r, g); err != nil {
+			if _, err := p.dropGeneration(ctx, b.r, g, ActionOptions{By: b.opts.By}); err != nil {
 				return err
 			}
 		}
@@ -368,8 +371,8 @@ VALUES ($1, $2, $3, $4, $5, 'building', 'replay') RETURNING `+generationColumns,
 		if b.gen, err = pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (Generation, error) { return scanGeneration(rows) }); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, p.sql.operatorLog, "rebuild-start", b.r.name, "", nil, n,
-			fmt.Sprintf("side by side: generation %d, code version %d, schema %s", n, b.r.version, schema))
+		_, err = tx.Exec(ctx, p.sql.operatorLog, "rebuild-start", b.r.name, n, "", nil, n,
+			fmt.Sprintf("side by side: generation %d, code version %d, schema %s", n, b.r.version, schema), b.opts.By)
 		return err
 	})
 	if err != nil {
@@ -382,7 +385,7 @@ VALUES ($1, $2, $3, $4, $5, 'building', 'replay') RETURNING `+generationColumns,
 // projection (gate key key, read-model schema schema): no generation epoch
 // to check, no rebuild lock.
 func (p *Processor) genProcessor(r *registered, key, schema string) *Processor {
-	nr := &registered{name: r.name, key: key, schema: schema, version: r.version, p: r.p, event: r.event, batch: r.batch,
+	nr := &registered{name: r.name, key: key, generation: keyGeneration(r.name, key), schema: schema, version: r.version, p: r.p, event: r.event, batch: r.batch,
 		lockKey: r.lockKey, stats: &counters{}}
 	return &Processor{pool: p.pool, cfg: p.cfg, policy: p.policy, tracer: p.tracer, log: p.log, buf: p.buf, sql: p.sql,
 		projs: []*registered{nr}, byName: map[string]*registered{nr.name: nr}}

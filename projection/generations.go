@@ -74,10 +74,11 @@ const (
 // fresh ones.
 var errEpochChanged = errors.New("projection: the generations to feed changed")
 
-// ErrNotFed reports an action on a projection's live generation by a
-// processor that does not feed it: its projection's code version is not
-// the generation's.
-var ErrNotFed = errors.New("the live generation is not fed by this processor (another code version)")
+// ErrNotFed reports an operator action on a generation that the processor
+// does not feed: its projection's code version is not the generation's, or
+// nothing feeds the generation any more (failed, retired, dropped) or yet
+// (being built).
+var ErrNotFed = errors.New("the generation is not fed by this processor")
 
 // genRow is a generation as the view needs it.
 type genRow struct {
@@ -369,7 +370,7 @@ func (p *Processor) buildView(epoch int64, rows []genRow) *genView {
 			}
 			// A registration of its own, even for generation 1: the view
 			// numbers and counts its registrations its own way.
-			t := &registered{name: r.name, key: g.key, schema: g.schema, version: r.version, p: r.p, event: r.event,
+			t := &registered{name: r.name, key: g.key, generation: g.generation, schema: g.schema, version: r.version, p: r.p, event: r.event,
 				batch: r.batch, lockKey: r.lockKey}
 			if g.state == StateLive {
 				gv.live[r.name] = t

@@ -58,17 +58,3 @@ func (p *Processor) liveKey(ctx context.Context, projection string) (string, err
 	}
 	return key, nil
 }
-
-// liveFilter returns opts with its projection filter turned into the gate
-// key of the projection's live generation.
-func (p *Processor) liveFilter(ctx context.Context, opts ListOptions) (ListOptions, error) {
-	if opts.Projection == "" {
-		return opts, nil
-	}
-	key, err := p.liveKey(ctx, opts.Projection)
-	if err != nil {
-		return opts, err
-	}
-	opts.Projection = key
-	return opts, nil
-}

@@ -40,6 +40,24 @@ func generationKey(name string, n int) string {
 	return fmt.Sprintf("%s@%d", name, n)
 }
 
+// keyGeneration returns the generation number of a projection's gate key
+// (see generationKey): 1 for the name itself, n for "<name>@<n>", 0 for a
+// key that is not one of the projection's.
+func keyGeneration(name, key string) int {
+	if key == name {
+		return 1
+	}
+	s, ok := strings.CutPrefix(key, name+"@")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 2 {
+		return 0
+	}
+	return n
+}
+
 // generationSchema returns the read-model schema of generation n (> 1) of
 // a projection, for inorder's tables in schema: "<schema>_<name>_g<n>",
 // the name reduced to lower-case letters, digits and underscores (and a

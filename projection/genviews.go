@@ -33,10 +33,16 @@ type Generation struct {
 	Phase string `json:"phase,omitempty"`
 	// Position is how far the rebuild read the stream (the source's
 	// position, opaque), PositionTime the source's time of the event
-	// there, Events how many events the rebuild read.
+	// there, Events how many events the rebuild read (0 for a generation
+	// no rebuild built: see Applied).
 	Position     Position  `json:"position,omitempty"`
 	PositionTime time.Time `json:"position_time,omitzero"`
 	Events       int64     `json:"events"`
+	// Applied is the events applied in the generation — the sum of its
+	// aggregates' versions, as ProjectionStatus.Events — whoever applied
+	// them (its rebuild or the workers). Status and Generations set it
+	// (nil for a dropped generation, or when its rows could not be read).
+	Applied *int64 `json:"applied,omitempty"`
 	// Lag is, while the generation is built, the age of the last event the
 	// rebuild read (now - PositionTime): how far behind the stream it is.
 	// Zero otherwise: the workers' lag is the source's to report.
@@ -131,6 +137,7 @@ WHERE projection = $1 ORDER BY generation`, projection)
 	for i := range out {
 		out[i].setLag(now)
 	}
+	p.generationsApplied(ctx, out, nil)
 	return out, nil
 }
 

@@ -95,7 +95,7 @@ func TestHostileEnvelopes(t *testing.T) {
 			sawEscaped = true
 			require.Equal(t, `pay\x00nul`, r.Aggregate, "shown escaped")
 			// Replay feeds the exact bytes again: still invalid.
-			_, err := b.proc.ReplayRejected(ctx, r.ID)
+			_, err := b.proc.ReplayRejected(ctx, r.ID, nil)
 			var ve *aggregate.ValidationError
 			require.ErrorAs(t, err, &ve)
 			require.ErrorIs(t, err, aggregate.ErrInvalidText)
@@ -189,7 +189,7 @@ func TestStatusAtMaxVersion(t *testing.T) {
 		}})
 		require.NoError(t, err)
 		require.Equal(t, []projection.Outcome{projection.Applied, projection.Parked}, outcomes(res))
-		require.NoError(t, proc.DeclareGap(ctx, "journal", agg, math.MaxInt64-1, "truncated"))
+		require.NoError(t, acted(proc.DeclareGap(ctx, "journal", agg, math.MaxInt64-1, &projection.ActionOptions{Reason: "truncated"})))
 		v, err := proc.Version(ctx, "journal", agg)
 		require.NoError(t, err)
 		require.EqualValues(t, int64(math.MaxInt64), v)
@@ -231,6 +231,6 @@ func TestLargeRejectedStaysOutOfStatus(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, slim[0].Data)
 	require.EqualValues(t, len(big.Data), slim[0].Size)
-	_, err = b.proc.ReplayRejected(ctx, full[0].ID)
+	_, err = b.proc.ReplayRejected(ctx, full[0].ID, nil)
 	require.True(t, errors.Is(err, aggregate.ErrPayloadTooLarge), "still too large: %v", err)
 }

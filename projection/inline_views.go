@@ -25,6 +25,20 @@ func (p *Processor) inlineView(ctx context.Context, projection string) *InlineTa
 	return r.inlineTable()
 }
 
+// inlineViewOf returns the inline table of generation n of the projection
+// (0: the live one), or nil if it is not inline or the processor does not
+// feed that generation (its version rows are then all there is to read).
+func (p *Processor) inlineViewOf(ctx context.Context, projection string, n int) *InlineTable {
+	if n == 0 {
+		return p.inlineView(ctx, projection)
+	}
+	r, err := p.target(ctx, projection, n)
+	if err != nil {
+		return nil
+	}
+	return r.inlineTable()
+}
+
 // versionJoin returns, for the versions table aliased v, the expression of
 // an aggregate's version and the join that it needs: for an inline
 // projection, the later of v's and its row's.

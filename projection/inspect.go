@@ -28,6 +28,14 @@ type ListOptions struct {
 	// must be one of the processor's (else ErrUnknownProjection). Rejected
 	// deliveries belong to no projection and ignore it.
 	Projection string
+	// Generation, when positive, lists that generation of the projections
+	// (of Projection, if set) instead of their live one (see
+	// Processor.Generations); AllGenerations lists every generation. By
+	// default the listings show the live generation of every projection:
+	// what readers see and what operator actions act on by default. The
+	// operator log ignores both unless Generation is set: it is history.
+	Generation     int
+	AllGenerations bool
 	// Aggregate, when set, restricts the listing to one aggregate.
 	Aggregate string
 	// Limit caps the rows returned; default DefaultListLimit.
@@ -49,7 +57,8 @@ type ListOptions struct {
 	// Action, when set, restricts the operator log to one action.
 	Action string
 	// Open, when set, leaves acknowledged conflicts out of Conflicts and
-	// replayed deliveries out of Rejected.
+	// resolved deliveries (replayed, dismissed, declared missing) out of
+	// Rejected.
 	Open bool
 	// OmitPayloads leaves events' data and metadata out (nil): for
 	// summaries, which must stay small whatever was delivered.
@@ -154,10 +163,12 @@ WHERE v.projection = `+p.liveKeySQL(1), name, int64(math.MaxInt64)).QueryRow(fun
 				return nil
 			})
 		}
-		b.Queue(`SELECT count(*), count(*) FILTER (WHERE replayed_at IS NULL) FROM ` + p.table("rejected")).
+		b.Queue(`SELECT count(*), count(*) FILTER (WHERE resolved_at IS NULL) FROM ` + p.table("rejected")).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&st.Rejected.Total, &st.Rejected.Pending) })
 		queueCheckpoints(b, p.table("checkpoints"), &st.Checkpoints)
 		p.queueGenerations(b, p.Projections(), &st.Generations)
+		b.Queue(`SELECT coalesce(array_agg(DISTINCT projection ORDER BY projection), '{}') FROM `+p.table("generations")+`
+WHERE projection <> ALL($1) AND state <> 'dropped'`, p.Projections()).QueryRow(func(row pgx.Row) error { return row.Scan(&st.Others) })
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
@@ -208,7 +219,42 @@ WHERE v.projection = `+p.liveKeySQL(1), name, int64(math.MaxInt64)).QueryRow(fun
 	for i := range st.Generations {
 		st.Generations[i].setLag(st.Time)
 	}
+	if !opts.NoTotals {
+		p.generationsApplied(ctx, st.Generations, st.Projections)
+	}
+	st.Others = nonNil(st.Others)
 	return st, nil
+}
+
+// generationsApplied sets the Applied count of each generation: its live
+// one's from its projection's status, the others' from their own gate rows
+// (and inline rows). A generation whose rows cannot be read (its schema
+// went missing) keeps a nil Applied.
+func (p *Processor) generationsApplied(ctx context.Context, gens []Generation, live []ProjectionStatus) {
+	for i := range gens {
+		g := &gens[i]
+		if g.State == StateLive {
+			for _, s := range live {
+				if s.Name == g.Projection {
+					n := s.Events
+					g.Applied = &n
+				}
+			}
+		}
+		r := p.byName[g.Projection]
+		if r == nil || g.Applied != nil || g.State == StateDropped {
+			continue
+		}
+		expr, join := versionJoin(inlineTableIn(r.p, g.Schema))
+		var n int64
+		err := p.pool.QueryRow(ctx, `SELECT least(coalesce(sum(`+expr+`::numeric), 0), $2::numeric)::bigint FROM `+p.table("versions")+` v`+join+`
+WHERE v.projection = $1`, g.Key, int64(math.MaxInt64)).Scan(&n)
+		if err != nil {
+			p.log.DebugContext(ctx, "status: applied count of a generation", "projection", g.Projection, "generation", g.Generation, "error", err)
+			continue
+		}
+		g.Applied = &n
+	}
 }
 
 func queueCheckpoints(b *pgx.Batch, table string, into *[]Checkpoint) {
@@ -252,15 +298,15 @@ func (p *Processor) Quarantined(ctx context.Context, opts ListOptions) ([]Quaran
 	if err := p.checkFilter(opts); err != nil {
 		return nil, err
 	}
-	opts, err := p.liveFilter(ctx, opts)
+	f, err := p.genFilter(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	rows, err := p.pool.Query(ctx, `SELECT projection, aggregate, version, event_id, type, `+payloadColumns(opts)+`, error, attempts,
   quarantined_at, last_attempt_at
 FROM `+p.table("quarantine")+`
-WHERE ($1 = '' OR projection = $1) AND ($2 = '' OR aggregate = $2)
-ORDER BY quarantined_at, projection, aggregate LIMIT $3`, opts.Projection, opts.Aggregate, opts.limit())
+WHERE `+keyCondition(1, 4)+` AND ($2 = '' OR aggregate = $2)
+ORDER BY quarantined_at, projection, aggregate LIMIT $3`, f.include, opts.Aggregate, opts.limit(), f.exclude)
 	if err != nil {
 		return nil, fmt.Errorf("projection: list quarantine: %w", err)
 	}
@@ -268,6 +314,7 @@ ORDER BY quarantined_at, projection, aggregate LIMIT $3`, opts.Projection, opts.
 		var q QuarantineEntry
 		err := row.Scan(&q.Projection, &q.Aggregate, &q.Version, &q.EventID, &q.Type, &q.Data, &q.Metadata, &q.Error, &q.Attempts,
 			&q.QuarantinedAt, &q.LastAttemptAt)
+		q.Projection, q.Generation = f.ref(q.Projection)
 		return q, err
 	})
 	if err != nil {
@@ -282,15 +329,15 @@ func (p *Processor) Conflicts(ctx context.Context, opts ListOptions) ([]Conflict
 	if err := p.checkFilter(opts); err != nil {
 		return nil, err
 	}
-	opts, err := p.liveFilter(ctx, opts)
+	f, err := p.genFilter(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	rows, err := p.pool.Query(ctx, `SELECT id, projection, aggregate, version, existing_state, existing_event_id, existing_hash,
   incoming_event_id, incoming_hash, type, `+payloadColumns(opts)+`, count, first_seen, last_seen, acked_at, ack_reason
 FROM `+p.table("conflicts")+`
-WHERE ($1 = '' OR projection = $1) AND ($2 = '' OR aggregate = $2) AND id > $4 AND (NOT $5 OR acked_at IS NULL)
-ORDER BY id LIMIT $3`, opts.Projection, opts.Aggregate, opts.limit(), opts.AfterID, opts.Open)
+WHERE `+keyCondition(1, 6)+` AND ($2 = '' OR aggregate = $2) AND id > $4 AND (NOT $5 OR acked_at IS NULL)
+ORDER BY id LIMIT $3`, f.include, opts.Aggregate, opts.limit(), opts.AfterID, opts.Open, f.exclude)
 	if err != nil {
 		return nil, fmt.Errorf("projection: list conflicts: %w", err)
 	}
@@ -302,6 +349,7 @@ ORDER BY id LIMIT $3`, opts.Projection, opts.Aggregate, opts.limit(), opts.After
 		if acked != nil {
 			c.AcknowledgedAt = *acked
 		}
+		c.Projection, c.Generation = f.ref(c.Projection)
 		return c, err
 	})
 	if err != nil {
@@ -313,21 +361,25 @@ ORDER BY id LIMIT $3`, opts.Projection, opts.Aggregate, opts.limit(), opts.After
 // Rejected lists rejected deliveries in id order (the order they were first
 // seen); page with ListOptions.AfterID. ListOptions.Projection is ignored.
 func (p *Processor) Rejected(ctx context.Context, opts ListOptions) ([]RejectedEntry, error) {
-	rows, err := p.pool.Query(ctx, `SELECT id, fingerprint, source, event_id, aggregate, version, type, `+payloadColumns(opts)+`,
-  coalesce(octet_length(data), 0), reason, error, count, first_seen, last_seen, replayed_at
+	rows, err := p.pool.Query(ctx, `SELECT id, fingerprint, source, event_id, aggregate, version, type, content_type, `+payloadColumns(opts)+`,
+  coalesce(octet_length(data), 0), reason, error, count, first_seen, last_seen, replayed_at,
+  resolved_at, resolution, resolved_by, resolve_reason
 FROM `+p.table("rejected")+`
-WHERE ($1 = '' OR aggregate = $1) AND id > $3 AND (NOT $4 OR replayed_at IS NULL)
+WHERE ($1 = '' OR aggregate = $1) AND id > $3 AND (NOT $4 OR resolved_at IS NULL)
 ORDER BY id LIMIT $2`, opts.Aggregate, opts.limit(), opts.AfterID, opts.Open)
 	if err != nil {
 		return nil, fmt.Errorf("projection: list rejected: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RejectedEntry, error) {
 		var r RejectedEntry
-		var replayed *time.Time
-		err := row.Scan(&r.ID, &r.Fingerprint, &r.Source, &r.EventID, &r.Aggregate, &r.Version, &r.Type, &r.Data, &r.Metadata,
-			&r.Size, &r.Reason, &r.Error, &r.Count, &r.FirstSeen, &r.LastSeen, &replayed)
+		var replayed, resolved *time.Time
+		err := row.Scan(&r.ID, &r.Fingerprint, &r.Source, &r.EventID, &r.Aggregate, &r.Version, &r.Type, &r.ContentType, &r.Data, &r.Metadata,
+			&r.Size, &r.Reason, &r.Error, &r.Count, &r.FirstSeen, &r.LastSeen, &replayed, &resolved, &r.Resolution, &r.ResolvedBy, &r.ResolveReason)
 		if replayed != nil {
 			r.ReplayedAt = *replayed
+		}
+		if resolved != nil {
+			r.ResolvedAt = *resolved
 		}
 		return r, err
 	})
@@ -340,16 +392,17 @@ ORDER BY id LIMIT $2`, opts.Aggregate, opts.limit(), opts.AfterID, opts.Open)
 // OperatorLog lists the operator log in id order (oldest first); page with
 // ListOptions.AfterID, filter with Projection, Aggregate and Action.
 func (p *Processor) OperatorLog(ctx context.Context, opts ListOptions) ([]OperatorLogEntry, error) {
-	rows, err := p.pool.Query(ctx, `SELECT id, at, action, projection, aggregate, from_version, to_version, reason
+	rows, err := p.pool.Query(ctx, `SELECT id, at, action, projection, coalesce(generation, 0), aggregate, from_version, to_version, reason, actor
 FROM `+p.table("operator_log")+`
 WHERE ($1 = '' OR projection = $1) AND ($2 = '' OR aggregate = $2) AND ($3 = '' OR action = $3) AND id > $5
-ORDER BY id LIMIT $4`, opts.Projection, opts.Aggregate, opts.Action, opts.limit(), opts.AfterID)
+  AND ($6 = 0 OR generation = $6)
+ORDER BY id LIMIT $4`, opts.Projection, opts.Aggregate, opts.Action, opts.limit(), opts.AfterID, opts.Generation)
 	if err != nil {
 		return nil, fmt.Errorf("projection: list operator log: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (OperatorLogEntry, error) {
 		var e OperatorLogEntry
-		err := row.Scan(&e.ID, &e.At, &e.Action, &e.Projection, &e.Aggregate, &e.From, &e.To, &e.Reason)
+		err := row.Scan(&e.ID, &e.At, &e.Action, &e.Projection, &e.Generation, &e.Aggregate, &e.From, &e.To, &e.Reason, &e.By)
 		return e, err
 	})
 	if err != nil {
@@ -389,19 +442,24 @@ func (p *Processor) Aggregates(ctx context.Context, opts ListOptions) ([]Aggrega
 	if err := p.needProjection(opts); err != nil {
 		return nil, err
 	}
-	expr, join := versionJoin(p.inlineView(ctx, opts.Projection))
-	opts, err := p.liveFilter(ctx, opts)
+	if opts.AllGenerations {
+		return nil, errors.New("projection: list aggregates: one generation at a time")
+	}
+	expr, join := versionJoin(p.inlineViewOf(ctx, opts.Projection, opts.Generation))
+	f, err := p.genFilter(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
+	key := f.include[0]
+	name, gen := f.ref(key)
 	rows, err := p.pool.Query(ctx, `SELECT v.aggregate, `+expr+`, v.parked, v.blocked FROM `+p.table("versions")+` v`+join+`
 WHERE v.projection = $1 AND ($2 = '' OR v.aggregate = $2) AND v.aggregate COLLATE "C" > $3
-ORDER BY v.aggregate COLLATE "C" LIMIT $4`, opts.Projection, opts.Aggregate, opts.After, opts.limit())
+ORDER BY v.aggregate COLLATE "C" LIMIT $4`, key, opts.Aggregate, opts.After, opts.limit())
 	if err != nil {
 		return nil, fmt.Errorf("projection: list aggregates: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AggregateState, error) {
-		a := AggregateState{Projection: opts.Projection}
+		a := AggregateState{Projection: name, Generation: gen}
 		err := row.Scan(&a.Aggregate, &a.Version, &a.Parked, &a.Quarantined)
 		return a, err
 	})
@@ -418,13 +476,22 @@ func (p *Processor) AppliedLog(ctx context.Context, opts ListOptions) ([]Applied
 	if err := p.needProjection(opts); err != nil {
 		return nil, err
 	}
-	it := p.inlineView(ctx, opts.Projection)
-	opts, err := p.liveFilter(ctx, opts)
+	if opts.AllGenerations {
+		return nil, errors.New("projection: list applied log: one generation at a time")
+	}
+	it := p.inlineViewOf(ctx, opts.Projection, opts.Generation)
+	f, err := p.genFilter(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
+	name, gen := f.ref(f.include[0])
+	opts.Projection = f.include[0] // the gate key
 	if it != nil {
-		return p.inlineAppliedLog(ctx, it, opts)
+		out, err := p.inlineAppliedLog(ctx, it, opts)
+		for i := range out {
+			out[i].Projection, out[i].Generation = name, gen
+		}
+		return out, err
 	}
 	rows, err := p.pool.Query(ctx, `SELECT aggregate, version, event_id, hash FROM `+p.table("applied_log")+`
 WHERE projection = $1 AND ($2 = '' OR aggregate = $2) AND aggregate COLLATE "C" > $3
@@ -433,7 +500,7 @@ ORDER BY aggregate COLLATE "C", version LIMIT $4`, opts.Projection, opts.Aggrega
 		return nil, fmt.Errorf("projection: list applied log: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AppliedEntry, error) {
-		a := AppliedEntry{Projection: opts.Projection}
+		a := AppliedEntry{Projection: name, Generation: gen}
 		err := row.Scan(&a.Aggregate, &a.Version, &a.EventID, &a.Hash)
 		return a, err
 	})
@@ -450,4 +517,11 @@ func (p *Processor) needProjection(opts ListOptions) error {
 		return fmt.Errorf("%w: a projection is required", ErrUnknownProjection)
 	}
 	return p.checkFilter(opts)
+}
+
+// keyCondition is the condition on a gate table's projection column of a
+// generation filter (genFilter) whose include and exclude keys are the
+// parameters $in and $ex.
+func keyCondition(in, ex int) string {
+	return fmt.Sprintf("(cardinality($%d::text[]) = 0 OR projection = ANY($%d)) AND NOT (projection = ANY($%d::text[]))", in, in, ex)
 }

@@ -116,7 +116,7 @@ func TestInspect(t *testing.T) {
 		require.Contains(t, got.Error, errOpPoison.Error())
 		got.QuarantinedAt, got.LastAttemptAt, got.Error = time.Time{}, time.Time{}, ""
 		require.Equal(t, projection.QuarantineEntry{
-			Projection: "journal", Aggregate: poison, Version: 2, EventID: e.StableID(),
+			Projection: "journal", Generation: 1, Aggregate: poison, Version: 2, EventID: e.StableID(),
 			Type: e.Type, Data: e.Data, Attempts: 3,
 		}, got)
 
@@ -140,7 +140,7 @@ func TestInspect(t *testing.T) {
 
 		// A failed retry counts an attempt.
 		var he *projection.HandlerError
-		require.ErrorAs(t, proc.RetryQuarantined(ctx, "journal", poison), &he)
+		require.ErrorAs(t, acted(proc.RetryQuarantined(ctx, "journal", poison, nil)), &he)
 		q, err = proc.Quarantined(ctx, projection.ListOptions{})
 		require.NoError(t, err)
 		require.Equal(t, 4, q[0].Attempts)
@@ -158,7 +158,7 @@ func TestInspect(t *testing.T) {
 			require.Equal(t, c.FirstSeen, c.LastSeen)
 			c.ID, c.FirstSeen, c.LastSeen = 0, time.Time{}, time.Time{}
 			require.Equal(t, projection.ConflictEntry{
-				Projection: proj, Aggregate: original.Aggregate, Version: 1,
+				Projection: proj, Generation: 1, Aggregate: original.Aggregate, Version: 1,
 				ExistingState: "applied", ExistingEventID: original.StableID(), ExistingHash: original.Hash(),
 				IncomingEventID: changed.StableID(), IncomingHash: changed.Hash(),
 				Type: changed.Type, Data: changed.Data, Count: 1,

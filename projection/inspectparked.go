@@ -19,13 +19,13 @@ func (p *Processor) Parked(ctx context.Context, opts ListOptions) ([]ParkedEntry
 	if err := p.checkFilter(opts); err != nil {
 		return nil, err
 	}
-	opts, err := p.liveFilter(ctx, opts)
+	f, err := p.genFilter(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	var out []ParkedEntry
 	err = p.snapshot(ctx, func(tx pgx.Tx) error {
-		es, err := p.buf.List(ctx, tx, p.bufferOptions(opts))
+		es, err := p.buf.List(ctx, tx, p.bufferOptions(opts, f))
 		if err != nil {
 			return err
 		}
@@ -39,7 +39,8 @@ func (p *Processor) Parked(ctx context.Context, opts ListOptions) ([]ParkedEntry
 		}
 		out = make([]ParkedEntry, len(es))
 		for i, e := range es {
-			out[i] = ParkedEntry{Projection: e.Projection, Aggregate: e.Aggregate, Version: e.Version, EventID: e.StableID(),
+			name, gen := f.ref(e.Projection)
+			out[i] = ParkedEntry{Projection: name, Generation: gen, Aggregate: e.Aggregate, Version: e.Version, EventID: e.StableID(),
 				Type: e.Type, Data: Payload(e.Data), Metadata: Payload(e.Metadata), ParkedAt: e.ParkedAt, Current: current[keys[i]]}
 		}
 		return nil
@@ -56,13 +57,13 @@ func (p *Processor) Waiting(ctx context.Context, opts ListOptions) ([]WaitingEnt
 	if err := p.checkFilter(opts); err != nil {
 		return nil, err
 	}
-	opts, err := p.liveFilter(ctx, opts)
+	f, err := p.genFilter(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	var out []WaitingEntry
 	err = p.snapshot(ctx, func(tx pgx.Tx) error {
-		ws, err := p.buf.Waiting(ctx, tx, p.bufferOptions(opts))
+		ws, err := p.buf.Waiting(ctx, tx, p.bufferOptions(opts, f))
 		if err != nil {
 			return err
 		}
@@ -77,7 +78,8 @@ func (p *Processor) Waiting(ctx context.Context, opts ListOptions) ([]WaitingEnt
 		out = make([]WaitingEntry, len(ws))
 		for i, w := range ws {
 			cur := current[keys[i]]
-			out[i] = WaitingEntry{Projection: w.Projection, Aggregate: w.Aggregate, Current: cur, Parked: w.Count,
+			name, gen := f.ref(w.Projection)
+			out[i] = WaitingEntry{Projection: name, Generation: gen, Aggregate: w.Aggregate, Current: cur, Parked: w.Count,
 				MinVersion: w.MinVersion, MaxVersion: w.MaxVersion, MissingFrom: cur + 1, MissingTo: w.MinVersion - 1, Oldest: w.Oldest}
 		}
 		return nil
@@ -125,7 +127,7 @@ JOIN `+p.table("versions")+` v ON v.projection = k.projection AND v.aggregate = 
 }
 
 // bufferOptions returns the buffer's listing options for opts.
-func (p *Processor) bufferOptions(opts ListOptions) buffer.ListOptions {
-	return buffer.ListOptions{Projection: opts.Projection, Aggregate: opts.Aggregate, OlderThan: opts.OlderThan,
+func (p *Processor) bufferOptions(opts ListOptions, f genFilter) buffer.ListOptions {
+	return buffer.ListOptions{Projections: f.include, Exclude: f.exclude, Aggregate: opts.Aggregate, OlderThan: opts.OlderThan,
 		Limit: opts.limit(), OmitPayloads: opts.OmitPayloads}
 }

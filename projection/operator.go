@@ -15,10 +15,11 @@ import (
 
 // RetryQuarantined applies the quarantined event of an aggregate again —
 // once the fault behind it is fixed — and then drains the aggregate's parked
-// successors. If the event fails again it stays quarantined (its attempts
-// and error are updated) and the returned error is a *HandlerError.
-func (p *Processor) RetryQuarantined(ctx context.Context, projection, agg string) error {
-	return p.operate(ctx, projection, agg, "retry", "", func(st *aggState, q *candidate) (*candidate, int64, int64, error) {
+// successors, in the generation opts names (default the live one). If the
+// event fails again it stays quarantined (its attempts and error are
+// updated) and the returned error is a *HandlerError, with the report.
+func (p *Processor) RetryQuarantined(ctx context.Context, projection, agg string, opts *ActionOptions) (ActionReport, error) {
+	return p.operate(ctx, projection, agg, "retry", opts.orZero(), func(st *aggState, q *candidate) (*candidate, int64, int64, error) {
 		if !st.blocked || q == nil {
 			return nil, 0, 0, ErrNotQuarantined
 		}
@@ -28,10 +29,10 @@ func (p *Processor) RetryQuarantined(ctx context.Context, projection, agg string
 }
 
 // SkipQuarantined advances an aggregate past its quarantined event without
-// applying it, records the decision and reason in the operator log, and
+// applying it, records the decision and opts.Reason in the operator log, and
 // drains the parked successors.
-func (p *Processor) SkipQuarantined(ctx context.Context, projection, agg, reason string) error {
-	return p.operate(ctx, projection, agg, "skip", reason, func(st *aggState, q *candidate) (*candidate, int64, int64, error) {
+func (p *Processor) SkipQuarantined(ctx context.Context, projection, agg string, opts *ActionOptions) (ActionReport, error) {
+	return p.operate(ctx, projection, agg, "skip", opts.orZero(), func(st *aggState, q *candidate) (*candidate, int64, int64, error) {
 		if !st.blocked || q == nil {
 			return nil, 0, 0, ErrNotQuarantined
 		}
@@ -45,9 +46,11 @@ func (p *Processor) SkipQuarantined(ctx context.Context, projection, agg, reason
 
 // DeclareGap records that versions current+1 … to of an aggregate do not
 // exist (deleted or truncated at the source), advances past them, and drains
-// the parked successors. to must not reach a parked version.
-func (p *Processor) DeclareGap(ctx context.Context, projection, agg string, to int64, reason string) error {
-	return p.operate(ctx, projection, agg, "declare-gap", reason, func(st *aggState, _ *candidate) (*candidate, int64, int64, error) {
+// the parked successors. to must not reach a parked version. The rejected
+// deliveries of those versions (an event the source holds but nothing can
+// apply) are resolved with it: nothing else is waiting for them.
+func (p *Processor) DeclareGap(ctx context.Context, projection, agg string, to int64, opts *ActionOptions) (ActionReport, error) {
+	return p.operate(ctx, projection, agg, "declare-gap", opts.orZero(), func(st *aggState, _ *candidate) (*candidate, int64, int64, error) {
 		if st.blocked {
 			return nil, 0, 0, ErrQuarantined
 		}
@@ -63,18 +66,21 @@ func (p *Processor) DeclareGap(ctx context.Context, projection, agg string, to i
 // operate runs an operator action on one aggregate under its version lock:
 // mutate decides the new state (and may return an event to apply first),
 // then the aggregate's parked successors are drained under savepoints.
-func (p *Processor) operate(ctx context.Context, projection, agg, action, reason string,
-	mutate func(st *aggState, q *candidate) (apply *candidate, from, to int64, err error)) error {
-	// The action is on the live generation: its gate key, its schema.
-	r, err := p.liveTarget(ctx, projection)
+func (p *Processor) operate(ctx context.Context, projection, agg, action string, o ActionOptions,
+	mutate func(st *aggState, q *candidate) (apply *candidate, from, to int64, err error)) (ActionReport, error) {
+	reason := o.Reason
+	// The generation acted on: its gate key, its schema, its handler.
+	r, err := p.target(ctx, projection, o.Generation)
 	if err != nil {
-		return err
+		return ActionReport{Action: action, Projection: projection, Generation: o.Generation, Aggregate: agg, DryRun: o.DryRun}, err
 	}
 	key := r.key // the gate rows' projection column
 	var retryErr error
-	var drained int64
+	var rep ActionReport
 	txFunc := func(tx pgx.Tx) error {
-		retryErr, drained = nil, 0
+		retryErr = nil
+		rep = ActionReport{Action: action, Projection: projection, Generation: r.generation, Aggregate: agg,
+			DryRun: o.DryRun, By: o.By, Reason: reason}
 		if p.pauseLock {
 			// Wait for a rebuild of the projection, as Process does.
 			if _, err := tx.Exec(ctx, p.sql.pauseShared, r.lockKey); err != nil {
@@ -112,6 +118,7 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 			}
 		}
 		before := st
+		rep.Before, rep.After = st.version, st.version
 		first, from, to, err := mutate(&st, q)
 		if err != nil {
 			return err
@@ -196,46 +203,101 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action, reason
 			}
 		}
 		p.queueWrites(wb, w)
-		wb.Queue(p.sql.operatorLog, action, projection, agg, from, to, reason)
+		if action == "declare-gap" || action == "skip" {
+			// The versions passed without applying anything: their rejected
+			// deliveries wait for nothing any more.
+			p.queueResolveRejected(wb, agg, from+1, to, "declared-gap", o,
+				fmt.Sprintf("%s in %s generation %d: %s", action, projection, r.generation, reason), &rep.Resolved)
+		}
+		wb.Queue(p.sql.operatorLog, action, projection, genParam(r.generation), agg, from, to, reason, o.By)
 		if err := tx.SendBatch(ctx, wb).Close(); err != nil {
 			return fmt.Errorf("write: %w", err)
 		}
-		p.log.InfoContext(ctx, "operator action", "action", action, "projection", projection, "aggregate", agg,
-			"from", from, "to", to, "before", before.version, "after", after.version, "drained", tally.drained)
-		drained = tally.drained
-		return nil
+		rep.After, rep.Drained, rep.Changed = after.version, tally.drained, retryErr == nil
+		rep.Message = actionMessage(action, from, to, tally.drained, retryErr)
+		p.log.InfoContext(ctx, "operator action", "action", action, "projection", projection, "generation", r.generation,
+			"aggregate", agg, "from", from, "to", to, "before", before.version, "after", after.version, "drained", tally.drained,
+			"resolved", len(rep.Resolved), "by", o.By, "dry_run", o.DryRun)
+		return dryRunEnd(o)
 	}
 	backoff := p.policy.Start()
 	for {
-		err := pgx.BeginFunc(ctx, p.pool, txFunc)
+		err := settled(pgx.BeginFunc(ctx, p.pool, txFunc))
 		if err == nil {
-			r.stats.drained.Add(drained)
-			return retryErr
+			if !o.DryRun {
+				r.stats.drained.Add(rep.Drained)
+			}
+			return rep, retryErr
 		}
+		fail := ActionReport{Action: action, Projection: projection, Generation: r.generation, Aggregate: agg, DryRun: o.DryRun}
 		if !IsTransient(err) || ctx.Err() != nil {
-			return fmt.Errorf("projection %s: %s %s: %w", projection, action, agg, err)
+			return fail, fmt.Errorf("projection %s: %s %s: %w", projection, action, agg, err)
 		}
 		p.log.WarnContext(ctx, "transient failure, retrying operator action", "action", action, "error", err, "retry", backoff.Retries()+1)
 		ok, werr := backoff.Wait(ctx)
 		if werr != nil || !ok {
-			return fmt.Errorf("projection %s: %s %s: gave up retrying after %v: %w", projection, action, agg,
+			return fail, fmt.Errorf("projection %s: %s %s: gave up retrying after %v: %w", projection, action, agg,
 				backoff.Elapsed().Round(time.Millisecond), errors.Join(werr, err))
 		}
 	}
 }
 
-// ReplayRejected feeds the rejected event with the given id through the
+// actionMessage says in a sentence what an action on an aggregate did.
+func actionMessage(action string, from, to, drained int64, retryErr error) string {
+	var what string
+	switch {
+	case retryErr != nil:
+		return fmt.Sprintf("the quarantined event (version %d) failed again and stays quarantined", to)
+	case action == "retry":
+		what = fmt.Sprintf("quarantined event (version %d) applied", to)
+	case action == "skip":
+		what = fmt.Sprintf("quarantined event (version %d) skipped", to)
+	case from+1 == to:
+		what = fmt.Sprintf("version %d declared missing", to)
+	default:
+		what = fmt.Sprintf("versions %d-%d declared missing", from+1, to)
+	}
+	if drained > 0 {
+		what += fmt.Sprintf(", %d parked events applied behind it", drained)
+	}
+	return what
+}
+
+// queueResolveRejected queues the resolution of the pending rejected
+// deliveries of versions from … to of an aggregate; their ids are appended
+// to ids.
+func (p *Processor) queueResolveRejected(b *pgx.Batch, agg string, from, to int64, resolution string, o ActionOptions, reason string, ids *[]int64) {
+	b.Queue(`UPDATE `+p.table("rejected")+` SET resolved_at = now(), resolution = $4, resolved_by = $5, resolve_reason = $6
+WHERE md5(aggregate) = md5($1) AND aggregate = $1 AND version BETWEEN $2 AND $3 AND resolved_at IS NULL RETURNING id`,
+		agg, from, to, resolution, o.By, reason).Query(func(rows pgx.Rows) error {
+		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		*ids = append(*ids, got...)
+		return err
+	})
+}
+
+// ReplayRejected feeds the rejected delivery with the given id through the
 // processor again — after the fault that made it invalid was fixed (a raised
-// payload limit, a newly accepted type) — and marks it replayed. If it is
-// still invalid, it stays rejected and its *aggregate.ValidationError is
-// returned.
-func (p *Processor) ReplayRejected(ctx context.Context, id int64) (Result, error) {
+// payload limit, a newly accepted type) — and marks it resolved ("replayed").
+// It is validated first as it was delivered, content type included: if it is
+// still invalid it stays pending, its reason and error become this
+// validation's, nothing is counted as a new delivery, and its
+// *aggregate.ValidationError is returned with the report.
+func (p *Processor) ReplayRejected(ctx context.Context, id int64, opts *ActionOptions) (ActionReport, error) {
+	o := opts.orZero()
+	rep := ActionReport{Action: "replay-rejected", ID: id, DryRun: o.DryRun, By: o.By, Reason: o.Reason}
 	var e aggregate.Event
 	var source string
 	var rawID, rawAgg, rawType []byte
 	err := p.pool.QueryRow(ctx, `SELECT source, event_id, aggregate, version, type, coalesce(data, ''), metadata,
-  raw_event_id, raw_aggregate, raw_type FROM `+p.table("rejected")+` WHERE id = $1`, id).
-		Scan(&source, &e.ID, &e.Aggregate, &e.Version, &e.Type, &e.Data, &e.Metadata, &rawID, &rawAgg, &rawType)
+  raw_event_id, raw_aggregate, raw_type, content_type FROM `+p.table("rejected")+` WHERE id = $1`, id).
+		Scan(&source, &e.ID, &e.Aggregate, &e.Version, &e.Type, &e.Data, &e.Metadata, &rawID, &rawAgg, &rawType, &e.ContentType)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return rep, fmt.Errorf("%w: rejected event %d", ErrNotFound, id)
+	}
+	if err != nil {
+		return rep, fmt.Errorf("projection: load rejected event %d: %w", id, err)
+	}
 	// The text columns hold an escaped form when the delivery's bytes were
 	// not valid text; the raw columns hold the bytes themselves.
 	if rawID != nil {
@@ -247,25 +309,87 @@ func (p *Processor) ReplayRejected(ctx context.Context, id int64) (Result, error
 	if rawType != nil {
 		e.Type = string(rawType)
 	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Result{}, fmt.Errorf("%w: rejected event %d", ErrNotFound, id)
+	rep.Aggregate = e.Aggregate
+	if verr := e.Validate(p.limits()); verr != nil {
+		rep.Message = "still invalid, stays rejected: " + verr.Error()
+		if !o.DryRun {
+			reason, _ := escapeText(aggregate.Reason(verr))
+			text, _ := escapeText(verr.Error())
+			if _, err := p.pool.Exec(ctx, `UPDATE `+p.table("rejected")+` SET reason = $2, error = $3 WHERE id = $1`, id, reason, text); err != nil {
+				return rep, fmt.Errorf("projection: rejected event %d: %w", id, err)
+			}
+		}
+		return rep, verr
 	}
+	res, err := p.Process(ctx, Batch{Events: []aggregate.Event{e}, Source: source, DryRun: o.DryRun,
+		BeforeCommit: func(ctx context.Context, tx pgx.Tx) error {
+			// Resolved, unless the database refused to store it again in
+			// this transaction (an UnstorableError: the careful path set it
+			// aside as rejected, which moved last_seen to now()).
+			_, err := tx.Exec(ctx, `WITH r AS (
+  UPDATE `+p.table("rejected")+` SET replayed_at = now(), resolved_at = now(), resolution = 'replayed',
+    resolved_by = $2, resolve_reason = $3 WHERE id = $1 AND last_seen <> now() RETURNING id)
+INSERT INTO `+p.table("operator_log")+` (action, projection, generation, aggregate, from_version, to_version, reason, actor)
+SELECT 'replay-rejected', '', NULL, $4, $5, $5, $6, $2 FROM r`,
+				id, o.By, o.Reason, e.Aggregate, e.Version, cmp.Or(o.Reason, fmt.Sprintf("rejected event %d", id)))
+			return err
+		}})
 	if err != nil {
-		return Result{}, fmt.Errorf("projection: load rejected event %d: %w", id, err)
+		return rep, err
 	}
-	res, err := p.Process(ctx, Batch{Events: []aggregate.Event{e}, Source: source, BeforeCommit: func(ctx context.Context, tx pgx.Tx) error {
-		if err := e.Validate(&p.cfg.Limits); err != nil {
+	rep.Outcomes = map[string]string{}
+	for i, name := range p.Projections() {
+		rep.Outcomes[name] = res[0].Projections[i].String()
+	}
+	rep.Changed = true
+	rep.Message = fmt.Sprintf("rejected event %d replayed: %s", id, res[0].Outcome)
+	p.log.InfoContext(ctx, "operator action", "action", rep.Action, "id", id, "aggregate", e.Aggregate, "version", e.Version,
+		"outcome", res[0].Outcome.String(), "by", o.By, "dry_run", o.DryRun)
+	return rep, res[0].Err
+}
+
+// DismissRejected resolves the rejected delivery with the given id without
+// replaying it ("dismissed"): an operator decided that nothing will ever
+// apply it. It stays listed, no longer counts as pending (Status,
+// inorder_rejected_pending), and a new delivery of the same event does not
+// reopen it. Dismissing a resolved delivery changes nothing
+// (ActionReport.Changed is false); an unknown id wraps ErrNotFound.
+func (p *Processor) DismissRejected(ctx context.Context, id int64, opts *ActionOptions) (ActionReport, error) {
+	o := opts.orZero()
+	rep := ActionReport{Action: "dismiss-rejected", ID: id, DryRun: o.DryRun, By: o.By, Reason: o.Reason}
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		var agg string
+		var version int64
+		var resolution string
+		var resolved bool
+		err := tx.QueryRow(ctx, `SELECT aggregate, version, resolution, resolved_at IS NOT NULL FROM `+p.table("rejected")+`
+WHERE id = $1 FOR UPDATE`, id).Scan(&agg, &version, &resolution, &resolved)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w: rejected event %d", ErrNotFound, id)
+		}
+		if err != nil {
+			return err
+		}
+		rep.Aggregate, rep.Before, rep.After = agg, version, version
+		if resolved {
+			rep.Message = fmt.Sprintf("rejected event %d is resolved already (%s): nothing to do", id, resolution)
 			return nil
 		}
 		b := &pgx.Batch{}
-		b.Queue(`UPDATE `+p.table("rejected")+` SET replayed_at = now() WHERE id = $1`, id)
-		b.Queue(p.sql.operatorLog, "replay-rejected", "", e.Aggregate, e.Version, e.Version, fmt.Sprintf("rejected event %d", id))
-		return tx.SendBatch(ctx, b).Close()
-	}})
-	if err != nil {
-		return Result{}, err
+		b.Queue(`UPDATE `+p.table("rejected")+` SET resolved_at = now(), resolution = 'dismissed', resolved_by = $2, resolve_reason = $3
+WHERE id = $1`, id, o.By, o.Reason)
+		b.Queue(p.sql.operatorLog, "dismiss-rejected", "", nil, agg, version, version, cmp.Or(o.Reason, fmt.Sprintf("rejected event %d", id)), o.By)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		rep.Changed = true
+		rep.Message = fmt.Sprintf("rejected event %d dismissed", id)
+		return dryRunEnd(o)
+	})
+	if err = settled(err); err != nil {
+		return rep, fmt.Errorf("projection: dismiss rejected event %d: %w", id, err)
 	}
-	return res[0], res[0].Err
+	return rep, nil
 }
 
 // Action is an entry for the operator log (see Processor.LogAction).
@@ -273,13 +397,19 @@ type Action struct {
 	// Action names what was done or found, e.g. "gap-missing-at-source".
 	Action     string
 	Projection string
+	// Generation is the projection's generation concerned (0: none, or
+	// not known).
+	Generation int
 	Aggregate  string
 	// From and To are the versions concerned, if any.
 	From, To *int64
 	Reason   string
+	// By names who acted (see ActionOptions.By); empty for a source's
+	// finding.
+	By string
 	// Once records the entry only if no entry with the same action,
-	// projection, aggregate and versions exists: for findings a source
-	// makes again each time it looks.
+	// projection, generation, aggregate and versions exists: for findings a
+	// source makes again each time it looks.
 	Once bool
 }
 
@@ -291,24 +421,25 @@ func (p *Processor) LogAction(ctx context.Context, a Action) (bool, error) {
 		return false, errors.New("projection: log action: empty action")
 	}
 	ol := p.table("operator_log")
-	sql := `INSERT INTO ` + ol + ` (action, projection, aggregate, from_version, to_version, reason)
-SELECT $1, $2, $3, $4, $5, $6`
+	sql := `INSERT INTO ` + ol + ` (action, projection, generation, aggregate, from_version, to_version, reason, actor)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8`
 	if a.Once {
-		sql += ` WHERE NOT EXISTS (SELECT 1 FROM ` + ol + ` WHERE action = $1 AND projection = $2 AND aggregate = $3
-  AND from_version IS NOT DISTINCT FROM $4 AND to_version IS NOT DISTINCT FROM $5)`
+		sql += ` WHERE NOT EXISTS (SELECT 1 FROM ` + ol + ` WHERE action = $1 AND projection = $2
+  AND generation IS NOT DISTINCT FROM $3::integer AND aggregate = $4
+  AND from_version IS NOT DISTINCT FROM $5 AND to_version IS NOT DISTINCT FROM $6)`
 	}
 	var written bool
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		if a.Once {
 			// Two processes making the same finding at once must not both
 			// see it unrecorded.
-			key := fmt.Sprintf("inorder.oplog\x00%s\x00%s\x00%s\x00%s\x00%v\x00%v", p.cfg.Schema, a.Action, a.Projection, a.Aggregate,
-				ptrValue(a.From), ptrValue(a.To))
+			key := fmt.Sprintf("inorder.oplog\x00%s\x00%s\x00%s\x00%d\x00%s\x00%v\x00%v", p.cfg.Schema, a.Action, a.Projection,
+				a.Generation, a.Aggregate, ptrValue(a.From), ptrValue(a.To))
 			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, advisoryKey64(key)); err != nil {
 				return err
 			}
 		}
-		tag, err := tx.Exec(ctx, sql, a.Action, a.Projection, a.Aggregate, a.From, a.To, a.Reason)
+		tag, err := tx.Exec(ctx, sql, a.Action, a.Projection, genParam(a.Generation), a.Aggregate, a.From, a.To, a.Reason, a.By)
 		written = tag.RowsAffected() == 1
 		return err
 	})
@@ -320,30 +451,57 @@ SELECT $1, $2, $3, $4, $5, $6`
 
 // AckConflict acknowledges the recorded conflict with the given id: it stays
 // listed (Conflicts) but no longer counts as open (ProjectionStatus), and
-// the decision is written to the operator log. Acknowledging an
-// acknowledged conflict changes nothing; an unknown id wraps ErrNotFound.
-func (p *Processor) AckConflict(ctx context.Context, id int64, reason string) error {
+// the decision is written to the operator log with opts.Reason and opts.By.
+// Acknowledging an acknowledged conflict changes nothing
+// (ActionReport.Changed is false); an unknown id wraps ErrNotFound.
+func (p *Processor) AckConflict(ctx context.Context, id int64, opts *ActionOptions) (ActionReport, error) {
+	o := opts.orZero()
+	rep := ActionReport{Action: "ack-conflict", ID: id, DryRun: o.DryRun, By: o.By, Reason: o.Reason}
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		var proj, agg string
+		var key, agg string
 		var version int64
 		var already bool
 		err := tx.QueryRow(ctx, `SELECT projection, aggregate, version, acked_at IS NOT NULL FROM `+p.table("conflicts")+`
-WHERE id = $1 FOR UPDATE`, id).Scan(&proj, &agg, &version, &already)
+WHERE id = $1 FOR UPDATE`, id).Scan(&key, &agg, &version, &already)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: conflict %d", ErrNotFound, id)
 		}
-		if err != nil || already {
+		if err != nil {
 			return err
 		}
+		rep.Projection, rep.Generation = p.keyRef(key)
+		rep.Aggregate, rep.Before, rep.After = agg, version, version
+		if already {
+			rep.Message = fmt.Sprintf("conflict %d is acknowledged already: nothing to do", id)
+			return nil
+		}
 		b := &pgx.Batch{}
-		b.Queue(`UPDATE `+p.table("conflicts")+` SET acked_at = now(), ack_reason = $2 WHERE id = $1`, id, reason)
-		b.Queue(p.sql.operatorLog, "ack-conflict", proj, agg, version, version, cmp.Or(reason, fmt.Sprintf("conflict %d", id)))
-		return tx.SendBatch(ctx, b).Close()
+		b.Queue(`UPDATE `+p.table("conflicts")+` SET acked_at = now(), ack_reason = $2 WHERE id = $1`, id, o.Reason)
+		b.Queue(p.sql.operatorLog, "ack-conflict", rep.Projection, genParam(rep.Generation), agg, version, version,
+			cmp.Or(o.Reason, fmt.Sprintf("conflict %d", id)), o.By)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		rep.Changed = true
+		rep.Message = fmt.Sprintf("conflict %d acknowledged", id)
+		return dryRunEnd(o)
 	})
-	if err != nil {
-		return fmt.Errorf("projection: ack conflict %d: %w", id, err)
+	if err = settled(err); err != nil {
+		return rep, fmt.Errorf("projection: ack conflict %d: %w", id, err)
 	}
-	return nil
+	return rep, nil
+}
+
+// keyRef returns the projection and generation of a gate key: one of the
+// processor's projections and its generation, or, for a key of no
+// projection of the processor's, the key itself and 0.
+func (p *Processor) keyRef(key string) (string, int) {
+	for name := range p.byName {
+		if n := keyGeneration(name, key); n > 0 {
+			return name, n
+		}
+	}
+	return key, 0
 }
 
 func ptrValue(v *int64) any {

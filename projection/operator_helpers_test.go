@@ -318,3 +318,7 @@ func opShuffle(seed uint64, events []aggregate.Event) []aggregate.Event {
 	rand.New(rand.NewPCG(seed, seed+1)).Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out
 }
+
+// acted returns the error of an operator action, for the tests that check
+// only that.
+func acted(_ projection.ActionReport, err error) error { return err }

@@ -88,7 +88,7 @@ func TestPoison(t *testing.T) {
 			// Fix the fault and retry: the quarantined event and its parked
 			// successors apply in order.
 			b.fault.on.Store(false)
-			require.NoError(t, b.proc.RetryQuarantined(ctx, "ledger", poison))
+			require.NoError(t, acted(b.proc.RetryQuarantined(ctx, "ledger", poison, nil)))
 			b.requireFold(t, events)
 			st = opStatus(t, b.proc, "ledger")
 			require.Equal(t, projection.ProjectionStatus{Name: "ledger", Aggregates: 20, Events: int64(len(events))}, st)
@@ -104,7 +104,7 @@ func TestPoison(t *testing.T) {
 			for _, r := range res {
 				require.Equal(t, projection.Duplicate, r.Outcome)
 			}
-			require.ErrorIs(t, b.proc.RetryQuarantined(ctx, "ledger", poison), projection.ErrNotQuarantined)
+			require.ErrorIs(t, acted(b.proc.RetryQuarantined(ctx, "ledger", poison, nil)), projection.ErrNotQuarantined)
 		})
 	}
 }
@@ -121,7 +121,7 @@ func TestRetryQuarantinedStillFailing(t *testing.T) {
 			_, err := b.proc.Process(ctx, projection.Batch{Events: events})
 			require.NoError(t, err)
 
-			err = b.proc.RetryQuarantined(ctx, "ledger", poison)
+			err = acted(b.proc.RetryQuarantined(ctx, "ledger", poison, nil))
 			var he *projection.HandlerError
 			require.ErrorAs(t, err, &he)
 			require.Equal(t, "ledger", he.Projection)
@@ -142,7 +142,7 @@ func TestRetryQuarantinedStillFailing(t *testing.T) {
 			b.requireFold(t, opWithout(events, poison, 2))
 
 			b.fault.on.Store(false)
-			require.NoError(t, b.proc.RetryQuarantined(ctx, "ledger", poison))
+			require.NoError(t, acted(b.proc.RetryQuarantined(ctx, "ledger", poison, nil)))
 			b.requireFold(t, events)
 			require.Len(t, opLogRows(t, b.db, "retry"), 2, "failed retries are logged too")
 		})
@@ -161,13 +161,13 @@ func TestSkipQuarantined(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, map[string][]int64{"a": {1, 2}, "b": {1, 2, 3}}, opJournalModel(t, db, "journal"))
 
-		require.ErrorIs(t, proc.SkipQuarantined(ctx, "nope", "a", "x"), projection.ErrUnknownProjection)
-		require.ErrorIs(t, proc.SkipQuarantined(ctx, "journal", "b", "x"), projection.ErrNotQuarantined)
-		err = proc.SkipQuarantined(ctx, "journal", "zzz", "x")
+		require.ErrorIs(t, acted(proc.SkipQuarantined(ctx, "nope", "a", &projection.ActionOptions{Reason: "x"})), projection.ErrUnknownProjection)
+		require.ErrorIs(t, acted(proc.SkipQuarantined(ctx, "journal", "b", &projection.ActionOptions{Reason: "x"})), projection.ErrNotQuarantined)
+		err = acted(proc.SkipQuarantined(ctx, "journal", "zzz", &projection.ActionOptions{Reason: "x"}))
 		require.ErrorIs(t, err, projection.ErrNotFound)
 		require.Equal(t, 1, strings.Count(err.Error(), "journal"), "the projection named once: %v", err)
 
-		require.NoError(t, proc.SkipQuarantined(ctx, "journal", "a", "corrupt payload, INC-1"))
+		require.NoError(t, acted(proc.SkipQuarantined(ctx, "journal", "a", &projection.ActionOptions{Reason: "corrupt payload, INC-1"})))
 		skipped := slices.DeleteFunc(slices.Clone(events), func(e aggregate.Event) bool { return e.Aggregate == "a" && e.Version == 3 })
 		require.Equal(t, opJournalFold(skipped), opJournalModel(t, db, "journal"))
 		v, err := proc.Version(ctx, "journal", "a")
@@ -178,7 +178,7 @@ func TestSkipQuarantined(t *testing.T) {
 		require.Zero(t, opCount(t, db, `SELECT count(*) FROM versions WHERE blocked OR parked <> 0`))
 		require.Equal(t, []opLog{{Action: "skip", Projection: "journal", Aggregate: "a", From: opPtr(2), To: opPtr(3), Reason: "corrupt payload, INC-1"}},
 			opLogRows(t, db, "skip"))
-		require.ErrorIs(t, proc.SkipQuarantined(ctx, "journal", "a", "again"), projection.ErrNotQuarantined)
+		require.ErrorIs(t, acted(proc.SkipQuarantined(ctx, "journal", "a", &projection.ActionOptions{Reason: "again"})), projection.ErrNotQuarantined)
 
 		// The skipped event turning up again is a duplicate: it holds its
 		// version. Another event claiming the version is a conflict with it.
@@ -212,7 +212,7 @@ func TestSkipQuarantined(t *testing.T) {
 		_, err := proc.Process(ctx, projection.Batch{Events: events})
 		require.NoError(t, err)
 
-		require.NoError(t, proc.SkipQuarantined(ctx, "journal", "a", "bad"))
+		require.NoError(t, acted(proc.SkipQuarantined(ctx, "journal", "a", &projection.ActionOptions{Reason: "bad"})))
 		q, err := proc.Quarantined(ctx, projection.ListOptions{})
 		require.NoError(t, err)
 		require.Len(t, q, 1)
@@ -228,7 +228,7 @@ func TestSkipQuarantined(t *testing.T) {
 		require.Equal(t, map[string][]int64{"a": {1, 2}}, opJournalModel(t, db, "journal"))
 
 		fault.on.Store(false)
-		require.NoError(t, proc.RetryQuarantined(ctx, "journal", "a"))
+		require.NoError(t, acted(proc.RetryQuarantined(ctx, "journal", "a", nil)))
 		require.Equal(t, map[string][]int64{"a": {1, 2, 4, 5}}, opJournalModel(t, db, "journal"))
 		require.Zero(t, opCount(t, db, `SELECT count(*) FROM versions WHERE blocked OR parked <> 0`))
 	})
@@ -260,11 +260,11 @@ func TestDeclareGap(t *testing.T) {
 		{"UnknownProjection", "nope", "a", 3, projection.ErrUnknownProjection},
 		{"UnknownAggregate", "journal", "zzz", 3, projection.ErrNotFound},
 	} {
-		require.ErrorIs(t, proc.DeclareGap(ctx, c.proj, c.agg, c.to, "test"), c.wantErr, c.name)
+		require.ErrorIs(t, acted(proc.DeclareGap(ctx, c.proj, c.agg, c.to, &projection.ActionOptions{Reason: "test"})), c.wantErr, c.name)
 	}
 	require.Equal(t, map[string][]int64{"a": {1, 2}}, opJournalModel(t, db, "journal"), "failed declarations change nothing")
 
-	require.NoError(t, proc.DeclareGap(ctx, "journal", "a", 3, "deleted at the source"))
+	require.NoError(t, acted(proc.DeclareGap(ctx, "journal", "a", 3, &projection.ActionOptions{Reason: "deleted at the source"})))
 	require.Equal(t, map[string][]int64{"a": {1, 2, 4, 5}}, opJournalModel(t, db, "journal"))
 	v, err := proc.Version(ctx, "journal", "a")
 	require.NoError(t, err)
@@ -290,8 +290,8 @@ func TestDeclareGap(t *testing.T) {
 	res, err = proc.Process(ctx, projection.Batch{Events: opNotes("a", 9, 9)})
 	require.NoError(t, err)
 	require.Equal(t, projection.Parked, res[0].Outcome)
-	require.ErrorIs(t, proc.DeclareGap(ctx, "journal", "a", 9, "x"), projection.ErrBadGap)
-	require.NoError(t, proc.DeclareGap(ctx, "journal", "a", 8, "7 and 8 never existed"))
+	require.ErrorIs(t, acted(proc.DeclareGap(ctx, "journal", "a", 9, &projection.ActionOptions{Reason: "x"})), projection.ErrBadGap)
+	require.NoError(t, acted(proc.DeclareGap(ctx, "journal", "a", 8, &projection.ActionOptions{Reason: "7 and 8 never existed"})))
 	require.Equal(t, map[string][]int64{"a": {1, 2, 4, 5, 6, 9}}, opJournalModel(t, db, "journal"))
 }
 
@@ -330,9 +330,9 @@ func TestReplayRejected(t *testing.T) {
 		require.Equal(t, "payload_too_large", r.Reason)
 		require.Equal(t, "test", r.Source)
 		require.True(t, r.ReplayedAt.IsZero())
-		res, err := relaxed.ReplayRejected(ctx, r.ID)
+		res, err := relaxed.ReplayRejected(ctx, r.ID, nil)
 		require.NoError(t, err)
-		require.Equal(t, projection.Applied, res.Outcome)
+		require.Equal(t, map[string]string{"ledger": "applied"}, res.Outcomes)
 	}
 	want, err := ledger.Fold(events)
 	require.NoError(t, err)
@@ -343,6 +343,7 @@ func TestReplayRejected(t *testing.T) {
 	require.NoError(t, err)
 	for _, r := range rejected {
 		require.False(t, r.ReplayedAt.IsZero())
+		require.Equal(t, "replayed", r.Resolution)
 	}
 	logs := opLogRows(t, db, "replay-rejected")
 	require.Len(t, logs, 3)
@@ -356,18 +357,21 @@ func TestReplayRejected(t *testing.T) {
 	rejected, err = relaxed.Rejected(ctx, projection.ListOptions{Aggregate: "pay-x"})
 	require.NoError(t, err)
 	require.Len(t, rejected, 1)
-	r, err := relaxed.ReplayRejected(ctx, rejected[0].ID)
+	r, err := relaxed.ReplayRejected(ctx, rejected[0].ID, nil)
 	var ve *aggregate.ValidationError
 	require.ErrorAs(t, err, &ve)
 	require.ErrorIs(t, err, aggregate.ErrInvalidJSON)
-	require.Equal(t, projection.Rejected, r.Outcome)
+	require.Nil(t, r.Outcomes, "fed nowhere")
+	require.Contains(t, r.Message, "still invalid")
 	rejected, err = relaxed.Rejected(ctx, projection.ListOptions{Aggregate: "pay-x"})
 	require.NoError(t, err)
+	require.Len(t, rejected, 1, "the same row")
 	require.True(t, rejected[0].ReplayedAt.IsZero())
-	require.EqualValues(t, 2, rejected[0].Count)
+	require.True(t, rejected[0].ResolvedAt.IsZero(), "still pending")
+	require.EqualValues(t, 1, rejected[0].Count, "a replay is not a delivery")
 	require.Len(t, opLogRows(t, db, "replay-rejected"), 3)
 
-	_, err = relaxed.ReplayRejected(ctx, 1<<40)
+	_, err = relaxed.ReplayRejected(ctx, 1<<40, nil)
 	require.ErrorIs(t, err, projection.ErrNotFound)
 }
 
@@ -400,7 +404,7 @@ func TestRetryQuarantinedConcurrently(t *testing.T) {
 	for i := range retriers {
 		wg.Go(func() {
 			<-start
-			errs[i] = b.proc.RetryQuarantined(ctx, "ledger", poison)
+			errs[i] = acted(b.proc.RetryQuarantined(ctx, "ledger", poison, nil))
 		})
 	}
 	batches := make(chan []aggregate.Event)
@@ -488,6 +492,6 @@ func TestPoisonDoesNotStallOthers(t *testing.T) {
 	require.EqualValues(t, 2, q[0].Version)
 
 	b.fault.on.Store(false)
-	require.NoError(t, b.proc.RetryQuarantined(ctx, "ledger", poison))
+	require.NoError(t, acted(b.proc.RetryQuarantined(ctx, "ledger", poison, nil)))
 	b.requireFold(t, events)
 }

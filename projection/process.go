@@ -51,6 +51,13 @@ type Batch struct {
 	// projections' writes and the checkpoint, before the commit. It may run
 	// more than once if the transaction is retried.
 	BeforeCommit func(ctx context.Context, tx pgx.Tx) error
+
+	// DryRun rolls the batch's transaction back instead of committing it:
+	// the results say what the batch would have done, and nothing changed
+	// (an operator's dry run: ActionOptions.DryRun). Its deliveries must not
+	// be acknowledged. Config.OnBatch and the processor's counts do not see
+	// it.
+	DryRun bool
 }
 
 // Reject is a delivery a source could not turn into a valid event. Err
@@ -109,7 +116,7 @@ func (p *Processor) Process(ctx context.Context, b Batch) (_ []Result, err error
 		sb.attempts, sb.results = attempts, results
 		endBatchSpan(span, sb, err)
 	}()
-	if p.cfg.OnBatch != nil {
+	if p.cfg.OnBatch != nil && !b.DryRun {
 		start := time.Now()
 		defer func() {
 			info := BatchInfo{Source: b.Source, Projections: p.Projections(), Events: len(b.Events),
@@ -156,7 +163,7 @@ func (p *Processor) prepare(b Batch) *batch {
 	backing := make([]Outcome, n*len(p.projs))
 	for i, e := range b.Events {
 		bt.results[i].Projections = backing[i*len(p.projs) : (i+1)*len(p.projs)]
-		if err := e.Validate(&p.cfg.Limits); err != nil {
+		if err := e.Validate(p.limits()); err != nil {
 			bt.reject(i, err)
 			bt.rejected = append(bt.rejected, newRejection(b.Source, e, err))
 			continue
@@ -219,8 +226,15 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 			}
 			out = a.out
 			committing = err == nil
+			if committing && bt.DryRun {
+				return errDryRun
+			}
 			return err
 		})
+		if bt.DryRun && errors.Is(err, errDryRun) {
+			bt.summarize()
+			return nil
+		}
 		if err != nil && (!began || committing) && !IsTransient(err) && lostAtBoundary(err) {
 			// BEGIN or COMMIT failed without an answer from the server
 			// ("conn closed", "unexpected EOF"): the connection is gone. A

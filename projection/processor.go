@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -52,7 +53,8 @@ type Config struct {
 	Logger *slog.Logger
 
 	// Limits validates every delivery. Default: aggregate.Limits{} (see its
-	// defaults).
+	// defaults), with Types, when empty, the union of the projections'
+	// types if every projection is Typed.
 	Limits aggregate.Limits
 
 	// MaxAttempts is how many times a batch is tried while a handler keeps
@@ -154,6 +156,9 @@ type registered struct {
 	schema string
 	// version is the projection's code version (Versioned; default 1).
 	version int
+	// generation numbers the generation this registration feeds (1 for
+	// the processor's own registrations).
+	generation int
 	// stats are the counts of the generation that Result.Projections
 	// reports (see generations.go); shared by the registrations that feed it.
 	stats *counters
@@ -196,7 +201,7 @@ func New(pool *pgxpool.Pool, cfg *Config, projections ...Projection) (*Processor
 		gens:      &genCache{stats: map[string]*counters{}},
 	}
 	for _, pr := range projections {
-		r := &registered{name: pr.Name(), key: pr.Name(), p: pr, version: codeVersion(pr), stats: &counters{}}
+		r := &registered{name: pr.Name(), key: pr.Name(), generation: 1, p: pr, version: codeVersion(pr), stats: &counters{}}
 		switch {
 		case r.name == "":
 			return nil, errors.New("projection: a projection has an empty name")
@@ -219,6 +224,9 @@ func New(pool *pgxpool.Pool, cfg *Config, projections ...Projection) (*Processor
 	}
 	if err := checkKeys(p.byName); err != nil {
 		return nil, err
+	}
+	if len(p.cfg.Limits.Types) == 0 {
+		p.cfg.Limits.Types = acceptedTypes(projections)
 	}
 	// A fixed order of projections keeps lock order the same in every process.
 	sort.Slice(p.projs, func(a, b int) bool { return p.projs[a].name < p.projs[b].name })
@@ -279,3 +287,21 @@ func (p *Processor) Setup(ctx context.Context) error {
 		return nil
 	})
 }
+
+// acceptedTypes returns the union of the projections' types, sorted, when
+// every projection is Typed; else nil (every type is accepted).
+func acceptedTypes(projections []Projection) []string {
+	var types []string
+	for _, pr := range projections {
+		t, ok := pr.(Typed)
+		if !ok {
+			return nil
+		}
+		types = append(types, t.Types()...)
+	}
+	slices.Sort(types)
+	return slices.Compact(types)
+}
+
+// limits returns the limits deliveries are validated with.
+func (p *Processor) limits() *aggregate.Limits { return &p.cfg.Limits }

@@ -422,7 +422,7 @@ func testSpeculation(t *testing.T, rows bool) {
 		s1, m1 := projection.Speculation(ob.proc)
 		require.EqualValues(t, 1, m1-m0, "speculated %d", s1-s0)
 		ob.fault.on.Store(false)
-		err = ob.proc.RetryQuarantined(ctx, "ledger", agg)
+		err = acted(ob.proc.RetryQuarantined(ctx, "ledger", agg, nil))
 		require.NoError(t, err)
 		ob.requireFold(t, events)
 	})

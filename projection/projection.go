@@ -72,6 +72,17 @@ type GapHandler interface {
 	Gap(ctx context.Context, tx *Tx, g Gap) error
 }
 
+// Typed is implemented by projections that handle a known set of event
+// types. When every projection of a processor is Typed and
+// Config.Limits.Types is empty, the processor accepts the union of their
+// types and rejects every other type before any handler sees it
+// (aggregate.ErrUnknownType, reason "unknown_type"): recorded as rejected,
+// neither retried nor quarantined, replayable once a projection accepts it.
+type Typed interface {
+	// Types lists the event types the projection handles.
+	Types() []string
+}
+
 // Gap is versions of an aggregate that will never be applied.
 type Gap struct {
 	Aggregate string

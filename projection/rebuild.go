@@ -37,6 +37,8 @@ type RebuildOptions struct {
 	// Total, if positive, is the number of events the replay will emit; it
 	// makes RebuildProgress.ETA available.
 	Total int64
+	// By names who rebuilds, for the operator log (see ActionOptions.By).
+	By string
 }
 
 // RebuildProgress reports a rebuild's progress.
@@ -123,7 +125,7 @@ func (p *Processor) Rebuild(ctx context.Context, projection string, replay Repla
 		// Processors reload their view of the generations, and forget
 		// the rows they wrote (see rowCache).
 		b.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
-		b.Queue(p.sql.operatorLog, "rebuild-start", projection, "", nil, nil, "")
+		b.Queue(p.sql.operatorLog, "rebuild-start", projection, nil, "", nil, nil, "", opts.By)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("delete gate state: %w", err)
 		}
@@ -164,8 +166,8 @@ func (p *Processor) Rebuild(ctx context.Context, projection string, replay Repla
 		// The replay swallowed it; the rebuild is incomplete all the same.
 		return fail("replay", emitErr)
 	}
-	if _, err := p.pool.Exec(ctx, p.sql.operatorLog, "rebuild-done", projection, "", nil, nil,
-		fmt.Sprintf("%d events in %v", events, time.Since(start).Round(time.Millisecond))); err != nil {
+	if _, err := p.pool.Exec(ctx, p.sql.operatorLog, "rebuild-done", projection, nil, "", nil, nil,
+		fmt.Sprintf("%d events in %v", events, time.Since(start).Round(time.Millisecond)), opts.By); err != nil {
 		return fail("log", err)
 	}
 	p.log.InfoContext(ctx, "rebuild done", "projection", projection, "events", events, "elapsed", time.Since(start))
@@ -188,7 +190,7 @@ func progress(events int64, elapsed time.Duration, total int64) RebuildProgress 
 // the rebuild lock (its caller holds it exclusively). It shares p's pool,
 // configuration and statements; its counts are its own.
 func (p *Processor) solo(r *registered) *Processor {
-	nr := &registered{name: r.name, key: r.key, schema: r.schema, version: r.version, p: r.p, event: r.event, batch: r.batch,
+	nr := &registered{name: r.name, key: r.key, generation: r.generation, schema: r.schema, version: r.version, p: r.p, event: r.event, batch: r.batch,
 		lockKey: r.lockKey, stats: &counters{}}
 	return &Processor{
 		pool:   p.pool,

@@ -5,8 +5,8 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"errors"
-	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -164,17 +164,31 @@ type rejection struct {
 const ReasonUnstorable = "unstorable"
 
 func newRejection(source string, e aggregate.Event, err error) rejection {
-	h := sha256.New()
-	for _, s := range []string{source, e.ID, e.Aggregate, fmt.Sprint(e.Version), e.Type, string(e.Data), string(e.Metadata), err.Error()} {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
-	}
 	reason := aggregate.Reason(err)
 	var uerr *UnstorableError
 	if errors.As(err, &uerr) {
 		reason = ReasonUnstorable
 	}
-	return rejection{fingerprint: h.Sum(nil), source: source, ev: e, reason: reason, err: err.Error(), count: 1}
+	return rejection{fingerprint: rejectedFingerprint(e), source: source, ev: e, reason: reason, err: err.Error(), count: 1}
+}
+
+// rejectedFingerprint identifies a rejected delivery by what was delivered
+// alone — not by its source or the error found — so that one bad event is
+// one row however often, and by whichever path (a worker, a repair, a
+// replay), it arrives: the SHA-256 of its event id, aggregate, version,
+// type, content type, data and metadata, each followed by a NUL byte. The
+// migration to 007 computes the same hash in SQL.
+func rejectedFingerprint(e aggregate.Event) []byte {
+	h := sha256.New()
+	for _, s := range []string{e.ID, e.Aggregate, strconv.FormatInt(e.Version, 10), e.Type, e.ContentType} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	for _, b := range [][]byte{e.Data, e.Metadata} {
+		h.Write(b)
+		h.Write([]byte{0})
+	}
+	return h.Sum(nil)
 }
 
 func dedupeRejections(rs []rejection) []rejection {
@@ -201,6 +215,7 @@ func (p *Processor) queueRejected(b *pgx.Batch, rs []rejection) {
 	fps, data, meta := make([][]byte, n), make([][]byte, n), make([][]byte, n)
 	srcs, ids, aggs, types, reasons, errs := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	rawIDs, rawAggs, rawTypes := make([][]byte, n), make([][]byte, n), make([][]byte, n)
+	cts := make([]string, n)
 	vers, counts := make([]int64, n), make([]int64, n)
 	text := func(s string, raw *[]byte) string {
 		e, ok := escapeText(s)
@@ -215,8 +230,9 @@ func (p *Processor) queueRejected(b *pgx.Batch, rs []rejection) {
 		aggs[i] = text(r.ev.Aggregate, &rawAggs[i])
 		types[i] = text(r.ev.Type, &rawTypes[i])
 		srcs[i], _ = escapeText(r.source)
+		cts[i], _ = escapeText(r.ev.ContentType)
 		reasons[i], _ = escapeText(r.reason)
 		errs[i], _ = escapeText(r.err)
 	}
-	b.Queue(p.sql.upsertRejected, fps, srcs, ids, aggs, vers, types, data, meta, reasons, errs, counts, rawIDs, rawAggs, rawTypes)
+	b.Queue(p.sql.upsertRejected, fps, srcs, ids, aggs, vers, types, data, meta, reasons, errs, counts, rawIDs, rawAggs, rawTypes, cts)
 }

@@ -176,7 +176,7 @@ func (h *helper) retry(ctx context.Context) error {
 	for i := range retryGoroutines {
 		wg.Go(func() {
 			<-start
-			switch err := h.proc.RetryQuarantined(ctx, "ledger", retryPoison); {
+			switch err := acted(h.proc.RetryQuarantined(ctx, "ledger", retryPoison, nil)); {
 			case err == nil:
 				r.Calls[i] = retryOK
 			case errors.Is(err, projection.ErrNotQuarantined):

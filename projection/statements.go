@@ -210,11 +210,11 @@ ON CONFLICT (projection, aggregate, version, incoming_event_id, incoming_hash) D
 SET count = c.count + EXCLUDED.count, last_seen = now()`,
 		upsertRejected: `INSERT INTO ` + t("rejected") + ` AS r
   (fingerprint, source, event_id, aggregate, version, type, data, metadata, reason, error, count,
-   raw_event_id, raw_aggregate, raw_type)
+   raw_event_id, raw_aggregate, raw_type, content_type)
 SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[],
-  $7::bytea[], $8::bytea[], $9::text[], $10::text[], $11::bigint[], $12::bytea[], $13::bytea[], $14::bytea[])
+  $7::bytea[], $8::bytea[], $9::text[], $10::text[], $11::bigint[], $12::bytea[], $13::bytea[], $14::bytea[], $15::text[])
 ON CONFLICT (fingerprint) DO UPDATE SET count = r.count + EXCLUDED.count, last_seen = now()`,
-		operatorLog: `INSERT INTO ` + t("operator_log") + ` (action, projection, aggregate, from_version, to_version, reason)
-VALUES ($1, $2, $3, $4, $5, $6)`,
+		operatorLog: `INSERT INTO ` + t("operator_log") + ` (action, projection, generation, aggregate, from_version, to_version, reason, actor)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 	}
 }

@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inorder/inorder/internal/retry"
 )
@@ -134,9 +136,9 @@ WHERE projection = $1 AND state = 'live'`, name, b.opts.Retention)
 		bb.Queue(`UPDATE `+p.table("generations")+` SET state = 'live', phase = '', error = '', live_at = now(), updated_at = now()
 WHERE key = $1`, g.Key)
 		bb.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
-		bb.Queue(p.sql.operatorLog, "rebuild-switch", name, "", int64(live.Generation), int64(g.Generation),
+		bb.Queue(p.sql.operatorLog, "rebuild-switch", name, g.Generation, "", int64(live.Generation), int64(g.Generation),
 			fmt.Sprintf("generation %d (code version %d) live; generation %d (code version %d) previous", g.Generation, g.CodeVersion,
-				live.Generation, live.CodeVersion))
+				live.Generation, live.CodeVersion), b.opts.By)
 		return tx.SendBatch(ctx, bb).Close()
 	})
 	return previous, err
@@ -296,7 +298,7 @@ func (p *Processor) setFailed(ctx context.Context, g Generation, reason string) 
 		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'failed', phase = '', error = $2, ended_at = now(), updated_at = now()
 WHERE key = $1`, g.Key, reason)
 		b.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
-		b.Queue(p.sql.operatorLog, "rebuild-failed", g.Projection, "", nil, int64(g.Generation), reason)
+		b.Queue(p.sql.operatorLog, "rebuild-failed", g.Projection, g.Generation, "", nil, int64(g.Generation), reason, "")
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
@@ -310,16 +312,18 @@ WHERE key = $1`, g.Key, reason)
 // live one previous (still fed, until the previous one's retention
 // ends): one transaction, so readers move from one to the other at once.
 // The previous generation is exact only while processors of its code
-// version feed it. It returns the generation now live; ErrNoPrevious when
-// there is none (retired or dropped).
-func (p *Processor) Rollback(ctx context.Context, projection string) (int, error) {
+// version feed it. The report's Generation is the generation live after it
+// (Before and After: the live generation before and after); ErrNoPrevious
+// when there is none (retired or dropped). opts.Generation is ignored.
+func (p *Processor) Rollback(ctx context.Context, projection string, opts *ActionOptions) (ActionReport, error) {
+	o := opts.orZero()
+	rep := ActionReport{Action: "rebuild-rollback", Projection: projection, DryRun: o.DryRun, By: o.By, Reason: o.Reason}
 	if _, ok := p.byName[projection]; !ok {
-		return 0, fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
+		return rep, fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
 	}
 	if _, err := p.feeding(ctx); err != nil {
-		return 0, err
+		return rep, err
 	}
-	var to int
 	err := pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
 		var live, prev int
 		var keep *time.Time
@@ -351,65 +355,133 @@ WHERE projection = $1 AND generation = $2`, projection, live, keep)
 		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'live', keep_until = NULL, live_at = now(), updated_at = now()
 WHERE projection = $1 AND generation = $2`, projection, prev)
 		b.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
-		b.Queue(p.sql.operatorLog, "rebuild-rollback", projection, "", int64(live), int64(prev),
-			fmt.Sprintf("generation %d live again; generation %d previous", prev, live))
-		to = prev
-		return tx.SendBatch(ctx, b).Close()
+		b.Queue(p.sql.operatorLog, "rebuild-rollback", projection, genParam(prev), "", int64(live), int64(prev),
+			cmp.Or(o.Reason, fmt.Sprintf("generation %d live again; generation %d previous", prev, live)), o.By)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		rep.Generation, rep.Before, rep.After, rep.Changed = prev, int64(live), int64(prev), true
+		rep.Message = fmt.Sprintf("generation %d of %s live again; generation %d previous", prev, projection, live)
+		return dryRunEnd(o)
 	})
-	if err != nil {
-		return 0, fmt.Errorf("projection %s: rollback: %w", projection, err)
+	if err = settled(err); err != nil {
+		return rep, fmt.Errorf("projection %s: rollback: %w", projection, err)
 	}
-	return to, nil
+	return rep, nil
 }
 
 // DropGeneration drops a generation that is not live: its schema (or, for
 // generation 1, whose tables are in the connection's search_path, their
 // rows, through the projection's Resetter) and its gate rows. A generation
 // being built can be dropped only while no Build runs (else
-// ErrBuildInProgress). Dropping a dropped generation does nothing.
-func (p *Processor) DropGeneration(ctx context.Context, projection string, generation int) error {
+// ErrBuildInProgress). The generation is opts.Generation: 0 is the live
+// one, which is refused (ErrLiveGeneration). Dropping a dropped generation
+// does nothing (ActionReport.Changed is false). A dry run counts what would
+// go (ActionReport.Deleted) and changes nothing, the generation's state
+// included.
+func (p *Processor) DropGeneration(ctx context.Context, projection string, opts *ActionOptions) (ActionReport, error) {
+	o := opts.orZero()
+	generation := o.Generation
+	rep := ActionReport{Action: "rebuild-drop", Projection: projection, Generation: generation, DryRun: o.DryRun, By: o.By, Reason: o.Reason}
 	r, ok := p.byName[projection]
 	if !ok {
-		return fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
+		return rep, fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
 	}
 	gens, err := p.Generations(ctx, projection)
 	if err != nil {
-		return err
+		return rep, err
 	}
 	for _, g := range gens {
-		if g.Generation != generation {
+		if g.Generation != generation && (generation != 0 || g.State != StateLive) {
 			continue
 		}
+		rep.Generation = g.Generation
 		switch g.State {
 		case StateLive:
-			return fmt.Errorf("projection %s: drop generation %d: %w", projection, generation, ErrLiveGeneration)
+			return rep, fmt.Errorf("projection %s: drop generation %d: %w", projection, g.Generation, ErrLiveGeneration)
 		case StateDropped:
-			return nil
+			rep.Message = fmt.Sprintf("generation %d of %s is dropped already: nothing to do", g.Generation, projection)
+			return rep, nil
 		case StateBuilding, StateCatchUp:
 			// Only while nobody builds it: hold the build lock meanwhile.
 			conn, err := p.pool.Acquire(ctx)
 			if err != nil {
-				return err
+				return rep, err
 			}
 			defer conn.Release()
 			b := &builder{p: p, r: r, conn: conn}
 			var ok bool
 			if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, b.lockKey()).Scan(&ok); err != nil {
-				return err
+				return rep, err
 			}
 			if !ok {
-				return fmt.Errorf("projection %s: drop generation %d: %w", projection, generation, ErrBuildInProgress)
+				return rep, fmt.Errorf("projection %s: drop generation %d: %w", projection, g.Generation, ErrBuildInProgress)
 			}
 			defer b.unlock(ctx)
 		}
-		return p.dropGeneration(ctx, r, g)
+		if o.DryRun {
+			return p.dropPreview(ctx, rep, g)
+		}
+		rep.Deleted, err = p.dropGeneration(ctx, r, g, o)
+		if err != nil {
+			return rep, err
+		}
+		rep.Changed = true
+		rep.Message = fmt.Sprintf("generation %d of %s (code version %d, was %s) dropped", g.Generation, projection, g.CodeVersion, g.State)
+		return rep, nil
 	}
-	return fmt.Errorf("projection %s: %w: %d", projection, ErrNoGeneration, generation)
+	return rep, fmt.Errorf("projection %s: %w: %d", projection, ErrNoGeneration, generation)
+}
+
+// dropPreview reports what dropping g would delete: its gate rows per
+// table, its parked events and its read-model tables.
+func (p *Processor) dropPreview(ctx context.Context, rep ActionReport, g Generation) (ActionReport, error) {
+	rep.Deleted = map[string]int64{}
+	err := p.snapshot(ctx, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		for _, t := range gateTables {
+			b.Queue(`SELECT count(*) FROM `+p.table(t)+` WHERE projection = $1`, g.Key).QueryRow(func(row pgx.Row) error {
+				var n int64
+				err := row.Scan(&n)
+				rep.Deleted[t] = n
+				return err
+			})
+		}
+		if g.Schema != "" {
+			b.Queue(`SELECT count(*) FROM pg_tables WHERE schemaname = $1`, g.Schema).QueryRow(func(row pgx.Row) error {
+				var n int64
+				err := row.Scan(&n)
+				rep.Deleted["tables"] = n
+				return err
+			})
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		ps, err := p.buf.Stats(ctx, tx, g.Key)
+		rep.Deleted["parked"] = 0
+		for _, s := range ps {
+			rep.Deleted["parked"] += s.Events
+		}
+		return err
+	})
+	if err != nil {
+		return rep, fmt.Errorf("projection %s: drop generation %d: %w", g.Projection, g.Generation, err)
+	}
+	where := "its tables in schema " + g.Schema
+	if g.Schema == "" {
+		where = "the rows of its tables (generation 1: in the connection's search_path, through the projection's Reset)"
+	}
+	rep.Message = fmt.Sprintf("would drop generation %d of %s (code version %d, %s): %s and its gate rows",
+		g.Generation, g.Projection, g.CodeVersion, g.State, where)
+	return rep, nil
 }
 
 // dropGeneration drops g: first it stops being fed (its own transaction,
-// moving the epoch on), then its tables and gate rows go.
-func (p *Processor) dropGeneration(ctx context.Context, r *registered, g Generation) error {
+// moving the epoch on), then its tables and gate rows go. It returns the
+// rows deleted per gate table.
+func (p *Processor) dropGeneration(ctx context.Context, r *registered, g Generation, o ActionOptions) (map[string]int64, error) {
+	deleted := map[string]int64{}
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'retired', phase = '', ended_at = coalesce(ended_at, now()), updated_at = now()
@@ -418,17 +490,20 @@ WHERE key = $1 AND state <> 'live'`, g.Key)
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
-		return fmt.Errorf("projection %s: drop generation %d: %w", g.Projection, g.Generation, err)
+		return nil, fmt.Errorf("projection %s: drop generation %d: %w", g.Projection, g.Generation, err)
 	}
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		for _, t := range gateTables {
-			b.Queue(`DELETE FROM `+p.table(t)+` WHERE projection = $1`, g.Key)
+			b.Queue(`DELETE FROM `+p.table(t)+` WHERE projection = $1`, g.Key).Exec(func(ct pgconn.CommandTag) error {
+				deleted[t] = ct.RowsAffected()
+				return nil
+			})
 		}
 		p.buf.QueueClear(b, g.Key)
 		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'dropped', updated_at = now() WHERE key = $1`, g.Key)
-		b.Queue(p.sql.operatorLog, "rebuild-drop", g.Projection, "", nil, int64(g.Generation),
-			fmt.Sprintf("generation %d (code version %d, was %s) dropped", g.Generation, g.CodeVersion, g.State))
+		b.Queue(p.sql.operatorLog, "rebuild-drop", g.Projection, genParam(g.Generation), "", nil, int64(g.Generation),
+			cmp.Or(o.Reason, fmt.Sprintf("generation %d (code version %d, was %s) dropped", g.Generation, g.CodeVersion, g.State)), o.By)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
@@ -442,8 +517,8 @@ WHERE key = $1 AND state <> 'live'`, g.Key)
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("projection %s: drop generation %d: %w", g.Projection, g.Generation, err)
+		return nil, fmt.Errorf("projection %s: drop generation %d: %w", g.Projection, g.Generation, err)
 	}
-	p.log.InfoContext(ctx, "generation dropped", "projection", g.Projection, "generation", g.Generation)
-	return nil
+	p.log.InfoContext(ctx, "generation dropped", "projection", g.Projection, "generation", g.Generation, "by", o.By)
+	return deleted, nil
 }

@@ -22,6 +22,22 @@ import (
 // A nil Payload is JSON null.
 type Payload []byte
 
+// String returns the payload as operators read it in a table: its JSON on
+// one line when it is valid JSON, else "base64:" and the standard encoding
+// of its bytes; "" when nil.
+func (p Payload) String() string {
+	switch {
+	case p == nil:
+		return ""
+	case json.Valid(p):
+		var b bytes.Buffer
+		if json.Compact(&b, p) == nil {
+			return b.String()
+		}
+	}
+	return "base64:" + base64.StdEncoding.EncodeToString(p)
+}
+
 // MarshalJSON implements json.Marshaler.
 func (p Payload) MarshalJSON() ([]byte, error) {
 	switch {
@@ -113,8 +129,13 @@ type Status struct {
 	// Rejected counts rejected deliveries.
 	Rejected RejectedCounts `json:"rejected"`
 	// Generations lists the generations of the processor's projections that
-	// exist (not dropped): their state, phase, position and lag.
+	// exist (not dropped): their state, phase, position, lag and the events
+	// applied in each.
 	Generations []Generation `json:"generations"`
+	// Others lists the projections the schema holds state of that the
+	// processor does not have (another binary's): a schema that holds only
+	// those shows the processor's projections empty.
+	Others []string `json:"others"`
 	// Attention lists the oldest entries that wait for an operator, at most
 	// StatusEntries of each kind, payloads omitted.
 	Attention Attention `json:"attention"`
@@ -177,7 +198,8 @@ type Checkpoint struct {
 }
 
 // RejectedCounts counts the rejected table's entries: Total of them, of
-// which Pending were never replayed.
+// which Pending are not resolved (replayed, dismissed or declared
+// missing).
 type RejectedCounts struct {
 	Total   int64 `json:"total"`
 	Pending int64 `json:"pending"`
@@ -187,6 +209,10 @@ type RejectedCounts struct {
 // before it.
 type ParkedEntry struct {
 	Projection string `json:"projection"`
+	// Generation is the projection's generation the row belongs to (see
+	// Processor.Generations): the live one unless the listing asked for
+	// another (ListOptions.Generation, AllGenerations).
+	Generation int    `json:"generation"`
 	Aggregate  string `json:"aggregate"`
 	Version    int64  `json:"version"`
 	EventID    string `json:"event_id"`
@@ -203,6 +229,10 @@ type ParkedEntry struct {
 // WaitingEntry is an aggregate with parked events.
 type WaitingEntry struct {
 	Projection string `json:"projection"`
+	// Generation is the projection's generation the row belongs to (see
+	// Processor.Generations): the live one unless the listing asked for
+	// another (ListOptions.Generation, AllGenerations).
+	Generation int    `json:"generation"`
 	Aggregate  string `json:"aggregate"`
 	// Current is the applied version; the aggregate waits for Current+1.
 	Current int64 `json:"current"`
@@ -223,6 +253,10 @@ type WaitingEntry struct {
 // whose handler failed for good, with the last error.
 type QuarantineEntry struct {
 	Projection string `json:"projection"`
+	// Generation is the projection's generation the row belongs to (see
+	// Processor.Generations): the live one unless the listing asked for
+	// another (ListOptions.Generation, AllGenerations).
+	Generation int    `json:"generation"`
 	Aggregate  string `json:"aggregate"`
 	Version    int64  `json:"version"`
 	// EventID is the event's stable id.
@@ -245,6 +279,10 @@ type QuarantineEntry struct {
 type ConflictEntry struct {
 	ID         int64  `json:"id"`
 	Projection string `json:"projection"`
+	// Generation is the projection's generation the row belongs to (see
+	// Processor.Generations): the live one unless the listing asked for
+	// another (ListOptions.Generation, AllGenerations).
+	Generation int    `json:"generation"`
 	Aggregate  string `json:"aggregate"`
 	Version    int64  `json:"version"`
 	// ExistingState says what holds the version: "applied", "parked",
@@ -280,14 +318,19 @@ type ConflictEntry struct {
 type RejectedEntry struct {
 	// ID identifies the entry for Processor.ReplayRejected.
 	ID int64 `json:"id"`
-	// Fingerprint identifies the delivery: the hash of its source, envelope
-	// and error. Identical deliveries share one entry.
+	// Fingerprint identifies the delivery: the hash of what was delivered
+	// (event id, aggregate, version, type, content type, data, metadata),
+	// whatever its source and error. Deliveries of the same event share
+	// one entry, whichever path — a worker, a repair, a replay — they came
+	// by.
 	Fingerprint []byte `json:"fingerprint"`
 	Source      string `json:"source"`
 	EventID     string `json:"event_id"`
 	Aggregate   string `json:"aggregate"`
 	Version     int64  `json:"version"`
 	Type        string `json:"type"`
+	// ContentType is the content type the source gave for the data, if any.
+	ContentType string `json:"content_type,omitempty"`
 	// Data and Metadata are nil when the listing omitted payloads.
 	Data     Payload `json:"data,omitempty"`
 	Metadata Payload `json:"metadata,omitempty"`
@@ -305,6 +348,14 @@ type RejectedEntry struct {
 	// ReplayedAt is when an operator replayed it successfully (zero if
 	// never).
 	ReplayedAt time.Time `json:"replayed_at,omitzero"`
+	// ResolvedAt is when it stopped waiting for an operator (zero: it is
+	// pending): Resolution says how — "replayed", "dismissed", or
+	// "declared-gap" (its version was declared missing, or skipped) —
+	// ResolvedBy who and ResolveReason why.
+	ResolvedAt    time.Time `json:"resolved_at,omitzero"`
+	Resolution    string    `json:"resolution,omitempty"`
+	ResolvedBy    string    `json:"resolved_by,omitempty"`
+	ResolveReason string    `json:"resolve_reason,omitempty"`
 }
 
 // OperatorLogEntry is one recorded operator decision or source finding.
@@ -316,11 +367,16 @@ type OperatorLogEntry struct {
 	// "gap-missing-at-source", …
 	Action     string `json:"action"`
 	Projection string `json:"projection,omitempty"`
+	// Generation is the projection's generation the action concerned (0:
+	// none, or not recorded).
+	Generation int    `json:"generation,omitempty"`
 	Aggregate  string `json:"aggregate,omitempty"`
 	// From and To are the versions the action concerns, when it has them.
 	From   *int64 `json:"from,omitempty"`
 	To     *int64 `json:"to,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// By names who acted (ActionOptions.By), if anyone said.
+	By string `json:"by,omitempty"`
 }
 
 // escapeText returns s as Postgres text can hold it and an operator can read
@@ -359,6 +415,10 @@ func escapeText(s string) (escaped string, ok bool) {
 // AggregateState is the gate state of one aggregate in one projection.
 type AggregateState struct {
 	Projection string `json:"projection"`
+	// Generation is the projection's generation the row belongs to (see
+	// Processor.Generations): the live one unless the listing asked for
+	// another (ListOptions.Generation, AllGenerations).
+	Generation int    `json:"generation"`
 	Aggregate  string `json:"aggregate"`
 	// Version is the last applied version.
 	Version int64 `json:"version"`
@@ -374,6 +434,10 @@ type AggregateState struct {
 // redelivery (a duplicate) from a conflicting event.
 type AppliedEntry struct {
 	Projection string `json:"projection"`
+	// Generation is the projection's generation the row belongs to (see
+	// Processor.Generations): the live one unless the listing asked for
+	// another (ListOptions.Generation, AllGenerations).
+	Generation int    `json:"generation"`
 	Aggregate  string `json:"aggregate"`
 	Version    int64  `json:"version"`
 	EventID    string `json:"event_id"`

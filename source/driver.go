@@ -54,6 +54,16 @@ type Opener interface {
 
 // Repairer is implemented by Openers whose source can read the missing
 // versions of an aggregate on demand (gap repair: 'parked repair').
+//
+// A repair and a rebuild read the source as its workers do: when the
+// command line gives no mapping of its own (the driver's mapping flags,
+// set neither on it nor by their environment variables), the driver reads
+// with the mapping the workers recorded in the processor's schema when they
+// started (projection.Processor.RecordSource, SourceInfo.Mapping; Open's
+// source records it) — the one source of its kind recorded, or the one
+// OpenConfig.Name names — and says so through OpenConfig.Note. Mapping
+// flags that differ from the workers' win, with a note. Every source
+// records its mapping and follows this rule.
 type Repairer interface {
 	Repair(ctx context.Context, url string, cfg *OpenConfig, opts *RepairOptions) ([]Repair, error)
 }
@@ -61,7 +71,9 @@ type Repairer interface {
 // OpenConfig is what a command asks of the source it opens.
 type OpenConfig struct {
 	// Processor is the processor to feed (and, for a Repairer, to repair
-	// through); nil for a Replayer.
+	// through). For a Replayer it is the processor whose schema holds the
+	// workers' recorded mappings (see Repairer), or nil: the replay feeds
+	// nothing itself.
 	Processor *projection.Processor
 	// DatabaseURL is the processor's database (--database-url), for a
 	// source whose events may live in the same database.
@@ -82,6 +94,9 @@ type OpenConfig struct {
 	// OnReady, if set, is called once the source is subscribed or holds
 	// its share of the work (readiness).
 	OnReady func()
+	// Note, if set, receives what a repair or a rebuild decided for the
+	// operator: the mapping it reads the source with, and why.
+	Note func(msg string)
 }
 
 // Replayer is a source's history as both rebuilds read it: side by side
@@ -109,6 +124,14 @@ type ReplayProgress struct {
 type RepairOptions struct {
 	// Projection and Aggregate narrow it to one projection or aggregate.
 	Projection, Aggregate string
+	// Generation, if positive, repairs the aggregates waiting in that
+	// generation of the projections instead of their live one
+	// (projection.ListOptions.Generation).
+	Generation int
+	// DryRun feeds what the source has through the gate in transactions
+	// that are rolled back (projection.Batch.DryRun) and records nothing:
+	// the Repairs say what a repair would do.
+	DryRun bool
 	// OlderThan repairs only aggregates whose oldest parked event waited
 	// at least this long.
 	OlderThan time.Duration
@@ -128,4 +151,9 @@ type Repair struct {
 	Missing []string
 	// Reason says why the source had nothing, if it had nothing.
 	Reason string
+	// Outcomes counts what became of the versions found, by outcome
+	// (projection.Outcome's names: applied, parked, duplicate, conflict,
+	// quarantined, rejected): why a repair that found versions may apply
+	// nothing.
+	Outcomes map[string]int
 }

@@ -116,7 +116,7 @@ func TestRun(t *testing.T) {
 
 		out := e.run(t, "status")
 		require.Regexp(t, `(?m)^ledger\s+300\s+`+strconv.Itoa(len(w1))+`\s+0\s+0\s+-\s+0\s+0\s*$`, out)
-		require.Contains(t, out, "rejected deliveries: 1 (1 not replayed)")
+		require.Contains(t, out, "rejected deliveries: 1 (1 pending: ")
 		require.Regexp(t, `(?m)^esdb\s+C:\d{20}/P:\d{20}\s+`, out)
 
 		var rej []projection.RejectedEntry

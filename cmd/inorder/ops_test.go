@@ -127,7 +127,7 @@ func TestExitCodes(t *testing.T) {
 	require.NoError(t, err)
 	out, errOut, err := e.exec(t, "parked", "repair")
 	require.Equal(t, 3, exitCode(t, err), "%s%s", out, errOut)
-	require.Regexp(t, `(?m)^pay-9\s+2-2\s+0\s+\[2\]\s+nothing\s*$`, out)
+	require.Regexp(t, `(?m)^pay-9\s+2-2\s+0\s+-\s+\[2\]\s+nothing\s*$`, out)
 	require.Contains(t, errOut, "wait for versions missing at the source")
 }
 
@@ -184,7 +184,7 @@ func TestOplogAndConflictsAck(t *testing.T) {
 	require.Equal(t, int64(1), st.Projections[0].Conflicts)
 
 	out := e.run(t, "conflicts", "ack", id, "--reason", "producer fixed")
-	require.Equal(t, "conflict "+id+" acknowledged\n", out)
+	require.Equal(t, "ack-conflict: ledger generation 1 pay-1 #"+id+": conflict "+id+" acknowledged\n", out)
 	e.runJSON(t, &st, "status")
 	require.Equal(t, int64(0), st.Projections[0].Conflicts)
 	e.runJSON(t, &cs, "conflicts", "list", "--open")
@@ -196,7 +196,7 @@ func TestOplogAndConflictsAck(t *testing.T) {
 	require.Equal(t, "ack-conflict", log[0].Action)
 	require.Equal(t, "producer fixed", log[0].Reason)
 	out = e.run(t, "oplog", "--aggregate", "pay-1")
-	require.Regexp(t, regexp.MustCompile(`(?m)^\d+\s+\S+\s+ack-conflict\s+ledger\s+pay-1\s+1\s+producer fixed$`), out)
+	require.Regexp(t, regexp.MustCompile(`(?m)^\d+\s+\S+\s+ack-conflict\s+ledger\s+1\s+pay-1\s+1\s+producer fixed\s+\S+@\S+$`), out)
 }
 
 // process feeds events to the ledger of the env's schema.
@@ -273,7 +273,7 @@ func TestDeclaredGap(t *testing.T) {
 	e.process(t, event(t, "pay-7", 1, ledger.Authorized, ledger.Data{Payer: "c", Payee: "m", Amount: 100}),
 		event(t, "pay-7", 3, ledger.Approved, ledger.Data{}), event(t, "pay-7", 4, ledger.Captured, ledger.Data{Amount: 60}))
 	out := e.run(t, "parked", "list")
-	require.Regexp(t, `(?m)^ledger\s+pay-7\s+1\s+2\s+2\s+3-4\s`, out)
+	require.Regexp(t, `(?m)^ledger\s+1\s+pay-7\s+1\s+2\s+2\s+3-4\s`, out)
 
 	var act map[string]any
 	e.runJSON(t, &act, "parked", "declare-gap", "pay-7", "--to", "2", "--projection", "ledger", "--reason", "deleted at the source")

@@ -240,11 +240,30 @@ func TestRebuildSideBySide(t *testing.T) {
 	var st projection.Status
 	e.runJSON(t, &st, "status")
 	require.Len(t, st.Generations, 2)
+	for _, g := range st.Generations {
+		// Generation 1 was never rebuilt and the workers fed generation 2
+		// after its rebuild: each counts what it applied, not what a
+		// rebuild read.
+		require.NotNil(t, g.Applied, "generation %d", g.Generation)
+		require.Equal(t, int64(len(final)), *g.Applied, "generation %d counts the events applied in it", g.Generation)
+	}
+	out := e.run(t, "status")
+	require.Regexp(t, `(?m)^ledger\s+1\s+1\s+previous\s+-?\s*`+strconv.Itoa(len(final))+`\s+0\s`, out)
 
-	out := e.run(t, "rebuild", "rollback", "ledger")
-	require.Contains(t, out, "generation 1 of ledger is live again")
+	out = e.run(t, "rebuild", "rollback", "ledger", "--dry-run")
+	require.Contains(t, out, "dry run, nothing changed: rebuild-rollback: ledger generation 1")
+	e.runJSON(t, &gens, "rebuild", "status", "ledger")
+	require.Equal(t, projection.StateLive, gens[1].State, "the dry run changed nothing")
+	out = e.run(t, "rebuild", "rollback", "ledger")
+	require.Contains(t, out, "generation 1 of ledger live again")
+	var dry projection.ActionReport
+	e.runJSON(t, &dry, "rebuild", "drop", "ledger", "--generation", "2", "--dry-run")
+	require.True(t, dry.DryRun)
+	require.Positive(t, dry.Deleted["versions"]+dry.Deleted["tables"], "it says what it would drop: %+v", dry.Deleted)
+	require.Positive(t, dry.Deleted["tables"])
+	require.Equal(t, int64(1), e.count(t, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema), "and drops nothing")
 	out = e.run(t, "rebuild", "drop", "ledger", "--generation", "2", "--yes")
-	require.Contains(t, out, "generation 2 of ledger dropped")
+	require.Contains(t, out, "generation 2 of ledger (code version 1, was previous) dropped")
 	require.Zero(t, e.count(t, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema))
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/jackc/pgx/v5"
@@ -265,6 +266,10 @@ func (p *Projection) InlineTable() (projection.InlineTable, bool) {
 
 // Name implements projection.Projection.
 func (p *Projection) Name() string { return p.name }
+
+// Types lists the event types the ledger handles (projection.Typed): the
+// processor rejects any other type before the ledger sees it.
+func (p *Projection) Types() []string { return slices.Clone(Types) }
 
 // UseEffects implements effects.Binder: the projection records its
 // settlement webhooks with c from now on (as with Options.Effects). Call it

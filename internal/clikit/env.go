@@ -41,6 +41,7 @@ const (
 	EnvReadyMaxLag    = "INORDER_READY_MAX_LAG"
 	EnvRiverSchema    = "INORDER_RIVER_SCHEMA"
 	EnvEffectsWorkers = "INORDER_EFFECTS_WORKERS"
+	EnvOperator       = "INORDER_OPERATOR"
 )
 
 // EnvVars maps flag names to their environment variables.
@@ -128,8 +129,9 @@ func AnnotateEnv(root *cobra.Command) {
 }
 
 // ApplyEnv sets every flag of c whose variable getenv finds, before the
-// command line is parsed (so a flag on it wins). An invalid value is a
-// usage error.
+// command line is parsed (so a flag on it wins), and marks it Changed: the
+// variable stands in for the flag, as given. An invalid value is a usage
+// error.
 func ApplyEnv(c *cobra.Command, getenv func(string) string) error {
 	var err error
 	c.Flags().VisitAll(func(f *pflag.Flag) {
@@ -141,6 +143,7 @@ func ApplyEnv(c *cobra.Command, getenv func(string) string) error {
 			if serr := f.Value.Set(v); serr != nil {
 				err = Usagef("invalid $%s=%q: %v", env, v, serr)
 			}
+			f.Changed = true
 		}
 	})
 	return err

@@ -109,3 +109,7 @@ func (c *Console) Printf(attrs []any, format string, args ...any) {
 
 // Writer returns the console's writer, for text only.
 func (c *Console) Writer() io.Writer { return c.w }
+
+// Note prints msg as a line of its own (a JSON object when the console is
+// JSON).
+func (c *Console) Note(msg string) { c.Printf(nil, "%s", msg) }

@@ -33,7 +33,8 @@ type ProgressBar struct {
 func NewProgressBar(con *Console, label, unit string, total int64) *ProgressBar {
 	now := time.Now()
 	w := con.Writer()
-	p := &ProgressBar{con: con, w: w, label: label, unit: unit, total: total, start: now, last: now, every: 2 * time.Second}
+	// The first Update draws at once: a phase's bar comes before its notes.
+	p := &ProgressBar{con: con, w: w, label: label, unit: unit, total: total, start: now, every: 2 * time.Second}
 	if !con.JSON() && IsTerminal(w) {
 		p.tty, p.every = true, 100*time.Millisecond
 	}

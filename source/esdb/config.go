@@ -238,6 +238,11 @@ type Repair struct {
 	Found int
 	// Fed is how many events read from the stream were processed.
 	Fed int
+	// Outcomes counts what became of the versions found, by outcome
+	// ("applied", "parked", "duplicate", "conflict", "quarantined",
+	// "rejected": the gate's Result.Outcome, and the events the mapping
+	// refused): why a repair that found versions may apply nothing.
+	Outcomes map[string]int
 	// Absent lists the versions of From…To the stream does not have.
 	Absent []VersionRange
 	// Reason says why the stream has nothing to give — it does not exist,

@@ -49,6 +49,7 @@ func (driver) Title() string { return "EventStoreDB" }
 // flags are the driver's flags for one command.
 type flags struct {
 	command      string
+	fs           *pflag.FlagSet
 	StreamPrefix string
 	TypeRegex    string
 	VersionField string
@@ -65,7 +66,7 @@ type flags struct {
 }
 
 func (driver) Bind(fs *pflag.FlagSet, command string) source.Opener {
-	o := &flags{command: command}
+	o := &flags{command: command, fs: fs}
 	fs.StringVar(&o.StreamPrefix, "stream-prefix", "", "category `prefix` of the aggregates' streams, removed to get aggregate ids (\"payment-\": stream payment-42 is aggregate 42); other streams are ignored. Default: every non-system stream, named as its aggregate")
 	fs.StringVar(&o.TypeRegex, "type-regex", "", "only events whose type matches this `regex`")
 	fs.StringVar(&o.VersionField, "version-field", "", "metadata `field` holding the aggregate version (default: stream revision + 1)")
@@ -127,6 +128,29 @@ func (o *flags) Validate(url string) error {
 	return nil
 }
 
+// given reports whether the command line (or the environment) gives a
+// mapping of its own.
+func (o *flags) given() bool {
+	for _, name := range mappingFlags {
+		if f := o.fs.Lookup(name); f != nil && f.Changed {
+			return true
+		}
+	}
+	return false
+}
+
+// readConfig is config for a repair or a rebuild: with the mapping the
+// workers recorded, unless the flags give one (source.Repairer).
+func (o *flags) readConfig(ctx context.Context, url string, oc *source.OpenConfig, name string) (*Config, error) {
+	cfg := o.config(url, oc)
+	m, re, err := readWith(ctx, oc.Processor, name, o.given(), cfg.Mapping, cfg.TypeRegex, oc.Note)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Mapping, cfg.TypeRegex = m, re
+	return cfg, nil
+}
+
 // config returns the Config the flags and oc describe.
 func (o *flags) config(url string, oc *source.OpenConfig) *Config {
 	return &Config{
@@ -155,8 +179,11 @@ func (o *flags) Open(_ context.Context, url string, oc *source.OpenConfig) (sour
 	return s.Feed(), nil
 }
 
-func (o *flags) Replayer(_ context.Context, url string, oc *source.OpenConfig) (source.Replayer, error) {
-	cfg := o.config(url, oc)
+func (o *flags) Replayer(ctx context.Context, url string, oc *source.OpenConfig) (source.Replayer, error) {
+	cfg, err := o.readConfig(ctx, url, oc, oc.Name)
+	if err != nil {
+		return nil, err
+	}
 	cfg.Processor = nil
 	r, err := NewReplayer(cfg)
 	if err != nil {
@@ -174,14 +201,22 @@ func (r replayer) Progress() source.ReplayProgress {
 }
 
 func (o *flags) Repair(ctx context.Context, url string, oc *source.OpenConfig, opts *source.RepairOptions) ([]source.Repair, error) {
-	s, err := New(o.config(url, oc))
+	cfg, err := o.readConfig(ctx, url, oc, oc.Name)
 	if err != nil {
 		return nil, err
 	}
-	reps, err := s.RepairNow(ctx, &RepairOptions{Projection: opts.Projection, Aggregate: opts.Aggregate, OlderThan: opts.OlderThan, Limit: opts.Limit})
+	if cfg.Name == "" {
+		cfg.Name = "repair"
+	}
+	s, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	reps, err := s.RepairNow(ctx, &RepairOptions{Projection: opts.Projection, Generation: opts.Generation, Aggregate: opts.Aggregate,
+		OlderThan: opts.OlderThan, Limit: opts.Limit, DryRun: opts.DryRun})
 	out := make([]source.Repair, 0, len(reps))
 	for _, r := range reps {
-		sr := source.Repair{Aggregate: r.Aggregate, From: r.From, To: r.To, Found: r.Found, Reason: r.Reason}
+		sr := source.Repair{Aggregate: r.Aggregate, From: r.From, To: r.To, Found: r.Found, Reason: r.Reason, Outcomes: r.Outcomes}
 		for _, a := range r.Absent {
 			sr.Missing = append(sr.Missing, a.String())
 		}

@@ -2,11 +2,9 @@ package esdb
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"mime"
 	"strconv"
 	"strings"
 
@@ -56,7 +54,9 @@ func (m Mapping) Aggregate(stream string) (string, bool) {
 // The error wraps ErrSkipped for system events and streams outside the
 // mapping. It is an *aggregate.ValidationError when the event cannot be
 // processed — content that is not JSON, a missing version field — and the
-// returned event then carries what is known, for the rejected table. JSON
+// returned event then carries what is known, for the rejected table. The
+// event carries the recorded content type (an empty one counts as JSON), so
+// a replay of the rejected event is refused for the same reason. JSON
 // content that is malformed is mapped as it is: the processor's validation
 // rejects it.
 func (m Mapping) Map(r *esdbc.RecordedEvent) (aggregate.Event, error) {
@@ -71,18 +71,21 @@ func (m Mapping) Map(r *esdbc.RecordedEvent) (aggregate.Event, error) {
 		return aggregate.Event{}, fmt.Errorf("%w: stream %s is outside prefix %q", ErrSkipped, r.StreamID, m.StreamPrefix)
 	}
 	e := aggregate.Event{
-		ID:         r.EventID.String(),
-		Aggregate:  id,
-		Version:    int64(r.EventNumber) + 1,
-		Type:       r.EventType,
-		Data:       r.Data,
-		RecordedAt: r.CreatedDate,
+		ID:          r.EventID.String(),
+		Aggregate:   id,
+		Version:     int64(r.EventNumber) + 1,
+		Type:        r.EventType,
+		Data:        r.Data,
+		RecordedAt:  r.CreatedDate,
+		ContentType: r.ContentType,
 	}
 	if len(r.UserMetadata) > 0 {
 		e.Metadata = r.UserMetadata
 	}
-	if !isJSON(r.ContentType) {
-		return e, &aggregate.ValidationError{Err: aggregate.ErrInvalidJSON, Detail: fmt.Sprintf("content type %s is not JSON", cmp.Or(r.ContentType, `""`))}
+	if e.ContentType != "" && !aggregate.IsJSONContentType(e.ContentType) {
+		// What the processor's validation says of it, and says again when
+		// an operator replays it: the event carries its content type.
+		return e, e.Validate(&aggregate.Limits{MaxPayload: -1})
 	}
 	if m.VersionField != "" {
 		v, err := versionFrom(e.Metadata, m.VersionField)
@@ -93,16 +96,6 @@ func (m Mapping) Map(r *esdbc.RecordedEvent) (aggregate.Event, error) {
 		e.Version = v
 	}
 	return e, nil
-}
-
-// isJSON reports whether a content type is JSON: application/json or a
-// "+json" type, parameters ignored.
-func isJSON(contentType string) bool {
-	mt, _, err := mime.ParseMediaType(contentType)
-	if err != nil {
-		return false
-	}
-	return mt == "application/json" || strings.HasSuffix(mt, "+json")
 }
 
 // versionFrom reads a positive integer version from a metadata field.

@@ -30,7 +30,7 @@ func TestMapping(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, aggregate.Event{
 			ID: id.String(), Aggregate: "42", Version: 5, Type: "payment.captured",
-			Data: []byte(`{"amount":5}`), Metadata: []byte(`{"by":"x"}`), RecordedAt: at,
+			Data: []byte(`{"amount":5}`), Metadata: []byte(`{"by":"x"}`), RecordedAt: at, ContentType: "application/json",
 		}, e)
 		require.Equal(t, "payment-42", payment.Stream("42"))
 

@@ -45,6 +45,12 @@ type RepairOptions struct {
 	// projection, one of the processor's. The events read are processed
 	// for every projection all the same.
 	Projection string
+	// Generation, if positive, repairs the aggregates waiting in that
+	// generation of the projections instead of their live one (see
+	// projection.ListOptions.Generation). The events read are processed
+	// for every generation the processor feeds: a generation nothing feeds
+	// any more is not repaired by them.
+	Generation int
 	// Aggregate, if set, repairs only this aggregate.
 	Aggregate string
 	// OlderThan, if positive, repairs only the aggregates whose oldest
@@ -54,6 +60,11 @@ type RepairOptions struct {
 	// Limit caps the aggregates repaired, the longest waiting first.
 	// Default Config.RepairLimit.
 	Limit int
+	// DryRun reads the streams and feeds what it finds through the gate in
+	// transactions that are rolled back (projection.Batch.DryRun): the
+	// Repairs say what a repair would do, and nothing changes — no event
+	// applied, no finding recorded in the operator log.
+	DryRun bool
 }
 
 // RepairNow runs gap repair once, now, the way Run's periodic rounds do:
@@ -88,13 +99,13 @@ func (s *Source) RepairNow(ctx context.Context, opts *RepairOptions) ([]Repair, 
 	// An aggregate has a row per projection it waits in.
 	n := max(len(projections), 1)
 	waiting, err := proc.Waiting(ctx, projection.ListOptions{
-		Projection: opts.Projection, Aggregate: opts.Aggregate, OlderThan: opts.OlderThan,
+		Projection: opts.Projection, Generation: opts.Generation, Aggregate: opts.Aggregate, OlderThan: opts.OlderThan,
 		Limit: min(limit, 1<<20/n) * n,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("esdb: repair: %w", err)
 	}
-	reps, _, err := s.repairGaps(ctx, s.gaps(waiting, limit, nil))
+	reps, _, err := s.repairGaps(ctx, s.gaps(waiting, limit, nil), opts.DryRun)
 	return reps, err
 }
 
@@ -128,7 +139,7 @@ func (s *Source) repairRound(ctx context.Context) error {
 			}
 		}
 	}
-	_, missing, err := s.repairGaps(ctx, gaps)
+	_, missing, err := s.repairGaps(ctx, gaps, false)
 	for _, w := range missing {
 		s.knownMissing[missingKey(w)] = true
 	}
@@ -168,7 +179,7 @@ func (s *Source) gaps(waiting []projection.WaitingEntry, limit int, skip func(pr
 // repairGaps repairs gaps one after the other with a client of its own,
 // calling OnRepair for each, until one fails. missing lists the waits it
 // recorded as missing at the source.
-func (s *Source) repairGaps(ctx context.Context, gaps []*gap) (reps []Repair, missing []projection.WaitingEntry, err error) {
+func (s *Source) repairGaps(ctx context.Context, gaps []*gap, dryRun bool) (reps []Repair, missing []projection.WaitingEntry, err error) {
 	reps = make([]Repair, 0, len(gaps))
 	if len(gaps) == 0 {
 		return reps, nil, nil
@@ -180,7 +191,7 @@ func (s *Source) repairGaps(ctx context.Context, gaps []*gap) (reps []Repair, mi
 	}
 	defer client.Close()
 	for _, g := range gaps {
-		r, m := s.repair(ctx, client, g)
+		r, m := s.repair(ctx, client, g, dryRun)
 		missing = append(missing, m...)
 		reps = append(reps, r)
 		if s.cfg.OnRepair != nil {
@@ -195,7 +206,7 @@ func (s *Source) repairGaps(ctx context.Context, gaps []*gap) (reps []Repair, mi
 
 // repair reads one aggregate's missing versions, processes what it finds and
 // records what it does not; missing lists the waits recorded.
-func (s *Source) repair(ctx context.Context, client *esdbc.Client, g *gap) (r Repair, missing []projection.WaitingEntry) {
+func (s *Source) repair(ctx context.Context, client *esdbc.Client, g *gap, dryRun bool) (r Repair, missing []projection.WaitingEntry) {
 	g.to = min(g.to, g.from+repairMax-1)
 	r = Repair{Aggregate: g.agg, From: g.from, To: g.to}
 	stream := s.cfg.Mapping.Stream(g.agg)
@@ -236,17 +247,28 @@ func (s *Source) repair(ctx context.Context, client *esdbc.Client, g *gap) (r Re
 		r.Absent = append(r.Absent, VersionRange{From: v, To: end})
 		v = end
 	}
+	r.Outcomes = map[string]int{}
+	refused := len(rejects)
+	if refused > 0 {
+		r.Outcomes[projection.Rejected.String()] += len(rejects)
+	}
 	for len(events) > 0 || len(rejects) > 0 {
 		n := min(len(events), s.cfg.BatchSize)
-		b := projection.Batch{Events: events[:n], Rejects: rejects, Source: s.cfg.Name}
-		if _, err := s.cfg.Processor.Process(ctx, b); err != nil {
+		b := projection.Batch{Events: events[:n], Rejects: rejects, Source: s.cfg.Name, DryRun: dryRun}
+		res, err := s.cfg.Processor.Process(ctx, b)
+		if err != nil {
 			r.Err = err
 			return r, nil
+		}
+		for _, x := range res {
+			r.Outcomes[x.Outcome.String()]++
 		}
 		r.Fed += n
 		events, rejects = events[n:], nil
 	}
-	s.stats.repaired.Add(int64(r.Fed))
+	if !dryRun {
+		s.stats.repaired.Add(int64(r.Fed))
+	}
 	// What each projection waits for first and the stream does not have.
 	for _, w := range g.waits {
 		from, to := w.MissingFrom, w.MissingTo
@@ -258,11 +280,15 @@ func (s *Source) repair(ctx context.Context, client *esdbc.Client, g *gap) (r Re
 		for end < to && !have[end+1] {
 			end++
 		}
+		if dryRun { // reported, not recorded
+			r.Missing = true
+			continue
+		}
 		reason := r.Reason
 		if reason == "" {
 			reason = fmt.Sprintf("versions %d-%d are not in stream %s (truncated, deleted or never written)", from, end, stream)
 		}
-		inserted, err := s.recordMissing(ctx, w.Projection, g.agg, from, end, reason)
+		inserted, err := s.recordMissing(ctx, w.Projection, w.Generation, g.agg, from, end, reason)
 		if err != nil {
 			r.Err = err
 			return r, missing
@@ -272,25 +298,30 @@ func (s *Source) repair(ctx context.Context, client *esdbc.Client, g *gap) (r Re
 		if inserted {
 			s.stats.gapsMissing.Add(1)
 			s.log.Warn("esdb gap missing at source; an operator must declare it", "name", s.cfg.Name,
-				"projection", w.Projection, "aggregate", g.agg, "from", from, "to", end, "reason", reason)
+				"projection", w.Projection, "generation", w.Generation, "aggregate", g.agg, "from", from, "to", end, "reason", reason)
 		}
 	}
-	if r.Fed > 0 {
-		s.log.Info("esdb gap repaired", "name", s.cfg.Name, "aggregate", g.agg, "from", g.from, "to", g.to, "fed", r.Fed)
+	if (r.Fed > 0 || refused > 0) && !dryRun {
+		msg := "esdb gap repaired"
+		if r.Outcomes[projection.Applied.String()] == 0 {
+			msg = "esdb gap repair applied nothing"
+		}
+		s.log.Info(msg, "name", s.cfg.Name, "aggregate", g.agg, "from", g.from, "to", g.to, "fed", r.Fed,
+			"outcomes", fmt.Sprint(r.Outcomes))
 	}
 	return r, missing
 }
 
 // missingKey identifies a projection's gap for knownMissing.
 func missingKey(w projection.WaitingEntry) string {
-	return fmt.Sprintf("%s\x00%s\x00%d", w.Projection, w.Aggregate, w.Current)
+	return fmt.Sprintf("%s\x00%d\x00%s\x00%d", w.Projection, w.Generation, w.Aggregate, w.Current)
 }
 
 // recordMissing writes the operator-log row of a gap missing at the source,
 // unless it is there already.
-func (s *Source) recordMissing(ctx context.Context, proj, agg string, from, to int64, reason string) (inserted bool, err error) {
+func (s *Source) recordMissing(ctx context.Context, proj string, gen int, agg string, from, to int64, reason string) (inserted bool, err error) {
 	inserted, err = s.cfg.Processor.LogAction(ctx, projection.Action{Action: "gap-missing-at-source",
-		Projection: proj, Aggregate: agg, From: &from, To: &to, Reason: reason, Once: true})
+		Projection: proj, Generation: gen, Aggregate: agg, From: &from, To: &to, Reason: reason, Once: true})
 	if err != nil {
 		return false, fmt.Errorf("esdb: record missing gap: %w", err)
 	}

@@ -227,7 +227,7 @@ func TestRepairNow(t *testing.T) {
 		agg := events[0].Aggregate
 		reps, err := src.RepairNow(t.Context(), &esdb.RepairOptions{Aggregate: agg})
 		require.NoError(t, err)
-		require.Equal(t, []esdb.Repair{{Aggregate: agg, From: 3, To: 3, Found: 1, Fed: 1}}, reps)
+		require.Equal(t, []esdb.Repair{{Aggregate: agg, From: 3, To: 3, Found: 1, Fed: 1, Outcomes: map[string]int{"applied": 1}}}, reps)
 		require.Equal(t, reps, hooked)
 		v, err := b.proc.Version(t.Context(), "ledger", agg)
 		require.NoError(t, err)
@@ -267,7 +267,7 @@ func TestRepairNow(t *testing.T) {
 		for range 2 {
 			reps, err := src.RepairNow(t.Context(), nil)
 			require.NoError(t, err)
-			require.Equal(t, []esdb.Repair{{Aggregate: agg, From: 3, To: 4, Absent: []esdb.VersionRange{{From: 3, To: 4}}, Missing: true}}, reps)
+			require.Equal(t, []esdb.Repair{{Aggregate: agg, From: 3, To: 4, Outcomes: map[string]int{}, Absent: []esdb.VersionRange{{From: 3, To: 4}}, Missing: true}}, reps)
 			require.Equal(t, "3-4", reps[0].Absent[0].String())
 		}
 		var n int

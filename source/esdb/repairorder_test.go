@@ -70,7 +70,7 @@ func TestGapRepairStreamOrder(t *testing.T) {
 			require.NoError(t, err)
 			reps, err := src.RepairNow(t.Context(), nil)
 			require.NoError(t, err)
-			require.Equal(t, []esdb.Repair{{Aggregate: agg, From: 3, To: 3, Found: 1, Fed: 1}}, reps,
+			require.Equal(t, []esdb.Repair{{Aggregate: agg, From: 3, To: 3, Found: 1, Fed: 1, Outcomes: map[string]int{"applied": 1}}}, reps,
 				"version 3 is in the stream: found, not missing at the source")
 
 			v, err := b.proc.Version(t.Context(), "ledger", agg)

@@ -217,6 +217,11 @@ func (s *Source) Run(ctx context.Context) error {
 		bg.Go(func() { s.lagLoop(soft) })
 	}
 	s.log.Info("esdb source starting", "name", s.cfg.Name, "mode", s.mode())
+	if err := s.record(soft); err != nil {
+		// Repairs and rebuilds run from elsewhere then need the mapping
+		// flags; the workers themselves are fine.
+		s.log.Warn("esdb source could not record its mapping", "name", s.cfg.Name, "error", err)
+	}
 
 	rejected := s.consume(soft, hard)
 	cancelSoft() // the background loops stop too when the server rejected us
