@@ -3,9 +3,9 @@ package cli
 import (
 	"context"
 	"fmt"
-	"strings"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"strings"
 
 	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/httpapi"

@@ -194,7 +194,9 @@ func TestRebuild(t *testing.T) {
 		operated := make(chan error, 1)
 		applied := int64(len(opOf(head, "pay-000000")))
 		require.Positive(t, applied)
-		go func() { operated <- acted(live.DeclareGap(ctx, "ledger", "pay-000000", applied, &projection.ActionOptions{Reason: "during a rebuild"})) }()
+		go func() {
+			operated <- acted(live.DeclareGap(ctx, "ledger", "pay-000000", applied, &projection.ActionOptions{Reason: "during a rebuild"}))
+		}()
 		// Wait until the live batch and the operator action wait on the
 		// rebuild lock; neither may return meanwhile.
 		tick := time.NewTicker(5 * time.Millisecond)
