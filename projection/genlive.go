@@ -49,12 +49,3 @@ func (p *Processor) liveSchemaSQL() string {
        ELSE quote_ident(schema) || ', ' || current_setting('search_path') END, true)
 FROM ` + p.table("generations") + ` WHERE projection = $1 AND state = 'live' AND schema <> ''`
 }
-
-// liveKey returns the gate key of a projection's live generation.
-func (p *Processor) liveKey(ctx context.Context, projection string) (string, error) {
-	var key string
-	if err := p.pool.QueryRow(ctx, `SELECT `+p.liveKeySQL(1), projection).Scan(&key); err != nil {
-		return "", fmt.Errorf("projection %s: live generation: %w", projection, err)
-	}
-	return key, nil
-}

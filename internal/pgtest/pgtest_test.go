@@ -143,7 +143,7 @@ func TestNewMigrated(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{
 		"applied", "applied_log", "checkpoints", "conflicts", "effects", "generation_epoch", "generations", "operator_log", "parked",
-		"quarantine", "rejected", "schema_migrations", "versions",
+		"quarantine", "rejected", "schema_migrations", "sources", "versions",
 	}, tables)
 
 	_, err = db.Pool.Exec(ctx, "INSERT INTO versions (projection, aggregate) VALUES ('p', 'a')")
