@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inorder/inorder/console"
 	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/migrations"
@@ -232,7 +233,15 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 
 	var srv *clikit.Server
 	if o.http.Addr != "" {
-		if srv, err = clikit.StartHTTP(&o.http, clikit.Serve{Processor: proc, Effects: fx, Ready: ready, Metrics: m, Tracing: tracing, Logger: logger}); err != nil {
+		sources := func() []console.SourceLag {
+			l := src.Lag()
+			return []console.SourceLag{{Name: l.Source, Kind: "esdb " + l.Mode, Known: l.Known, Events: l.Events, Behind: l.Behind,
+				Workers: o.Workers, Projections: proc.Projections()}}
+		}
+		rebuilds := &consoleRebuilds{proc: proc, es: o.es, logger: logger, ctx: ctx}
+		defer rebuilds.wait()
+		if srv, err = clikit.StartHTTP(&o.http, clikit.Serve{Processor: proc, Effects: fx, Ready: ready, Metrics: m, Tracing: tracing,
+			Sources: sources, Rebuilds: rebuilds, Logger: logger}); err != nil {
 			return err
 		}
 		con.Printf([]any{"url", srv.URL()}, "serving %s", srv.URL())
@@ -393,3 +402,38 @@ func (c *runCmd) buildNewVersions(ctx context.Context, proc *projection.Processo
 	}
 	return nil
 }
+
+// consoleRebuilds starts the side-by-side rebuilds that an operator asks
+// for through the console or the write routes, in this process, reading
+// the stream as the workers do.
+type consoleRebuilds struct {
+	proc   *projection.Processor
+	es     esdbOptions
+	logger *slog.Logger
+	ctx    context.Context // the command's: a rebuild stops with the process (and resumes when run again)
+	wg     sync.WaitGroup
+}
+
+// StartRebuild implements httpapi.Rebuilder.
+func (c *consoleRebuilds) StartRebuild(_ context.Context, name, by string, opts *projection.BuildOptions, done func(error)) error {
+	r, err := esdb.NewReplayer(c.es.config(esdb.Config{Logger: c.logger}))
+	if err != nil {
+		return err
+	}
+	c.wg.Go(func() {
+		c.logger.Info("rebuild started by an operator", "projection", name, "by", by)
+		o := *opts
+		o.Stream = r
+		res, err := c.proc.Build(c.ctx, name, &o)
+		if err != nil {
+			c.logger.Error("rebuild failed", "projection", name, "by", by, "error", err)
+			done(err)
+			return
+		}
+		c.logger.Info("rebuild done", "projection", name, "generation", res.Generation, "previous", res.Previous, "events", res.Events)
+		done(nil)
+	})
+	return nil
+}
+
+func (c *consoleRebuilds) wait() { c.wg.Wait() }

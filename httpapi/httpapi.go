@@ -72,6 +72,26 @@ type Options struct {
 	// Effects, if set, adds the open effect intents per kind to /v1/status
 	// (an *effects.Client). Default: none.
 	Effects EffectsStats
+
+	// AdminToken, when set, enables the write routes (POST /v1/actions/…):
+	// each needs "Authorization: Bearer <AdminToken>" — the read token does
+	// not do — compared in constant time. Default: no write routes (403).
+	AdminToken string
+
+	// EffectsClient, if set, lets the write routes retry effect intents.
+	EffectsClient *effects.Client
+
+	// Rebuilds, if set, lets POST /v1/actions/rebuild-start start a
+	// side-by-side rebuild in this process. Default: refused (501).
+	Rebuilds Rebuilder
+}
+
+// Rebuilder starts a side-by-side rebuild of a projection in the server's
+// process — projection.Processor.Build with opts, whose Stream it sets to
+// the source's replay — and returns once it started; by names who asked,
+// done receives Build's outcome.
+type Rebuilder interface {
+	StartRebuild(ctx context.Context, projection, by string, opts *projection.BuildOptions, done func(error)) error
 }
 
 // EffectsStats reads the open effect intents per kind; *effects.Client
@@ -109,6 +129,7 @@ type handler struct {
 	opts      Options
 	log       *slog.Logger
 	tokenHash [sha256.Size]byte
+	adminHash [sha256.Size]byte
 	mux       *http.ServeMux
 	onWait    func() // test hook: a request starts waiting for min_version
 }
@@ -126,7 +147,7 @@ func New(proc *projection.Processor, opts *Options) http.Handler {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	h := &handler{proc: proc, opts: o, log: o.Logger, tokenHash: sha256.Sum256([]byte(o.Token))}
+	h := &handler{proc: proc, opts: o, log: o.Logger, tokenHash: sha256.Sum256([]byte(o.Token)), adminHash: sha256.Sum256([]byte(o.AdminToken))}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", h.healthz)
 	mux.HandleFunc("GET /readyz", h.readyz)
@@ -136,6 +157,7 @@ func New(proc *projection.Processor, opts *Options) http.Handler {
 	mux.HandleFunc("GET /v1/projections/{name}/aggregates", h.list)
 	mux.HandleFunc("GET /v1/projections/{name}/aggregates/{$}", h.emptyID)
 	mux.HandleFunc("GET /v1/projections/{name}/aggregates/{id}", h.aggregate)
+	mux.HandleFunc("POST /v1/actions/{action}", h.action)
 	mux.HandleFunc("/", h.notFound)
 	h.mux = mux
 	return h
@@ -171,9 +193,34 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("Cache-Control", "no-store")
 	hdr.Set("X-Content-Type-Options", "nosniff")
 
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+	write := strings.HasPrefix(r.URL.Path, "/v1/actions/")
+	switch {
+	case write && r.Method != http.MethodPost:
+		hdr.Set("Allow", "POST")
+		writeError(rec, http.StatusMethodNotAllowed, CodeMethodNotAllowed, "actions are POSTed")
+		return
+	case !write && r.Method != http.MethodGet && r.Method != http.MethodHead:
 		hdr.Set("Allow", "GET, HEAD")
 		writeError(rec, http.StatusMethodNotAllowed, CodeMethodNotAllowed, "only GET and HEAD are allowed")
+		return
+	}
+	if write {
+		// The action reads its body itself; the admin token is checked
+		// instead of the read token.
+		if p := r.URL.EscapedPath(); strings.Contains(p, "//") || strings.Contains(p, "/.") {
+			writeError(rec, http.StatusBadRequest, CodeBadRequest, "the path is not canonical")
+			return
+		}
+		if h.opts.AdminToken == "" {
+			writeError(rec, http.StatusForbidden, CodeForbidden, "this server has no admin token: its write routes are off")
+			return
+		}
+		if !h.authorizedAs(r, h.adminHash) {
+			hdr.Set("WWW-Authenticate", `Bearer realm="inorder-admin"`)
+			writeError(rec, http.StatusUnauthorized, CodeUnauthorized, "actions need the admin bearer token")
+			return
+		}
+		h.mux.ServeHTTP(rec, r)
 		return
 	}
 	if !h.readBody(rec, w, r) {
@@ -220,13 +267,16 @@ func (h *handler) readBody(w, raw http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-func (h *handler) authorized(r *http.Request) bool {
+func (h *handler) authorized(r *http.Request) bool { return h.authorizedAs(r, h.tokenHash) }
+
+// authorizedAs compares the bearer token's hash with want in constant time.
+func (h *handler) authorizedAs(r *http.Request, want [sha256.Size]byte) bool {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return false
 	}
 	got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-	return subtle.ConstantTimeCompare(got[:], h.tokenHash[:]) == 1
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }
 
 // fail answers an unexpected error without revealing it, and logs it.

@@ -23,6 +23,9 @@ const (
 	CodeUnavailable       = "unavailable"
 	CodeTimeout           = "timeout"
 	CodeInternal          = "internal"
+	CodeForbidden         = "forbidden"
+	CodeConflict          = "conflict"
+	CodeNotImplemented    = "not_implemented"
 )
 
 // ErrorBody is the body of every error response.

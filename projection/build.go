@@ -138,6 +138,12 @@ type BuildOptions struct {
 	// By names who rebuilds, for the operator log (see ActionOptions.By).
 	By string
 
+	// Hold stops the rebuild before the switch: once caught up, the
+	// generation waits in PhaseReady (still in catch-up, kept current by
+	// the rebuild and the workers) until an operator calls
+	// Processor.Switch; then it is verified and switched in as usual.
+	Hold bool
+
 	// Progress, if set, is called after every replay transaction and
 	// catch-up batch, at every phase change, and with notes (waiting for
 	// another build, verification retries), from the goroutine that called
@@ -349,6 +355,11 @@ func (b *builder) run(ctx context.Context) error {
 	}
 	if err := b.catchUp(ctx); err != nil {
 		return err
+	}
+	if b.opts.Hold {
+		if err := b.hold(ctx); err != nil {
+			return err
+		}
 	}
 	return b.verifyAndSwitch(ctx)
 }

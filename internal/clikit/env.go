@@ -16,6 +16,9 @@ const (
 	EnvSchema         = "INORDER_SCHEMA"
 	EnvHTTPAddr       = "INORDER_HTTP_ADDR"
 	EnvHTTPToken      = "INORDER_HTTP_TOKEN"
+	EnvHTTPAdminToken = "INORDER_HTTP_ADMIN_TOKEN"
+	EnvConsole        = "INORDER_CONSOLE"
+	EnvConsolePayload = "INORDER_CONSOLE_PAYLOADS"
 	EnvHTTPMaxWait    = "INORDER_HTTP_MAX_WAIT"
 	EnvLogFormat      = "INORDER_LOG_FORMAT"
 	EnvLogLevel       = "INORDER_LOG_LEVEL"
@@ -53,6 +56,9 @@ func EnvVars() map[string]string {
 		"schema":                   EnvSchema,
 		"http-addr":                EnvHTTPAddr,
 		"http-token":               EnvHTTPToken,
+		"http-admin-token":         EnvHTTPAdminToken,
+		"console":                  EnvConsole,
+		"console-payloads":         EnvConsolePayload,
 		"http-max-wait":            EnvHTTPMaxWait,
 		"log-format":               EnvLogFormat,
 		"log-level":                EnvLogLevel,

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/pflag"
 
+	"github.com/inorder/inorder/console"
 	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/httpapi"
 	"github.com/inorder/inorder/metrics"
@@ -27,17 +28,26 @@ const DefaultHTTPAddr = "127.0.0.1:8080"
 
 // HTTPOptions are the flags of commands that serve HTTP.
 type HTTPOptions struct {
-	Addr    string
-	Token   string
-	MaxWait time.Duration
+	Addr       string
+	Token      string
+	AdminToken string
+	MaxWait    time.Duration
+	// Console serves the operator console under /console/; Payloads shows
+	// events' data in it.
+	Console  bool
+	Payloads bool
 }
 
-// BindHTTP defines --http-addr (default def), --http-token and
-// --http-max-wait on fs.
+// BindHTTP defines --http-addr (default def), --http-token,
+// --http-admin-token, --http-max-wait, --console and --console-payloads on
+// fs.
 func BindHTTP(fs *pflag.FlagSet, o *HTTPOptions, def string) {
 	fs.StringVar(&o.Addr, "http-addr", def, "listen `address` of the HTTP API, health checks and /metrics (\"\" disables it)")
 	fs.StringVar(&o.Token, "http-token", "", "bearer `token` the read-model API requires (/healthz, /readyz and /metrics are open; default: no token)")
+	fs.StringVar(&o.AdminToken, "http-admin-token", "", "bearer `token` the write routes (POST /v1/actions/…) and the console's actions require; the read token does not do (default: none, no writes)")
 	fs.DurationVar(&o.MaxWait, "http-max-wait", httpapi.DefaultMaxWait, "longest wait of a ?min_version= read")
+	fs.BoolVar(&o.Console, "console", false, "serve the operator console under /console/ on the same listener (read token to read, admin token to act)")
+	fs.BoolVar(&o.Payloads, "console-payloads", false, "show events' data and metadata in the console (default: masked)")
 }
 
 // Validate checks the flags.
@@ -46,6 +56,12 @@ func (o *HTTPOptions) Validate() error {
 		if _, _, err := net.SplitHostPort(o.Addr); err != nil {
 			return Usagef("invalid --http-addr %q: %v", o.Addr, err)
 		}
+	}
+	if o.AdminToken != "" && o.AdminToken == o.Token {
+		return Usagef("--http-admin-token must differ from --http-token")
+	}
+	if o.Payloads && !o.Console {
+		return Usagef("--console-payloads needs --console")
 	}
 	if o.MaxWait <= 0 || o.MaxWait > httpapi.MaxMaxWait {
 		return Usagef("--http-max-wait must be in (0, %s]", httpapi.MaxMaxWait)
@@ -141,18 +157,34 @@ type Serve struct {
 	Tracing *Tracing
 	// Effects, if set, adds the open effect intents to /v1/status.
 	Effects *effects.Client
-	Logger  *slog.Logger
+	// Sources, if set, reports the lag of the process's sources to the
+	// console's overview.
+	Sources func() []console.SourceLag
+	// Rebuilds, if set, starts side-by-side rebuilds in the process, for
+	// the write routes and the console.
+	Rebuilds httpapi.Rebuilder
+	Logger   *slog.Logger
 }
 
 // StartHTTP serves the read-model API, /metrics and the health checks on
 // o.Addr. It returns once the listener is open.
 func StartHTTP(o *HTTPOptions, s Serve) (*Server, error) {
-	opts := &httpapi.Options{Token: o.Token, MaxWait: o.MaxWait, Logger: s.Logger}
+	opts := &httpapi.Options{Token: o.Token, AdminToken: o.AdminToken, MaxWait: o.MaxWait, Logger: s.Logger,
+		EffectsClient: s.Effects, Rebuilds: s.Rebuilds}
 	if s.Effects != nil {
 		opts.Effects = s.Effects
 	}
 	api := httpapi.New(s.Processor, opts)
 	mux := http.NewServeMux()
+	if o.Console {
+		co := &console.Options{Token: o.Token, AdminToken: o.AdminToken, ShowPayloads: o.Payloads, Effects: s.Effects,
+			Sources: s.Sources, Logger: s.Logger}
+		if s.Rebuilds != nil {
+			co.Rebuilds = s.Rebuilds
+		}
+		mux.Handle(console.DefaultPrefix, console.New(s.Processor, co))
+		mux.Handle("GET /console", http.RedirectHandler(console.DefaultPrefix, http.StatusMovedPermanently))
+	}
 	if s.Metrics != nil {
 		mux.Handle("GET /metrics", s.Metrics.Handler())
 	}
@@ -172,7 +204,7 @@ func StartHTTP(o *HTTPOptions, s Serve) (*Server, error) {
 		}
 		hs.errc <- err
 	}()
-	s.Logger.Info("HTTP API listening", "addr", hs.addr)
+	s.Logger.Info("HTTP API listening", "addr", hs.addr, "console", o.Console, "writes", o.AdminToken != "")
 	return hs, nil
 }
 

@@ -1,0 +1,227 @@
+// Package ops is the one implementation of the operator actions that the
+// HTTP API's write routes and the console share: each action on one item or
+// on everything matching a filter, previewed first (a dry run that says what
+// it would touch: how many, and the first rows) and carried out only on an
+// explicit confirmation, bounded to what the preview matched.
+package ops
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/inorder/inorder/effects"
+	"github.com/inorder/inorder/projection"
+)
+
+// Limits of bulk actions.
+const (
+	// BulkMax is the most items one confirmed bulk run acts on; the rest
+	// are left for another run (the answer says how many remain).
+	BulkMax = 1000
+	// CountCap bounds the preview's count: beyond it the preview says
+	// "more than CountCap" (Capped) instead of scanning on.
+	CountCap = 10_000
+	// PreviewRows is how many matching rows a preview lists.
+	PreviewRows = 20
+)
+
+// The actions. Singles act on one item, bulk ones on a filter.
+const (
+	Retry           = "retry"
+	Skip            = "skip"
+	DeclareGap      = "declare-gap"
+	Replay          = "replay"
+	Dismiss         = "dismiss"
+	Ack             = "ack"
+	RebuildStart    = "rebuild-start"
+	RebuildSwitch   = "rebuild-switch"
+	RebuildRollback = "rebuild-rollback"
+	RebuildDrop     = "rebuild-drop"
+	EffectsRetry    = "effects-retry"
+
+	BulkRetry        = "bulk-retry"
+	BulkSkip         = "bulk-skip"
+	BulkDismiss      = "bulk-dismiss"
+	BulkAck          = "bulk-ack"
+	BulkEffectsRetry = "bulk-effects-retry"
+)
+
+// Actions lists every action, singles first.
+var Actions = []string{Retry, Skip, DeclareGap, Replay, Dismiss, Ack, RebuildStart, RebuildSwitch, RebuildRollback, RebuildDrop, EffectsRetry,
+	BulkRetry, BulkSkip, BulkDismiss, BulkAck, BulkEffectsRetry}
+
+// needReason lists the actions that cannot be undone: they need a reason.
+var needReason = []string{Skip, DeclareGap, Dismiss, Ack, RebuildDrop, BulkSkip, BulkDismiss, BulkAck}
+
+// Errors of Do. Each is a client's mistake (the HTTP API answers 400, 404
+// or 409 with it).
+var (
+	// ErrBadRequest reports a request that misses or mangles a field.
+	ErrBadRequest = errors.New("bad request")
+	// ErrUnsupported reports an action this server cannot do (no effects
+	// client, no source to rebuild from).
+	ErrUnsupported = errors.New("not supported by this server")
+	// ErrChanged reports a confirmation whose filter now matches more
+	// than its preview did: preview again.
+	ErrChanged = errors.New("more items match than the preview counted; preview again")
+)
+
+// Request is one action: a preview, unless Confirm.
+type Request struct {
+	Action string `json:"action"`
+	// The item: Projection (and Generation, 0 for the live one) with
+	// Aggregate for retry, skip and declare-gap (To: the last missing
+	// version); ID for replay, dismiss and ack; Generation for
+	// rebuild-drop; Key for effects-retry.
+	Projection string `json:"projection,omitempty"`
+	Generation int    `json:"generation,omitempty"`
+	Aggregate  string `json:"aggregate,omitempty"`
+	ID         int64  `json:"id,omitempty"`
+	To         int64  `json:"to,omitempty"`
+	Key        string `json:"key,omitempty"`
+	// Filter is what a bulk action acts on (Projection and Aggregate
+	// above count for it too).
+	Kind  string `json:"kind,omitempty"`
+	State string `json:"state,omitempty"`
+	// ExpectChanges, for rebuild-start, is a repair of a read model known
+	// to be damaged: the new generation need not have the live one's
+	// content. A rebuild started this way waits, caught up, for
+	// rebuild-switch.
+	ExpectChanges bool `json:"expect_changes,omitempty"`
+	// Reason says why, for the operator log; required by the actions that
+	// cannot be undone.
+	Reason string `json:"reason,omitempty"`
+	// Confirm carries the action out; without it the answer is a preview
+	// and nothing changes.
+	Confirm bool `json:"confirm,omitempty"`
+	// AsOf and Expect, on a bulk confirmation, are the preview's: only
+	// items that matched at AsOf are acted on, and if more than Expect
+	// match, nothing is done (ErrChanged).
+	AsOf   time.Time `json:"as_of,omitzero"`
+	Expect int64     `json:"expect,omitempty"`
+	// By is who acts, for the operator log; the server sets it.
+	By string `json:"-"`
+}
+
+// Result says what an action did, or in a preview would do.
+type Result struct {
+	Action  string `json:"action"`
+	DryRun  bool   `json:"dry_run"`
+	Message string `json:"message"`
+	// Matched counts the items the action touches (at most CountCap,
+	// Capped beyond); Items lists the first PreviewRows of them.
+	Matched int64 `json:"matched"`
+	Capped  bool  `json:"capped,omitempty"`
+	Items   any   `json:"items"`
+	// AsOf bounds a bulk action: pass it back, with Expect=Matched, to
+	// confirm.
+	AsOf time.Time `json:"as_of,omitzero"`
+	// Done and Failed count what a confirmed run did; Failures say why, a
+	// line each (the first 20); Remaining counts the items that still match
+	// (a bulk run stops after BulkMax).
+	Done      int64    `json:"done"`
+	Failed    int64    `json:"failed"`
+	Failures  []string `json:"failures,omitempty"`
+	Remaining int64    `json:"remaining"`
+	// Reports are the processor's own reports of single actions.
+	Reports []Report `json:"reports,omitempty"`
+}
+
+// Report is what one action did to one item.
+type Report struct {
+	Action     string `json:"action"`
+	Projection string `json:"projection,omitempty"`
+	Aggregate  string `json:"aggregate,omitempty"`
+	ID         int64  `json:"id,omitempty"`
+	Message    string `json:"message"`
+}
+
+// Rebuilder starts a side-by-side rebuild in the server's process.
+type Rebuilder interface {
+	StartRebuild(ctx context.Context, projection, by string, opts *projection.BuildOptions, done func(error)) error
+}
+
+// Engine carries actions out on a processor (and an effects client).
+type Engine struct {
+	Proc    *projection.Processor
+	Effects *effects.Client
+	// Rebuilds, if set, starts rebuilds.
+	Rebuilds Rebuilder
+}
+
+// Do validates r and previews it, or carries it out when r.Confirm.
+func (e *Engine) Do(ctx context.Context, r Request) (Result, error) {
+	if !slices.Contains(Actions, r.Action) {
+		return Result{}, fmt.Errorf("%w: unknown action %q", ErrBadRequest, r.Action)
+	}
+	if slices.Contains(needReason, r.Action) && strings.TrimSpace(r.Reason) == "" {
+		return Result{}, fmt.Errorf("%w: %s needs a reason (it cannot be undone)", ErrBadRequest, r.Action)
+	}
+	if r.Projection != "" && !slices.Contains(e.Proc.Projections(), r.Projection) {
+		return Result{}, fmt.Errorf("%w: %q", projection.ErrUnknownProjection, r.Projection)
+	}
+	if r.Generation < 0 || r.ID < 0 || r.To < 0 || r.Expect < 0 {
+		return Result{}, fmt.Errorf("%w: negative number", ErrBadRequest)
+	}
+	if strings.HasPrefix(r.Action, "bulk-") {
+		return e.bulk(ctx, r)
+	}
+	return e.single(ctx, r)
+}
+
+// need returns an ErrBadRequest error naming the missing fields.
+func need(action string, missing ...string) error {
+	return fmt.Errorf("%w: %s needs %s", ErrBadRequest, action, strings.Join(missing, " and "))
+}
+
+// one is a single action's preview: the item it touches, and what it would
+// do.
+func one(action string, item any, msg string) Result {
+	return Result{Action: action, DryRun: true, Matched: 1, Items: []any{item}, Message: msg}
+}
+
+func (e *Engine) single(ctx context.Context, r Request) (Result, error) {
+	switch r.Action {
+	case Retry, Skip, DeclareGap:
+		if r.Projection == "" || r.Aggregate == "" {
+			return Result{}, need(r.Action, "projection", "aggregate")
+		}
+		if r.Action == DeclareGap && r.To < 1 {
+			return Result{}, need(r.Action, "to (the last missing version)")
+		}
+	case Replay, Dismiss, Ack:
+		if r.ID < 1 {
+			return Result{}, need(r.Action, "id")
+		}
+	case RebuildStart, RebuildRollback:
+		if r.Projection == "" {
+			return Result{}, need(r.Action, "projection")
+		}
+	case RebuildDrop, RebuildSwitch:
+		if r.Projection == "" || r.Generation < 1 {
+			return Result{}, need(r.Action, "projection", "generation")
+		}
+	case EffectsRetry:
+		if r.Key == "" {
+			return Result{}, need(r.Action, "key")
+		}
+		if e.Effects == nil {
+			return Result{}, fmt.Errorf("%w: this binary has no effect handlers", ErrUnsupported)
+		}
+	}
+	if r.Action == RebuildStart && e.Rebuilds == nil {
+		return Result{}, fmt.Errorf("%w: this server has no source to replay (start rebuilds with 'inorder rebuild', or from a console served by 'inorder run')", ErrUnsupported)
+	}
+	if !r.Confirm {
+		return e.preview(ctx, r)
+	}
+	rep, err := e.perform(ctx, r)
+	if err != nil {
+		return Result{Action: r.Action, Message: err.Error(), Failed: 1, Failures: []string{err.Error()}}, err
+	}
+	return Result{Action: r.Action, Matched: 1, Done: 1, Message: rep.Message, Reports: []Report{rep}, Items: []any{}}, nil
+}

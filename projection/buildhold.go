@@ -1,0 +1,103 @@
+package projection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// This file holds the operator-driven cut-over of a side-by-side rebuild:
+// a Build with BuildOptions.Hold stops before the switch, in PhaseReady,
+// keeping the new generation current, until an operator calls Switch —
+// from any process (the console's switch button does).
+
+// Phases of a held rebuild (Generation.Phase).
+const (
+	// PhaseReady: the generation is caught up and waits for an operator's
+	// Switch (BuildOptions.Hold); it stays in catch-up, fed.
+	PhaseReady = "ready"
+	// PhaseSwitchRequested: an operator asked for the switch; the rebuild
+	// verifies and switches it in.
+	PhaseSwitchRequested = "switch-requested"
+)
+
+// holdPoll is how often a held rebuild reads the stream again and looks for
+// a switch request.
+const holdPoll = 500 * time.Millisecond
+
+// ErrNotReady reports a Switch of a generation that is not waiting for
+// one: not held, not caught up yet, or already switched.
+var ErrNotReady = errors.New("the generation is not ready to switch")
+
+// hold keeps a caught-up generation current until an operator asks for the
+// switch.
+func (b *builder) hold(ctx context.Context) error {
+	var phase, state string
+	if err := b.p.pool.QueryRow(ctx, `SELECT phase, state FROM `+b.p.table("generations")+` WHERE key = $1`, b.gen.Key).
+		Scan(&phase, &state); err != nil {
+		return fmt.Errorf("read generation: %w", err)
+	}
+	if phase != PhaseSwitchRequested { // a resumed rebuild may have one already
+		if err := b.setPhase(ctx, PhaseReady, nil); err != nil {
+			return err
+		}
+		b.note(fmt.Sprintf("generation %d is caught up: waiting for an operator's switch", b.gen.Generation))
+	}
+	t := time.NewTicker(holdPoll)
+	defer t.Stop()
+	for {
+		if err := b.p.pool.QueryRow(ctx, `SELECT phase, state FROM `+b.p.table("generations")+` WHERE key = $1`, b.gen.Key).
+			Scan(&phase, &state); err != nil {
+			return fmt.Errorf("read generation: %w", err)
+		}
+		switch {
+		case state != StateCatchUp:
+			return fmt.Errorf("generation %d is %s, no longer in catch-up", b.gen.Generation, state)
+		case phase == PhaseSwitchRequested:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		if _, err := b.catchUpPass(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// Switch asks the rebuild holding generation of a projection (one built
+// with BuildOptions.Hold, now in PhaseReady) to verify it and switch it in,
+// and records the request, by opts.By, in the operator log. It returns once
+// the request is recorded; the generation is live once the rebuild's
+// verification passed (see Generations). A generation that is not waiting
+// for a switch wraps ErrNotReady.
+func (p *Processor) Switch(ctx context.Context, projection string, generation int, by string) error {
+	if _, ok := p.byName[projection]; !ok {
+		return fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
+	}
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE `+p.table("generations")+` SET phase = $3, updated_at = now()
+WHERE projection = $1 AND generation = $2 AND state = 'catchup' AND phase = $4`, projection, generation, PhaseSwitchRequested, PhaseReady)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("%w: generation %d of %s", ErrNotReady, generation, projection)
+		}
+		reason := fmt.Sprintf("switch of generation %d requested", generation)
+		if by != "" {
+			reason += " by " + by
+		}
+		_, err = tx.Exec(ctx, p.sql.operatorLog, "rebuild-switch-request", projection, "", nil, int64(generation), reason)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("projection %s: switch generation %d: %w", projection, generation, err)
+	}
+	return nil
+}
