@@ -214,12 +214,16 @@ func (b *bundle) text(sel string) string {
 	b.t.Helper()
 	q, err := json.Marshal(sel)
 	require.NoError(b.t, err)
-	return get(b, chromedp.Evaluate[string](`(document.querySelector(` + string(q) + `) || {innerText: ""}).innerText`))
+	return get(b, chromedp.Evaluate[string](`(document.querySelector(`+string(q)+`) || {innerText: ""}).innerText`))
 }
 
-func click(sel string) chromedp.Action[chromedp.Void]   { return chromedp.Click(chromedp.CSS(sel)) }
-func visible(sel string) chromedp.Action[chromedp.Void] { return chromedp.WaitVisible(chromedp.CSS(sel)) }
-func keys(sel, v string) chromedp.Action[chromedp.Void] { return chromedp.SendKeys(chromedp.CSS(sel), v) }
+func click(sel string) chromedp.Action[chromedp.Void] { return chromedp.Click(chromedp.CSS(sel)) }
+func visible(sel string) chromedp.Action[chromedp.Void] {
+	return chromedp.WaitVisible(chromedp.CSS(sel))
+}
+func keys(sel, v string) chromedp.Action[chromedp.Void] {
+	return chromedp.SendKeys(chromedp.CSS(sel), v)
+}
 
 // eventually polls cond (it may run browser actions) until it holds.
 func (b *bundle) eventually(what string, cond func() bool) {

@@ -59,7 +59,7 @@ func (n *notes) Apply(ctx context.Context, tx *projection.Tx, e aggregate.Event)
 		return err
 	}
 	if n.failing.Load() && strings.Contains(d.Body, "fail") {
-		return fmt.Errorf("notes: refusing %q", d.Body)
+		return fmt.Errorf("notes: refusing a note of %d bytes", len(d.Body))
 	}
 	tx.Queue(`INSERT INTO notes (aggregate, version, body) VALUES ($1, $2, $3)
 ON CONFLICT (aggregate) DO UPDATE SET version = excluded.version, body = excluded.body`, e.Aggregate, e.Version, d.Body)
