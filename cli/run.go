@@ -235,10 +235,12 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	if o.http.Addr != "" {
 		sources := func() []console.SourceLag {
 			l := src.Lag()
-			return []console.SourceLag{{Name: l.Source, Kind: "esdb " + l.Mode, Known: l.Known, Events: l.Events, Behind: l.Behind,
+			return []console.SourceLag{{Name: l.Source, Kind: o.src.title(), Known: l.Known, Events: l.Events, Behind: l.Behind,
 				Workers: o.Workers, Projections: proc.Projections()}}
 		}
-		rebuilds := &consoleRebuilds{proc: proc, es: o.es, logger: logger, ctx: ctx}
+		rebuilds := &consoleRebuilds{proc: proc, logger: logger, ctx: ctx, replayer: func(ctx context.Context) (projection.Stream, error) {
+			return o.src.opener.Replayer(ctx, o.src.url, o.src.openConfig(&o.db, o.Name, logger))
+		}}
 		defer rebuilds.wait()
 		if srv, err = clikit.StartHTTP(&o.http, clikit.Serve{Processor: proc, Effects: fx, Ready: ready, Metrics: m, Tracing: tracing,
 			Sources: sources, Rebuilds: rebuilds, Logger: logger}); err != nil {
@@ -407,16 +409,16 @@ func (c *runCmd) buildNewVersions(ctx context.Context, proc *projection.Processo
 // for through the console or the write routes, in this process, reading
 // the stream as the workers do.
 type consoleRebuilds struct {
-	proc   *projection.Processor
-	es     esdbOptions
-	logger *slog.Logger
+	proc     *projection.Processor
+	replayer func(ctx context.Context) (projection.Stream, error)
+	logger   *slog.Logger
 	ctx    context.Context // the command's: a rebuild stops with the process (and resumes when run again)
 	wg     sync.WaitGroup
 }
 
 // StartRebuild implements httpapi.Rebuilder.
 func (c *consoleRebuilds) StartRebuild(_ context.Context, name, by string, opts *projection.BuildOptions, done func(error)) error {
-	r, err := esdb.NewReplayer(c.es.config(esdb.Config{Logger: c.logger}))
+	r, err := c.replayer(c.ctx)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ type filter struct {
 	State      string // effects'
 	Kind       string // effects'
 	Open       bool   // conflicts and rejected: unresolved only
+	Generation int    // 0: the live one
 	OlderThan  time.Duration
 	AfterID    int64
 	Limit      int
@@ -59,6 +60,13 @@ func (h *handler) parseFilter(v url.Values) (f filter, msg string) {
 			return f, "older_than must be a duration such as 10m"
 		}
 		f.OlderThan = d
+	}
+	if s := v.Get("generation"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return f, "generation must be a non-negative integer"
+		}
+		f.Generation = n
 	}
 	if s := v.Get("after_id"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
@@ -103,6 +111,9 @@ func (f filter) query(set ...string) string {
 	if f.AfterID > 0 {
 		v.Set("after_id", strconv.FormatInt(f.AfterID, 10))
 	}
+	if f.Generation > 0 {
+		v.Set("generation", strconv.Itoa(f.Generation))
+	}
 	if f.Limit != PageSize && f.Limit > 0 {
 		v.Set("limit", strconv.Itoa(f.Limit))
 	}
@@ -117,7 +128,7 @@ func (f filter) query(set ...string) string {
 }
 
 func (f filter) listOptions(payloads bool) projection.ListOptions {
-	return projection.ListOptions{Projection: f.Projection, Aggregate: f.Aggregate, Action: f.Action, Open: f.Open,
+	return projection.ListOptions{Projection: f.Projection, Aggregate: f.Aggregate, Action: f.Action, Open: f.Open, Generation: f.Generation,
 		OlderThan: f.OlderThan, AfterID: f.AfterID, Limit: f.Limit + 1, OmitPayloads: !payloads}
 }
 

@@ -130,7 +130,7 @@ func TestActions(t *testing.T) {
 		require.Zero(t, res.Remaining)
 		require.Zero(t, quarantined())
 		var n int64
-		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM operator_log WHERE action = 'skip' AND reason LIKE '%(by http:bob)'`).Scan(&n))
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM operator_log WHERE action = 'skip' AND actor = 'http:bob' AND reason = 'bad data'`).Scan(&n))
 		require.Equal(t, int64(4), n)
 	})
 }

@@ -89,11 +89,8 @@ WHERE projection = $1 AND generation = $2 AND state = 'catchup' AND phase = $4`,
 		if tag.RowsAffected() == 0 {
 			return fmt.Errorf("%w: generation %d of %s", ErrNotReady, generation, projection)
 		}
-		reason := fmt.Sprintf("switch of generation %d requested", generation)
-		if by != "" {
-			reason += " by " + by
-		}
-		_, err = tx.Exec(ctx, p.sql.operatorLog, "rebuild-switch-request", projection, "", nil, int64(generation), reason)
+		_, err = tx.Exec(ctx, p.sql.operatorLog, "rebuild-switch-request", projection, genParam(generation), "", nil, int64(generation),
+			fmt.Sprintf("switch of generation %d requested", generation), by)
 		return err
 	})
 	if err != nil {

@@ -20,7 +20,8 @@ type item struct {
 // entered later are left out), at most limit, and how many there are up to
 // CountCap.
 func (e *Engine) match(ctx context.Context, r Request, asOf time.Time, limit int) ([]item, int64, bool, error) {
-	lo := projection.ListOptions{Projection: r.Projection, Aggregate: r.Aggregate, OmitPayloads: true, Limit: CountCap + 1, Open: true}
+	lo := projection.ListOptions{Projection: r.Projection, Aggregate: r.Aggregate, Generation: r.Generation, OmitPayloads: true,
+		Limit: CountCap + 1, Open: true}
 	var out []item
 	var n int64
 	keep := func(at time.Time, it item) {
@@ -43,7 +44,7 @@ func (e *Engine) match(ctx context.Context, r Request, asOf time.Time, limit int
 			single = Skip
 		}
 		for _, q := range rows {
-			keep(q.QuarantinedAt, item{Request{Action: single, Projection: q.Projection, Aggregate: q.Aggregate, Reason: r.Reason, By: r.By, Confirm: true}, q})
+			keep(q.QuarantinedAt, item{Request{Action: single, Projection: q.Projection, Generation: r.Generation, Aggregate: q.Aggregate, Reason: r.Reason, By: r.By, Confirm: true}, q})
 		}
 		return out, n, len(rows) > CountCap, nil
 	case BulkDismiss:
@@ -128,7 +129,7 @@ func (e *Engine) bulk(ctx context.Context, r Request) (Result, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		rep, err := e.perform(ctx, it.req)
+		rep, err := e.perform(ctx, it.req, false)
 		if err != nil {
 			res.Failed++
 			if len(res.Failures) < 20 {

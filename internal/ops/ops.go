@@ -127,17 +127,10 @@ type Result struct {
 	Failed    int64    `json:"failed"`
 	Failures  []string `json:"failures,omitempty"`
 	Remaining int64    `json:"remaining"`
-	// Reports are the processor's own reports of single actions.
-	Reports []Report `json:"reports,omitempty"`
-}
-
-// Report is what one action did to one item.
-type Report struct {
-	Action     string `json:"action"`
-	Projection string `json:"projection,omitempty"`
-	Aggregate  string `json:"aggregate,omitempty"`
-	ID         int64  `json:"id,omitempty"`
-	Message    string `json:"message"`
+	// Reports are the processor's own reports of the actions on single
+	// items (of a dry run, in a preview), the first PreviewRows of a bulk
+	// run.
+	Reports []projection.ActionReport `json:"reports,omitempty"`
 }
 
 // Rebuilder starts a side-by-side rebuild in the server's process.
@@ -217,11 +210,24 @@ func (e *Engine) single(ctx context.Context, r Request) (Result, error) {
 		return Result{}, fmt.Errorf("%w: this server has no source to replay (start rebuilds with 'inorder rebuild', or from a console served by 'inorder run')", ErrUnsupported)
 	}
 	if !r.Confirm {
-		return e.preview(ctx, r)
+		res, err := e.preview(ctx, r)
+		if err != nil {
+			return Result{}, err
+		}
+		// The library's dry run: the action in a transaction rolled back.
+		rep, err := e.perform(ctx, r, true)
+		if err != nil {
+			return Result{}, err
+		}
+		if rep.Message != "" {
+			res.Message += "; dry run: " + rep.Message
+			res.Reports = []projection.ActionReport{rep}
+		}
+		return res, nil
 	}
-	rep, err := e.perform(ctx, r)
+	rep, err := e.perform(ctx, r, false)
 	if err != nil {
 		return Result{Action: r.Action, Message: err.Error(), Failed: 1, Failures: []string{err.Error()}}, err
 	}
-	return Result{Action: r.Action, Matched: 1, Done: 1, Message: rep.Message, Reports: []Report{rep}, Items: []any{}}, nil
+	return Result{Action: r.Action, Matched: 1, Done: 1, Message: rep.Message, Reports: []projection.ActionReport{rep}, Items: []any{}}, nil
 }

@@ -8,59 +8,56 @@ import (
 	"github.com/inorder/inorder/projection"
 )
 
-// perform carries one single action out through the library.
-func (e *Engine) perform(ctx context.Context, r Request) (Report, error) {
+// perform carries one single action out through the library — or, with
+// dryRun, runs it in a transaction that is rolled back (the library's dry
+// run), so the report says what it would do.
+func (e *Engine) perform(ctx context.Context, r Request, dryRun bool) (projection.ActionReport, error) {
 	p := e.Proc
-	rep := Report{Action: r.Action, Projection: r.Projection, Aggregate: r.Aggregate, ID: r.ID}
-	reason := r.Reason
-	if r.By != "" {
-		reason = fmt.Sprintf("%s (by %s)", r.Reason, r.By)
-	}
+	o := &projection.ActionOptions{Generation: r.Generation, DryRun: dryRun, By: r.By, Reason: r.Reason}
+	rep := projection.ActionReport{Action: r.Action, Projection: r.Projection, Generation: r.Generation, Aggregate: r.Aggregate,
+		ID: r.ID, DryRun: dryRun, By: r.By, Reason: r.Reason}
 	var err error
 	switch r.Action {
 	case Retry:
-		err = p.RetryQuarantined(ctx, r.Projection, r.Aggregate)
-		rep.Message = "quarantined event applied, and the parked events after it"
+		rep, err = p.RetryQuarantined(ctx, r.Projection, r.Aggregate, o)
 		var herr *projection.HandlerError
 		if errors.As(err, &herr) {
 			err = fmt.Errorf("the event still fails and stays quarantined: %w", err)
 		}
 	case Skip:
-		err = p.SkipQuarantined(ctx, r.Projection, r.Aggregate, reason)
-		rep.Message = "quarantined event skipped"
+		rep, err = p.SkipQuarantined(ctx, r.Projection, r.Aggregate, o)
 	case DeclareGap:
-		err = p.DeclareGap(ctx, r.Projection, r.Aggregate, r.To, reason)
-		rep.Message = fmt.Sprintf("versions up to %d declared missing", r.To)
+		rep, err = p.DeclareGap(ctx, r.Projection, r.Aggregate, r.To, o)
 	case Replay:
-		var res projection.Result
-		res, err = p.ReplayRejected(ctx, r.ID)
-		rep.Message = "replayed: " + res.Outcome.String()
+		rep, err = p.ReplayRejected(ctx, r.ID, o)
 	case Dismiss:
-		err = fmt.Errorf("%w: dismissing a rejected delivery", ErrUnsupported)
+		rep, err = p.DismissRejected(ctx, r.ID, o)
 	case Ack:
-		err = p.AckConflict(ctx, r.ID, reason)
-		rep.Message = "conflict acknowledged"
-	case RebuildStart:
-		err = e.Rebuilds.StartRebuild(ctx, r.Projection, r.By, &projection.BuildOptions{Hold: true, ExpectChanges: r.ExpectChanges}, func(error) {})
-		rep.Message = "rebuild started"
-	case RebuildSwitch:
-		err = p.Switch(ctx, r.Projection, r.Generation, r.By)
-		rep.Message = fmt.Sprintf("switch of generation %d requested: it is live once verified", r.Generation)
+		rep, err = p.AckConflict(ctx, r.ID, o)
 	case RebuildRollback:
-		var gen int
-		gen, err = p.Rollback(ctx, r.Projection)
-		rep.Message = fmt.Sprintf("generation %d is live again", gen)
+		rep, err = p.Rollback(ctx, r.Projection, o)
 	case RebuildDrop:
-		err = p.DropGeneration(ctx, r.Projection, r.Generation)
-		rep.Message = fmt.Sprintf("generation %d dropped", r.Generation)
+		rep, err = p.DropGeneration(ctx, r.Projection, o)
+	case RebuildStart:
+		if dryRun {
+			break
+		}
+		err = e.Rebuilds.StartRebuild(ctx, r.Projection, r.By, &projection.BuildOptions{Hold: true, ExpectChanges: r.ExpectChanges, By: r.By}, func(error) {})
+		rep.Message, rep.Changed = "rebuild started: it waits, caught up, for rebuild-switch", err == nil
+	case RebuildSwitch:
+		if dryRun {
+			break
+		}
+		err = p.Switch(ctx, r.Projection, r.Generation, r.By)
+		rep.Message, rep.Changed = fmt.Sprintf("switch of generation %d requested: it is live once verified", r.Generation), err == nil
 	case EffectsRetry:
+		if dryRun {
+			break
+		}
 		_, err = e.Effects.Retry(ctx, r.Key)
-		rep.Message = "intent reopened and enqueued"
+		rep.Message, rep.Changed = "intent reopened and enqueued", err == nil
 	default:
 		err = fmt.Errorf("%w: %s", ErrBadRequest, r.Action)
 	}
-	if err != nil {
-		return rep, err
-	}
-	return rep, nil
+	return rep, err
 }

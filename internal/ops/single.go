@@ -14,11 +14,11 @@ func (e *Engine) preview(ctx context.Context, r Request) (Result, error) {
 	p := e.Proc
 	switch r.Action {
 	case Retry, Skip:
-		q, err := e.quarantined(ctx, r.Projection, r.Aggregate)
+		q, err := e.quarantined(ctx, r.Projection, r.Generation, r.Aggregate)
 		if err != nil {
 			return Result{}, err
 		}
-		parked, err := p.Parked(ctx, projection.ListOptions{Projection: r.Projection, Aggregate: r.Aggregate, OmitPayloads: true, Limit: BulkMax})
+		parked, err := p.Parked(ctx, projection.ListOptions{Projection: r.Projection, Aggregate: r.Aggregate, Generation: r.Generation, OmitPayloads: true, Limit: BulkMax})
 		if err != nil {
 			return Result{}, err
 		}
@@ -29,7 +29,7 @@ func (e *Engine) preview(ctx context.Context, r Request) (Result, error) {
 		return one(r.Action, q, fmt.Sprintf("would %s in %s, then apply the parked events that follow in order (%d parked)",
 			what, r.Projection, len(parked))), nil
 	case DeclareGap:
-		st, err := p.Aggregates(ctx, projection.ListOptions{Projection: r.Projection, Aggregate: r.Aggregate, Limit: 1})
+		st, err := p.Aggregates(ctx, projection.ListOptions{Projection: r.Projection, Aggregate: r.Aggregate, Generation: r.Generation, Limit: 1})
 		if err != nil {
 			return Result{}, err
 		}
@@ -112,8 +112,8 @@ func (e *Engine) preview(ctx context.Context, r Request) (Result, error) {
 	return Result{}, fmt.Errorf("%w: %s", ErrBadRequest, r.Action)
 }
 
-func (e *Engine) quarantined(ctx context.Context, proj, agg string) (projection.QuarantineEntry, error) {
-	qs, err := e.Proc.Quarantined(ctx, projection.ListOptions{Projection: proj, Aggregate: agg, Limit: 1, OmitPayloads: true})
+func (e *Engine) quarantined(ctx context.Context, proj string, gen int, agg string) (projection.QuarantineEntry, error) {
+	qs, err := e.Proc.Quarantined(ctx, projection.ListOptions{Projection: proj, Aggregate: agg, Generation: gen, Limit: 1, OmitPayloads: true})
 	if err != nil {
 		return projection.QuarantineEntry{}, err
 	}
