@@ -412,8 +412,8 @@ type consoleRebuilds struct {
 	proc     *projection.Processor
 	replayer func(ctx context.Context) (projection.Stream, error)
 	logger   *slog.Logger
-	ctx    context.Context // the command's: a rebuild stops with the process (and resumes when run again)
-	wg     sync.WaitGroup
+	ctx      context.Context // the command's: a rebuild stops with the process (and resumes when run again)
+	wg       sync.WaitGroup
 }
 
 // StartRebuild implements httpapi.Rebuilder.

@@ -1,5 +1,6 @@
 // Package httpapi serves inorder's read models and operator status over a
-// read-only JSON HTTP API.
+// JSON HTTP API, and — behind an admin token of their own — the operator
+// actions.
 //
 // [New] returns an [http.Handler] to mount on any server or mux; [NewServer]
 // wraps a handler in an [http.Server] with sane timeouts:
@@ -14,8 +15,8 @@
 //
 // # Routes
 //
-// Only GET and HEAD are accepted (anything else is 405). Every response is
-// JSON.
+// Only GET and HEAD are accepted (anything else is 405), but POST on the
+// write routes. Every response is JSON.
 //
 //	GET /healthz                                  process alive: {"status":"ok"}
 //	GET /readyz                                   database reachable (ping, 2 s): {"status":"ready"}, else 503
@@ -24,9 +25,27 @@
 //	GET /v1/projections/{name}/aggregates/{id}    one aggregate's read model ([AggregateResponse])
 //	GET /v1/projections/{name}/aggregates         a page of read models ([ListResponse])
 //	GET /v1/status                                lag, parked, quarantine, conflicts, rejected, effects ([StatusResponse])
+//	POST /v1/actions/{action}                     an operator action: a dry run, or with "confirm": true the real one
 //
 // /healthz and /readyz never require the token; every other route does when
 // [Options].Token is set (header "Authorization: Bearer <token>").
+//
+// # Write routes
+//
+// With [Options].AdminToken set, POST /v1/actions/{action} runs an operator
+// action — retry, skip, declare-gap, replay, dismiss, ack, rebuild-start,
+// rebuild-switch, rebuild-rollback, rebuild-drop, effects-retry, and on
+// everything matching a filter bulk-retry, bulk-skip, bulk-dismiss,
+// bulk-ack, bulk-effects-retry — with "Authorization: Bearer <AdminToken>"
+// (the read token does not do; without an AdminToken the routes answer 403
+// forbidden). The body is a JSON object of the action's fields; without
+// "confirm": true the answer is a dry run that says what the action would
+// touch (counts and the first rows) and changes nothing. A bulk confirmation
+// passes back the preview's "as_of" and its count as "expect": only what
+// matched then is acted on, and nothing if more match now (409). Every
+// action is recorded in the operator log as done by "http:<actor>".
+// docs/console.md lists the fields and answers. Extra codes: 403 forbidden,
+// 409 conflict, 501 not_implemented.
 //
 // Aggregate ids are one path segment: escape "/" as %2F. Ids, cursors and
 // filter values must be valid UTF-8 without NUL bytes, at most 512 bytes.
