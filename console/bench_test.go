@@ -88,7 +88,9 @@ func BenchmarkConsolePages(b *testing.B) {
 				ds = append(ds, get(p))
 			}
 			slices.Sort(ds)
-			q := func(f float64) float64 { return float64(ds[min(len(ds)-1, int(f*float64(len(ds))))].Microseconds()) / 1000 }
+			q := func(f float64) float64 {
+				return float64(ds[min(len(ds)-1, int(f*float64(len(ds))))].Microseconds()) / 1000
+			}
 			b.ReportMetric(q(0.5), "p50-ms")
 			b.ReportMetric(q(0.99), "p99-ms")
 		})
