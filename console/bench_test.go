@@ -78,6 +78,26 @@ func BenchmarkConsolePages(b *testing.B) {
 		require.Equal(b, http.StatusOK, resp.StatusCode, path)
 		return time.Since(start)
 	}
+	// /v1/status before and after its totals were cached: the processor's
+	// Status as it read them on every call, and as /v1/status reads them
+	// now, interleaved so that the machine's load hits both alike.
+	b.Run("status-totals-now-vs-cached", func(b *testing.B) {
+		var now, cached []time.Duration
+		for b.Loop() {
+			s := time.Now()
+			_, err := proc.Status(ctx, nil)
+			require.NoError(b, err)
+			now = append(now, time.Since(s))
+			s = time.Now()
+			_, err = proc.Status(ctx, &projection.StatusOptions{TotalsMaxAge: projection.DefaultTotalsMaxAge})
+			require.NoError(b, err)
+			cached = append(cached, time.Since(s))
+		}
+		slices.Sort(now)
+		slices.Sort(cached)
+		b.ReportMetric(float64(now[len(now)/2].Microseconds())/1000, "now-p50-ms")
+		b.ReportMetric(float64(cached[len(cached)/2].Microseconds())/1000, "cached-p50-ms")
+	})
 	for _, p := range []string{"/console/", "/console/quarantine?projection=notes", "/console/parked?projection=notes",
 		"/console/rejected?open=1", "/console/conflicts", "/console/log", "/console/aggregate?projection=notes&id=a0000042",
 		"/console/rebuilds?projection=notes", "/v1/status"} {

@@ -114,7 +114,6 @@ type handler struct {
 	mux     *http.ServeMux
 	rates   *rates
 	builds  *builds
-	totals  totals
 	started time.Time
 }
 

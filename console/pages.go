@@ -191,12 +191,12 @@ type sourceRow struct {
 func (h *handler) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := h.ctx(r)
 	defer cancel()
-	st, totalsAt, err := h.status(ctx)
+	st, err := h.proc.Status(ctx, &projection.StatusOptions{Entries: -1, TotalsMaxAge: projection.DefaultTotalsMaxAge})
 	if err != nil {
 		h.fail(w, r, "overview", "Overview", err)
 		return
 	}
-	d := overviewData{Time: st.Time, Rejected: st.Rejected, TotalsAt: totalsAt}
+	d := overviewData{Time: st.Time, Rejected: st.Rejected, TotalsAt: st.TotalsAt}
 	for _, p := range st.Projections {
 		row := projRow{ProjectionStatus: p}
 		_, err := h.proc.Reader(p.Name)
@@ -496,10 +496,18 @@ func (h *handler) rebuilds(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.ctx(r)
 	defer cancel()
-	gens, err := h.proc.Generations(ctx, d.Projection)
+	// From the status without its totals: Generations would sum every
+	// version row of each generation.
+	st, err := h.proc.Status(ctx, &projection.StatusOptions{NoTotals: true, Entries: -1})
 	if err != nil {
 		h.fail(w, r, "rebuilds", "Rebuilds", err)
 		return
+	}
+	var gens []projection.Generation
+	for _, g := range st.Generations {
+		if g.Projection == d.Projection {
+			gens = append(gens, g)
+		}
 	}
 	now := time.Now()
 	d.Running = h.builds.get(d.Projection)

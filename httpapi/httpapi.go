@@ -108,9 +108,13 @@ type StatusResponse struct {
 }
 
 // Status reads the status /v1/status serves: proc's, with fx's intents when
-// fx is not nil.
+// fx is not nil. Its totals (aggregates, events, each generation's applied
+// count: sums over every version row) may be up to
+// projection.DefaultTotalsMaxAge old — read in the background, so that
+// /v1/status answers in a time bounded by indexes (totals_at says when they
+// were read); every other figure is read live.
 func Status(ctx context.Context, proc *projection.Processor, fx EffectsStats) (StatusResponse, error) {
-	st, err := proc.Status(ctx, nil)
+	st, err := proc.Status(ctx, &projection.StatusOptions{TotalsMaxAge: projection.DefaultTotalsMaxAge})
 	if err != nil {
 		return StatusResponse{}, err
 	}

@@ -95,7 +95,21 @@ type StatusOptions struct {
 	// Entries is how many entries of each kind Status.Attention lists.
 	// Default StatusEntries; negative lists none (the slices are empty).
 	Entries int
+	// TotalsMaxAge, when positive, lets the totals — Aggregates and Events
+	// of each projection, Applied of each generation: sums over every
+	// version row, a scan as long as the table — be up to that old: they
+	// come from the processor's last reading (Status.TotalsAt says when),
+	// read again in the background once stale; only the first call reads
+	// them in line. Every other figure is read live. For pages and
+	// endpoints that must answer in bounded time (the HTTP API's
+	// /v1/status and the console use DefaultTotalsMaxAge). Default 0:
+	// read now.
+	TotalsMaxAge time.Duration
 }
+
+// DefaultTotalsMaxAge is the StatusOptions.TotalsMaxAge of /v1/status and
+// the console.
+const DefaultTotalsMaxAge = 10 * time.Second
 
 // Status returns the operator summary: one entry per projection of the
 // processor (including those that have seen nothing yet), the checkpoints
@@ -104,6 +118,9 @@ type StatusOptions struct {
 func (p *Processor) Status(ctx context.Context, opts *StatusOptions) (Status, error) {
 	if opts == nil {
 		opts = &StatusOptions{}
+	}
+	if opts.TotalsMaxAge > 0 && !opts.NoTotals {
+		return p.statusCachedTotals(ctx, *opts)
 	}
 	var st Status
 	var keys []string // the gate key of each of st.Projections
@@ -221,6 +238,7 @@ WHERE projection <> ALL($1) AND state <> 'dropped'`, p.Projections()).QueryRow(f
 	}
 	if !opts.NoTotals {
 		p.generationsApplied(ctx, st.Generations, st.Projections)
+		st.TotalsAt = st.Time
 	}
 	st.Others = nonNil(st.Others)
 	return st, nil

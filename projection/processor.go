@@ -92,6 +92,7 @@ type Config struct {
 // version gate. It is safe for concurrent use by many goroutines, and any
 // number of processes may run processors on the same schema at once.
 type Processor struct {
+	totals    totalsCache // the status totals' last reading (statustotals.go)
 	pool      *pgxpool.Pool
 	cfg       Config
 	policy    retry.Policy

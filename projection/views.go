@@ -121,6 +121,10 @@ func (p *Position) UnmarshalJSON(b []byte) error {
 type Status struct {
 	// Time is when the status was read, by the database's clock.
 	Time time.Time `json:"time"`
+	// TotalsAt is when the totals (ProjectionStatus.Aggregates and Events,
+	// Generation.Applied) were read, by the database's clock: Time, unless
+	// StatusOptions.TotalsMaxAge let them be older; zero with NoTotals.
+	TotalsAt time.Time `json:"totals_at,omitzero"`
 	// Projections has one entry per projection of the processor, in the
 	// order of Processor.Projections.
 	Projections []ProjectionStatus `json:"projections"`
