@@ -451,7 +451,7 @@ func TestUsage(t *testing.T) {
 		{name: "BadTypeRegex", args: []string{"run", "--esdb-url", "esdb://127.0.0.1:1?tls=false", "--type-regex", "("}, want: "invalid --type-regex"},
 		{name: "NoSource", args: []string{"run"}, want: "no source: set --source (esdb://, esdb+discover://, kurrentdb://, kurrentdb+discover://) or $INORDER_SOURCE"},
 		{name: "UnknownScheme", args: []string{"run", "--source", "nats://127.0.0.1:4222"}, want: "no source for nats:// URLs; this binary reads esdb://"},
-		{name: "TwoSources", args: []string{"run", "--source", "esdb://a:1?tls=false", "--esdb-url", "esdb://b:1?tls=false"}, want: "--source and --esdb-url name two sources"},
+		{name: "SourceWinsOverESDBURL", args: []string{"run", "--source", "nats://x:1", "--esdb-url", "esdb://b:1?tls=false"}, want: "no source for nats:// URLs"},
 		{name: "BadSourceURL", args: []string{"run", "--source", "kurrentdb://127.0.0.1:1?tls=maybe"}, want: "EventStoreDB source: invalid EventStoreDB URL"},
 		{name: "SourceFlagOfRun", args: []string{"rebuild", "ledger", "--source", "esdb://127.0.0.1:1?tls=false", "--mode", "persistent"}, want: "unknown flag: --mode"},
 		{name: "RebuildWithoutYes", args: []string{"rebuild", "ledger", "--in-place", "--esdb-url", "esdb://127.0.0.1:1?tls=false"}, want: "pass --yes to confirm"},

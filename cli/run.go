@@ -83,7 +83,7 @@ func (o *sourceOptions) sourceName(name string) string {
 
 // openConfig is what run, rebuild and repair give the source they open.
 func (o *sourceOptions) openConfig(db *clikit.DBOptions, name string, logger *slog.Logger) *source.OpenConfig {
-	return &source.OpenConfig{DatabaseURL: db.URL, Name: o.sourceName(name), Logger: logger,
+	return &source.OpenConfig{DatabaseURL: db.URL, Schema: db.Schema, Name: o.sourceName(name), Logger: logger,
 		Workers: source.DefaultWorkers, BatchSize: source.DefaultBatchSize, MaxWait: source.DefaultMaxWait, DrainTimeout: DefaultDrainTimeout}
 }
 

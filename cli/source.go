@@ -39,7 +39,7 @@ func (a *App) bindSource(fs *pflag.FlagSet, command string, o *sourceOptions) {
 		schemes = append(schemes, d.Schemes()[0]+"://…")
 	}
 	fs.StringVar(&o.URL, "source", "", "the source to read, by `URL`: "+orNone(strings.Join(schemes, ", "))+" (each source's flags below)")
-	fs.StringVar(&o.ESDBURL, "esdb-url", "", "EventStoreDB connection `string` (esdb://host:2113?tls=false): the same as --source with an esdb:// URL")
+	fs.StringVar(&o.ESDBURL, "esdb-url", "", "EventStoreDB connection `string` (esdb://host:2113?tls=false): the older name of --source, used when --source is not set")
 	for _, d := range a.cfg.Sources {
 		own := pflag.NewFlagSet(d.Title(), pflag.ContinueOnError)
 		o.openers = append(o.openers, d.Bind(own, command))
@@ -67,10 +67,7 @@ func orNone(s string) string {
 // Validate finds the driver of the URL and checks its flags.
 func (o *sourceOptions) Validate() error {
 	u := o.URL
-	switch {
-	case u != "" && o.ESDBURL != "" && u != o.ESDBURL:
-		return clikit.Usagef("--source and --esdb-url name two sources; --esdb-url is the old name of --source")
-	case u == "":
+	if u == "" { // --source wins: $ESDB_URL may be set for another command
 		u = o.ESDBURL
 	}
 	if u == "" {

@@ -61,7 +61,7 @@ func reversed(vs []int) []int {
 }
 
 var coreTables = []string{
-	"applied", "applied_log", "checkpoints", "conflicts", "effects", "generation_epoch", "generations", "operator_log", "parked",
+	"applied", "applied_log", "checkpoints", "conflicts", "effects", "events", "generation_epoch", "generations", "operator_log", "parked",
 	"quarantine", "rejected", "schema_migrations", "sources", "versions",
 }
 

@@ -75,9 +75,10 @@ type OpenConfig struct {
 	// workers' recorded mappings (see Repairer), or nil: the replay feeds
 	// nothing itself.
 	Processor *projection.Processor
-	// DatabaseURL is the processor's database (--database-url), for a
-	// source whose events may live in the same database.
-	DatabaseURL string
+	// DatabaseURL and Schema are the processor's database (--database-url)
+	// and inorder's schema in it (--schema), for a source whose events may
+	// live there.
+	DatabaseURL, Schema string
 	// Name is the source's name: its checkpoint row, group or durable
 	// consumer, and the source label of its metrics.
 	Name string

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
@@ -16,8 +17,10 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/cli"
+	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/esdb/esdbtest"
+	"github.com/inorder/inorder/source/pgtable"
 )
 
 // lastVersion returns the aggregate of the last event and its highest
@@ -298,3 +301,63 @@ func TestDemo(t *testing.T) {
 }
 
 func quote(ident string) string { return `"` + strings.ReplaceAll(ident, `"`, `""`) + `"` }
+
+// TestRunEventsTable runs the workers on inorder's own events table in the
+// schema (--source postgres: the database of --database-url): appended
+// events reach the read model and the HTTP API, the source's lag is
+// exported under the names every source uses, a rebuild replays the table,
+// and the drain exits cleanly.
+func TestRunEventsTable(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.run(t, "migrate")
+	w := pgtable.NewWriter(e.db.Schema, nil)
+	appendAll := func(events []aggregate.Event) {
+		for len(events) > 0 {
+			n := min(len(events), 100)
+			require.NoError(t, w.Append(t.Context(), e.db.Pool, events[:n]...))
+			events = events[n:]
+		}
+	}
+	w1 := ledger.Generate(rand.New(rand.NewPCG(7, 7)), 200, 5)
+	appendAll(w1)
+	run := e.start(t, "run", "--source", "postgres", "--workers", "2", "--batch-size", "50", "--http-addr", "127.0.0.1:0")
+	base := run.baseURL(t)
+	e.waitApplied(t, int64(len(w1)), time.Minute)
+
+	w2 := ledger.Generate(rand.New(rand.NewPCG(8, 8)), 100, 5)
+	for i := range w2 {
+		w2[i].Aggregate = "live-" + w2[i].Aggregate
+	}
+	appendAll(w2)
+	agg, v := lastVersion(w2)
+	var body struct {
+		Version int64 `json:"version"`
+	}
+	resp := getJSON(t, fmt.Sprintf("%s/v1/projections/ledger/aggregates/%s?min_version=%d", base, agg, v), &body)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, v, body.Version)
+	e.waitApplied(t, int64(len(w1)+len(w2)), time.Minute)
+
+	metrics, err := http.Get(base + "/metrics")
+	require.NoError(t, err)
+	text, err := io.ReadAll(metrics.Body)
+	metrics.Body.Close()
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^inorder_source_partitions_held\{source="postgres"\} 16$`, string(text))
+	require.Regexp(t, `(?m)^inorder_source_batches_total\{reason="\w+",source="postgres"\} \d+`, string(text))
+
+	_, err = e.db.Pool.Exec(t.Context(), `UPDATE ledger_balances SET balance = balance + 1`)
+	require.NoError(t, err)
+	var rep cli.RebuildReport
+	e.runJSON(t, &rep, "rebuild", "ledger", "--in-place", "--source", "postgres", "--yes")
+	all := slices.Concat(w1, w2)
+	require.Equal(t, int64(len(all)), rep.Events)
+	e.requireFold(t, all)
+
+	run.signal(t, syscall.SIGTERM)
+	require.NoError(t, run.wait(t, time.Minute))
+	e.requireFold(t, all)
+	cps := e.count(t, `SELECT count(*) FROM checkpoints WHERE name LIKE 'postgres/%'`)
+	require.Equal(t, int64(16), cps, "a checkpoint per partition")
+}

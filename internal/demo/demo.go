@@ -97,6 +97,7 @@ type options struct {
 	Buffer       int
 	HTTPAddr     string
 	HTTPToken    string
+	Source       string
 	Exit         bool
 	Timeout      time.Duration
 }
@@ -130,6 +131,8 @@ func (o *options) validate(args []string) error {
 		return clikit.Usagef("--buffer must be at least 1")
 	case o.Timeout <= 0:
 		return clikit.Usagef("--timeout must be positive")
+	case o.Source != sourceESDB && o.Source != sourcePostgres:
+		return clikit.Usagef("--source must be %s or %s, not %q", sourceESDB, sourcePostgres, o.Source)
 	}
 	return nil
 }
@@ -181,11 +184,17 @@ func Command(w *Workload) func(*cli.App) *cobra.Command {
     (created on first use, stopped on exit unless --keep-postgres);
  2. drops and recreates the demo schema (--schema, default inorder_demo) —
     inorder's tables and the read model both live there — and migrates it;
- 3. starts an in-process EventStoreDB (gRPC protocol) on 127.0.0.1 and
-    appends a generated workload (--` + noun + ` × --versions events);
- 4. consumes it with --consumers competing consumers on one persistent
-    subscription — deliveries arrive out of order and duplicated — and
-    shows progress on stderr; meanwhile it performs the workload's effects
+ 3. with --source esdb (the default), starts an in-process EventStoreDB
+    (gRPC protocol) on 127.0.0.1 and appends a generated workload
+    (--` + noun + ` × --versions events); with --source postgres, appends it
+    to inorder's own events table in the demo schema, from 4 concurrent
+    writers whose transactions commit out of order, while it is consumed;
+ 4. consumes it with --consumers competing consumers — on one persistent
+    subscription, deliveries arrive out of order and duplicated (and every
+    subscription is dropped twice); on the events table, the consumers
+    share its partitions by leases, and one is cut off halfway, the others
+    taking its partitions over — and shows progress on stderr; meanwhile
+    it performs the workload's effects
     that leave Postgres (the ledger's "payment settled" webhooks, package
     effects) against an in-process HTTP receiver that counts deliveries by
     idempotency key and refuses some first deliveries with a 503;
@@ -227,6 +236,8 @@ the PostgreSQL cluster in --data-dir when it has to. Nothing else.`,
 		fs.IntVar(&o.Buffer, "buffer", 64, "unacknowledged deliveries per consumer (small values make more redeliveries)")
 		fs.StringVar(&o.HTTPAddr, "http-addr", clikit.DefaultHTTPAddr, "`address` of the HTTP API and /metrics (port 0 picks a free one)")
 		fs.StringVar(&o.HTTPToken, "http-token", "", "bearer `token` the HTTP API requires (default: none)")
+		fs.StringVar(&o.Source, "source", sourceESDB, "where the workload's events live: esdb (an in-process EventStoreDB) or postgres (inorder's events table)")
+		clikit.SetEnv(fs, "source", "")
 		fs.BoolVar(&o.Exit, "exit", false, "exit after the summary instead of serving the HTTP API")
 		fs.BoolVar(&o.Exit, "no-serve", false, "same as --exit")
 		fs.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up if the workload is not consumed within this `duration`")
@@ -267,10 +278,15 @@ func run(ctx context.Context, a *cli.App, o *options) (err error) {
 	if err := d.database(ctx); err != nil {
 		return err
 	}
-	if err := d.eventStore(); err != nil {
-		return err
+	var stats demoStats
+	if o.Source == sourcePostgres {
+		stats, err = d.consumeTable(ctx)
+	} else {
+		if err := d.eventStore(); err != nil {
+			return err
+		}
+		stats, err = d.consume(ctx)
 	}
-	stats, err := d.consume(ctx)
 	if err != nil {
 		return err
 	}
@@ -401,8 +417,7 @@ func (d *demoRun) eventStore() error {
 	}
 	d.esdb = srv
 	d.cleanup = append(d.cleanup, srv.Close)
-	rng := rand.New(rand.NewPCG(d.o.Seed, d.o.Seed^0x9e3779b97f4a7c15))
-	d.events = d.o.demo.Generate(rng, d.o.Aggregates, d.o.Versions)
+	d.events = d.workload()
 	bar := clikit.NewProgressBar(d.con, "appending", "events", int64(len(d.events)))
 	for i, e := range d.events {
 		ev := esdbtest.Event{ID: demoEventID(e), Type: e.Type, Data: e.Data, Metadata: e.Metadata}
@@ -415,6 +430,12 @@ func (d *demoRun) eventStore() error {
 	d.con.Printf([]any{"events", len(d.events), "url", srv.URL()}, "appended %d events of %d %s to the in-process EventStoreDB at %s",
 		len(d.events), d.o.Aggregates, d.o.noun(), srv.URL())
 	return nil
+}
+
+// workload generates the workload of --seed.
+func (d *demoRun) workload() []aggregate.Event {
+	rng := rand.New(rand.NewPCG(d.o.Seed, d.o.Seed^0x9e3779b97f4a7c15))
+	return d.o.demo.Generate(rng, d.o.Aggregates, d.o.Versions)
 }
 
 // print writes what the demo shows on stdout: as it is, or with JSON logs
@@ -443,6 +464,8 @@ type demoStats struct {
 	elapsed  time.Duration
 	counts   projection.Counts
 	received int64 // deliveries received by the consumers
+	// consumers says how they consumed.
+	consumers string
 }
 
 // summary prints the demo's results on stdout.
@@ -457,7 +480,7 @@ func (d *demoRun) summary(st demoStats, verr error) {
 	}
 	t := clikit.NewTable(w)
 	t.Row("events:", fmt.Sprintf("%d (%d %s x %d versions)", len(d.events), d.o.Aggregates, d.o.noun(), d.o.Versions))
-	t.Row("consumers:", fmt.Sprintf("%d competing, one persistent subscription", d.o.Consumers))
+	t.Row("consumers:", st.consumers)
 	t.Row("deliveries:", fmt.Sprintf("%d (%d more than events: redelivered)", deliveries, max(deliveries-int64(len(d.events)), 0)))
 	t.Row("applied:", fmt.Sprintf("%d (%d in order on arrival, %d drained from parked)", c.Applied(), c.Deliveries[projection.Applied], c.Drained))
 	t.Row("parked:", fmt.Sprintf("%d (arrived before their predecessors)", c.Deliveries[projection.Parked]))

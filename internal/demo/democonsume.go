@@ -114,7 +114,8 @@ func (d *demoRun) consume(ctx context.Context) (demoStats, error) {
 	for _, s := range srcs {
 		received += s.Stats().Received
 	}
-	return demoStats{elapsed: elapsed, counts: d.proc.Counts()[d.proj], received: received}, nil
+	return demoStats{elapsed: elapsed, counts: d.proc.Counts()[d.proj], received: received,
+		consumers: fmt.Sprintf("%d competing, one persistent subscription", len(srcs))}, nil
 }
 
 // serve serves the HTTP API until the first signal and prints examples.

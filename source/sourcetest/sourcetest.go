@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -76,6 +77,11 @@ type Features struct {
 
 	// Timeout bounds each check. Default 2 minutes.
 	Timeout time.Duration
+
+	// Only, if set, names the checks to run ("Fold", "Restart"…): for a
+	// variant of a source whose cases are costly (a server of their own)
+	// and that adds to what another subject checks.
+	Only []string
 }
 
 func (f Features) withDefaults() Features {
@@ -157,6 +163,9 @@ func Run(t *testing.T, s Subject) {
 			why: "Features.CompetingConsumers is off: consumers of one name do not share the work"},
 	}
 	for _, ch := range checks {
+		if len(r.f.Only) > 0 && !slices.Contains(r.f.Only, ch.name) {
+			continue
+		}
 		t.Run(ch.name, func(t *testing.T) {
 			t.Parallel()
 			c := r.newCase(t)

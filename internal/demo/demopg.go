@@ -1,0 +1,153 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/internal/clikit"
+	"github.com/inorder/inorder/source/pgtable"
+)
+
+// Sources of the demo's workload (--source).
+const (
+	sourceESDB     = "esdb"
+	sourcePostgres = "postgres"
+)
+
+// demoWriters is how many concurrent writers append the workload to the
+// events table: their transactions take positions in one order and commit
+// in another.
+const demoWriters = 4
+
+// consumeTable appends the workload to inorder's events table in the demo
+// schema from concurrent writers while --consumers sources share its
+// partitions, cuts one consumer off halfway (the others take its
+// partitions over), and runs until the whole workload is applied.
+func (d *demoRun) consumeTable(ctx context.Context) (demoStats, error) {
+	d.events = d.workload()
+	total := int64(len(d.events))
+	srcs := make([]*pgtable.Source, d.o.Consumers)
+	for i := range srcs {
+		var err error
+		srcs[i], err = pgtable.New(&pgtable.Config{
+			Pool: d.pool, Processor: d.proc, Name: "demo", Workers: 2, BatchSize: d.o.BatchSize, MaxWait: d.o.MaxWait,
+			LeaseEvery: 200 * time.Millisecond, CheckpointEvery: 200 * time.Millisecond, Logger: d.logger,
+		})
+		if err != nil {
+			return demoStats{}, fmt.Errorf("demo: consumer: %w", err)
+		}
+	}
+	if err := srcs[0].RegisterMetrics(d.metrics.Registry()); err != nil {
+		return demoStats{}, fmt.Errorf("demo: %w", err)
+	}
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make([]error, len(srcs))
+	for i, s := range srcs {
+		wg.Go(func() { errs[i] = s.Run(runCtx) })
+	}
+	stopAll := func() error {
+		stop()
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+	d.con.Printf([]any{"consumers", len(srcs), "writers", demoWriters}, "appending %d events to the events table from %d concurrent writers; %d consumers share its partitions",
+		total, demoWriters, len(srcs))
+	appended := make(chan error, 1)
+	go func() { appended <- d.appendTable(runCtx) }()
+
+	start := time.Now()
+	bar := clikit.NewProgressBar(d.con, "applied", "events", total)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(d.o.Timeout)
+	defer deadline.Stop()
+	cut := len(srcs) > 1
+	var applied, lastApplied int64
+	lastProgress := time.Now()
+	for applied < total {
+		select {
+		case <-ctx.Done():
+			_ = stopAll()
+			return demoStats{}, ctx.Err()
+		case <-d.a.Drain():
+			_ = stopAll()
+			return demoStats{}, fmt.Errorf("demo: interrupted after %d of %d events", applied, total)
+		case <-deadline.C:
+			_ = stopAll()
+			return demoStats{}, fmt.Errorf("demo: %d of %d events applied after %s (--timeout)", applied, total, d.o.Timeout)
+		case err := <-appended:
+			if err != nil {
+				_ = stopAll()
+				return demoStats{}, err
+			}
+		case <-tick.C:
+		}
+		applied = d.proc.Counts()[d.proj].Applied()
+		bar.Update(applied)
+		if cut && applied >= total/2 {
+			cut = false
+			srcs[0].Abort() // its batches in flight roll back; its leases go with its connection
+			bar.Note(fmt.Sprintf("consumer 1 cut off at %d events: its batches in flight roll back, the others take its partitions over", applied))
+		}
+		if applied != lastApplied {
+			lastApplied, lastProgress = applied, time.Now()
+		} else if time.Since(lastProgress) > time.Minute {
+			_ = stopAll()
+			return demoStats{}, fmt.Errorf("demo: stuck at %d of %d events applied for a minute; see '%s status' and '%s parked list'", applied, total, d.a.Name(), d.a.Name())
+		}
+	}
+	elapsed := time.Since(start)
+	bar.Finish(applied)
+	err := stopAll()
+	if len(srcs) > 1 && errors.Is(errs[0], pgtable.ErrAborted) {
+		err = errors.Join(errs[1:]...) // the one cut off says so
+	}
+	if err != nil {
+		return demoStats{}, fmt.Errorf("demo: stop the consumers: %w", err)
+	}
+	var received int64
+	for _, s := range srcs {
+		received += s.Stats().Read
+	}
+	return demoStats{elapsed: elapsed, counts: d.proc.Counts()[d.proj], received: received,
+		consumers: fmt.Sprintf("%d sharing the events table's partitions (one cut off halfway)", len(srcs))}, nil
+}
+
+// appendTable appends the workload from demoWriters writers, each with the
+// aggregates of its own, in transactions of up to 50 events.
+func (d *demoRun) appendTable(ctx context.Context) error {
+	w := pgtable.NewWriter(d.o.Schema, nil)
+	parts := make([][]aggregate.Event, demoWriters)
+	owner := map[string]int{}
+	for _, e := range d.events {
+		e.ID = demoEventID(e).String() // the ids the in-process EventStoreDB gives
+		k, ok := owner[e.Aggregate]
+		if !ok {
+			k = len(owner) % demoWriters
+			owner[e.Aggregate] = k
+		}
+		parts[k] = append(parts[k], e)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, demoWriters)
+	for i, events := range parts {
+		wg.Go(func() {
+			for len(events) > 0 && errs[i] == nil {
+				n := min(len(events), 50)
+				errs[i] = w.Append(ctx, d.pool, events[:n]...)
+				events = events[n:]
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("demo: append: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,2 @@
+DROP TABLE events;
+DROP FUNCTION events_notify();
