@@ -15,6 +15,7 @@ import (
 
 	"github.com/inorder/inorder/console"
 	"github.com/inorder/inorder/effects"
+	"github.com/inorder/inorder/httpapi"
 	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/migrations"
 	"github.com/inorder/inorder/projection"
@@ -242,8 +243,16 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 			return o.src.opener.Replayer(ctx, o.src.url, o.src.openConfig(&o.db, o.Name, logger))
 		}}
 		defer rebuilds.wait()
+		var repairs httpapi.Repairer
+		if rp, ok := o.src.opener.(source.Repairer); ok {
+			repairs = repairFunc(func(ctx context.Context, opts *source.RepairOptions) ([]source.Repair, error) {
+				rc := o.src.openConfig(&o.db, o.Name, logger)
+				rc.Processor = proc
+				return rp.Repair(ctx, o.src.url, rc, opts)
+			})
+		}
 		if srv, err = clikit.StartHTTP(&o.http, clikit.Serve{Processor: proc, Effects: fx, Ready: ready, Metrics: m, Tracing: tracing,
-			Sources: sources, Rebuilds: rebuilds, Logger: logger}); err != nil {
+			Sources: sources, Rebuilds: rebuilds, Repairs: repairs, Logger: logger}); err != nil {
 			return err
 		}
 		con.Printf([]any{"url", srv.URL()}, "serving %s", srv.URL())
@@ -439,3 +448,11 @@ func (c *consoleRebuilds) StartRebuild(_ context.Context, name, by string, opts 
 }
 
 func (c *consoleRebuilds) wait() { c.wg.Wait() }
+
+// repairFunc is an httpapi.Repairer made of a function.
+type repairFunc func(ctx context.Context, opts *source.RepairOptions) ([]source.Repair, error)
+
+// Repair implements httpapi.Repairer.
+func (f repairFunc) Repair(ctx context.Context, opts *source.RepairOptions) ([]source.Repair, error) {
+	return f(ctx, opts)
+}

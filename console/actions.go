@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/internal/ops"
 	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source"
 )
 
 // actionTimeout bounds one action request (a bulk run acts on ops.BulkMax
@@ -142,7 +144,7 @@ func (h *handler) act(w http.ResponseWriter, r *http.Request) {
 
 // engine is the action engine on the console's processor.
 func (h *handler) engine() *ops.Engine {
-	e := &ops.Engine{Proc: h.proc, Effects: h.opts.Effects}
+	e := &ops.Engine{Proc: h.proc, Effects: h.opts.Effects, Repairs: h.opts.Repairs}
 	if h.opts.Rebuilds != nil {
 		e.Rebuilds = rebuildStarter{h}
 	}
@@ -190,7 +192,7 @@ func (h *handler) actionError(r *http.Request, err error) (int, string) {
 }
 
 func title(r ops.Request) string {
-	what := map[string]string{ops.Retry: "Retry a quarantined event", ops.Skip: "Skip a quarantined event", ops.DeclareGap: "Declare a gap",
+	what := map[string]string{ops.Retry: "Retry a quarantined event", ops.Skip: "Skip a quarantined event", ops.DeclareGap: "Declare a gap", ops.Repair: "Repair from the source",
 		ops.Replay: "Replay a rejected delivery", ops.Dismiss: "Dismiss a rejected delivery", ops.Ack: "Acknowledge a conflict",
 		ops.RebuildStart: "Start a rebuild", ops.RebuildSwitch: "Switch a generation in", ops.RebuildRollback: "Roll back", ops.RebuildDrop: "Drop a generation",
 		ops.EffectsRetry: "Retry an effect", ops.BulkRetry: "Retry every matching quarantined event",
@@ -217,6 +219,8 @@ func verbOf(action string) string {
 		return "acknowledge"
 	case ops.DeclareGap:
 		return "declare the gap"
+	case ops.Repair:
+		return "repair"
 	case ops.Replay:
 		return "replay"
 	case ops.RebuildStart:
@@ -254,6 +258,9 @@ func table(items any) ([]string, [][]string) {
 		case projection.Generation:
 			cols = []string{"Projection", "Generation", "State", "Code version"}
 			row = []string{x.Projection, strconv.Itoa(x.Generation), x.State, strconv.Itoa(x.CodeVersion)}
+		case source.Repair:
+			cols = []string{"Aggregate", "From", "To", "Found", "Missing", "Outcomes"}
+			row = []string{x.Aggregate, itoa(x.From), itoa(x.To), strconv.Itoa(x.Found), strings.Join(x.Missing, ", "), fmt.Sprint(x.Outcomes)}
 		case effects.Effect:
 			cols = []string{"Key", "Kind", "Aggregate", "State", "Attempts", "Last error"}
 			row = []string{x.Key, x.Kind, x.Aggregate, string(x.State), strconv.Itoa(x.Attempts), x.LastError}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/inorder/inorder/effects"
+	"github.com/inorder/inorder/httpapi"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -62,6 +63,10 @@ type Options struct {
 	// rebuild page shows rebuilds and acts on generations, but starts
 	// none.
 	Rebuilds Rebuilder
+
+	// Repairs, if set, lets the console repair parked aggregates from the
+	// source (httpapi.Repairer).
+	Repairs httpapi.Repairer
 
 	// RequestTimeout bounds the database work of one page. Default
 	// DefaultRequestTimeout (10 s).

@@ -75,7 +75,7 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), ActionTimeout)
 	defer cancel()
-	e := &ops.Engine{Proc: h.proc, Effects: h.opts.EffectsClient, Rebuilds: h.opts.Rebuilds}
+	e := &ops.Engine{Proc: h.proc, Effects: h.opts.EffectsClient, Rebuilds: h.opts.Rebuilds, Repairs: h.opts.Repairs}
 	res, err := e.Do(ctx, b.Request)
 	if b.Confirm {
 		h.log.InfoContext(r.Context(), "http api action", "action", b.Action, "by", b.By, "projection", b.Projection,

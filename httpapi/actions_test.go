@@ -92,6 +92,9 @@ func TestActions(t *testing.T) {
 		requireError(t, post("/v1/actions/skip", `{"projection":"flaky","aggregate":"a0"}`, asAdmin...), http.StatusBadRequest, httpapi.CodeBadRequest)
 		requireError(t, post("/v1/actions/retry", `{"projection":"nope","aggregate":"a0"}`, asAdmin...), http.StatusNotFound, httpapi.CodeUnknownProjection)
 		requireError(t, post("/v1/actions/retry", `{"projection":"flaky","aggregate":"zz"}`, asAdmin...), http.StatusConflict, httpapi.CodeConflict)
+		// No source in this server: repairs and rebuilds are refused, and say why.
+		requireError(t, post("/v1/actions/repair", `{"projection":"flaky"}`, asAdmin...), http.StatusNotImplemented, httpapi.CodeNotImplemented)
+		requireError(t, post("/v1/actions/rebuild-start", `{"projection":"flaky"}`, asAdmin...), http.StatusNotImplemented, httpapi.CodeNotImplemented)
 	})
 
 	t.Run("retry: dry run, then confirmed", func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/internal/httpstatus"
 	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source"
 )
 
 // Defaults and limits of Options and of the API's parameters.
@@ -84,6 +85,17 @@ type Options struct {
 	// Rebuilds, if set, lets POST /v1/actions/rebuild-start start a
 	// side-by-side rebuild in this process. Default: refused (501).
 	Rebuilds Rebuilder
+
+	// Repairs, if set, lets POST /v1/actions/repair read waiting
+	// aggregates' missing versions from the source. Default: refused (501).
+	Repairs Repairer
+}
+
+// Repairer reads the missing versions of waiting aggregates from the
+// source the workers read and feeds them through the gate: a
+// source.Repairer bound to the server's source.
+type Repairer interface {
+	Repair(ctx context.Context, opts *source.RepairOptions) ([]source.Repair, error)
 }
 
 // Rebuilder starts a side-by-side rebuild of a projection in the server's

@@ -163,14 +163,17 @@ type Serve struct {
 	// Rebuilds, if set, starts side-by-side rebuilds in the process, for
 	// the write routes and the console.
 	Rebuilds httpapi.Rebuilder
-	Logger   *slog.Logger
+	// Repairs, if set, repairs parked aggregates from the process's
+	// source, for the write routes and the console.
+	Repairs httpapi.Repairer
+	Logger  *slog.Logger
 }
 
 // StartHTTP serves the read-model API, /metrics and the health checks on
 // o.Addr. It returns once the listener is open.
 func StartHTTP(o *HTTPOptions, s Serve) (*Server, error) {
 	opts := &httpapi.Options{Token: o.Token, AdminToken: o.AdminToken, MaxWait: o.MaxWait, Logger: s.Logger,
-		EffectsClient: s.Effects, Rebuilds: s.Rebuilds}
+		EffectsClient: s.Effects, Rebuilds: s.Rebuilds, Repairs: s.Repairs}
 	if s.Effects != nil {
 		opts.Effects = s.Effects
 	}
@@ -178,7 +181,7 @@ func StartHTTP(o *HTTPOptions, s Serve) (*Server, error) {
 	mux := http.NewServeMux()
 	if o.Console {
 		co := &console.Options{Token: o.Token, AdminToken: o.AdminToken, ShowPayloads: o.Payloads, Effects: s.Effects,
-			Sources: s.Sources, Logger: s.Logger}
+			Sources: s.Sources, Repairs: s.Repairs, Logger: s.Logger}
 		if s.Rebuilds != nil {
 			co.Rebuilds = s.Rebuilds
 		}

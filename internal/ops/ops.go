@@ -15,6 +15,7 @@ import (
 
 	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source"
 )
 
 // Limits of bulk actions.
@@ -34,6 +35,7 @@ const (
 	Retry           = "retry"
 	Skip            = "skip"
 	DeclareGap      = "declare-gap"
+	Repair          = "repair"
 	Replay          = "replay"
 	Dismiss         = "dismiss"
 	Ack             = "ack"
@@ -51,7 +53,7 @@ const (
 )
 
 // Actions lists every action, singles first.
-var Actions = []string{Retry, Skip, DeclareGap, Replay, Dismiss, Ack, RebuildStart, RebuildSwitch, RebuildRollback, RebuildDrop, EffectsRetry,
+var Actions = []string{Retry, Skip, DeclareGap, Repair, Replay, Dismiss, Ack, RebuildStart, RebuildSwitch, RebuildRollback, RebuildDrop, EffectsRetry,
 	BulkRetry, BulkSkip, BulkDismiss, BulkAck, BulkEffectsRetry}
 
 // needReason lists the actions that cannot be undone: they need a reason.
@@ -138,10 +140,19 @@ type Rebuilder interface {
 	StartRebuild(ctx context.Context, projection, by string, opts *projection.BuildOptions, done func(error)) error
 }
 
+// Repairer reads the missing versions of waiting aggregates from the
+// source the workers read, and feeds them through the gate (source.Repairer
+// with the server's source).
+type Repairer interface {
+	Repair(ctx context.Context, opts *source.RepairOptions) ([]source.Repair, error)
+}
+
 // Engine carries actions out on a processor (and an effects client).
 type Engine struct {
 	Proc    *projection.Processor
 	Effects *effects.Client
+	// Repairs, if set, repairs parked aggregates from the source.
+	Repairs Repairer
 	// Rebuilds, if set, starts rebuilds.
 	Rebuilds Rebuilder
 }
@@ -194,6 +205,14 @@ func (e *Engine) single(ctx context.Context, r Request) (Result, error) {
 		if r.Projection == "" {
 			return Result{}, need(r.Action, "projection")
 		}
+	case Repair:
+		if r.Projection == "" {
+			return Result{}, need(r.Action, "projection")
+		}
+		if e.Repairs == nil {
+			return Result{}, fmt.Errorf("%w: this server reads no source (repair from 'inorder parked repair', or a console served by 'inorder run')", ErrUnsupported)
+		}
+		return e.repair(ctx, r)
 	case RebuildDrop, RebuildSwitch:
 		if r.Projection == "" || r.Generation < 1 {
 			return Result{}, need(r.Action, "projection", "generation")
