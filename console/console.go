@@ -62,7 +62,7 @@ type Options struct {
 	// this process (the source's replay is the caller's). Default: the
 	// rebuild page shows rebuilds and acts on generations, but starts
 	// none.
-	Rebuilds Rebuilder
+	Rebuilds httpapi.Rebuilder
 
 	// Repairs, if set, lets the console repair parked aggregates from the
 	// source (httpapi.Repairer).
@@ -94,13 +94,6 @@ type SourceLag struct {
 	Projections []string
 }
 
-// Rebuilder starts a side-by-side rebuild of a projection in the process —
-// projection.Processor.Build with opts, whose Stream it sets to the
-// source's replay — and returns once it started; by names who asked, done
-// receives Build's outcome. httpapi.Rebuilder is the same interface.
-type Rebuilder interface {
-	StartRebuild(ctx context.Context, projection, by string, opts *projection.BuildOptions, done func(error)) error
-}
 
 //go:embed ui/*.html
 var pageFiles embed.FS
