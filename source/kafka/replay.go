@@ -1,0 +1,268 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/inorder/inorder/aggregate"
+)
+
+// ErrTruncated is returned (wrapped, with the partitions and offsets) by
+// Replayer.Check and Replayer.Replay when the topics no longer hold every
+// record ever produced to them — retention or DeleteRecords moved a
+// partition's log start past offset 0, or the topic is compacted — so a
+// rebuild from them would silently miss events. Rebuild from a source that
+// keeps the whole history (an event store, a topic with retention.ms=-1
+// and cleanup.policy=delete), or restore the read model instead.
+var ErrTruncated = errors.New("kafka: the topic no longer holds its whole history")
+
+// replayIdle is how long a replay waits for a record before it takes the
+// partitions it has not read to their end as done: their last offsets are
+// transaction markers, which carry no record.
+const replayIdle = 10 * time.Second
+
+// Replayer replays Kafka topics from their first offset into a projection
+// being rebuilt: its Replay method is a projection.Replay for
+// projection.Processor.Rebuild. It reads every partition up to its last
+// stable offset when the replay begins, maps records as a Source of the
+// same Config does, and emits them in batches, partitioned by aggregate
+// across workers so that each aggregate's versions arrive in order. Records
+// produced after that are the live workers' to apply.
+type Replayer struct {
+	cfg         *config
+	read, total atomic.Int64
+}
+
+// NewReplayer validates cfg and returns a Replayer that reads cfg.Topics
+// from cfg.Brokers (with cfg.ClientOptions), maps records with cfg.Mapping
+// and emits batches of up to BatchSize events from Workers goroutines.
+// Processor may be nil; the other fields are ignored.
+func NewReplayer(cfg *Config) (*Replayer, error) {
+	c, err := newConfig(cfg, true)
+	if err != nil {
+		return nil, err
+	}
+	return &Replayer{cfg: c}, nil
+}
+
+// ReplayProgress is how far a replay is.
+type ReplayProgress struct {
+	// Read counts the records read; Total the records (offsets) the replay
+	// reads in all.
+	Read, Total int64
+}
+
+// Progress returns how far the running (or the last) replay is.
+func (r *Replayer) Progress() ReplayProgress {
+	return ReplayProgress{Read: r.read.Load(), Total: r.total.Load()}
+}
+
+func (r *Replayer) client(opts ...kgo.Opt) (*kgo.Client, error) {
+	cl, err := kgo.NewClient(append(append(r.cfg.clientOptions(), r.cfg.ClientOptions...), opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: client: %w", err)
+	}
+	return cl, nil
+}
+
+// Check returns an error wrapping ErrTruncated when the topics cannot be
+// replayed whole, and nil when they can.
+func (r *Replayer) Check(ctx context.Context) error {
+	cl, err := r.client()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	_, _, err = r.bounds(ctx, kadm.NewClient(cl))
+	return err
+}
+
+// bounds returns the offsets to read, per partition: from 0 to the last
+// stable offset (exclusive), after checking nothing is missing.
+func (r *Replayer) bounds(ctx context.Context, adm *kadm.Client) (map[string]map[int32]kgo.Offset, map[Partition]int64, error) {
+	cfgs, err := adm.DescribeTopicConfigs(ctx, r.cfg.Topics...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka: describe topics: %w", err)
+	}
+	var problems []string
+	for _, tc := range cfgs {
+		if tc.Err != nil {
+			return nil, nil, fmt.Errorf("kafka: describe topic %s: %w", tc.Name, tc.Err)
+		}
+		for _, c := range tc.Configs {
+			if c.Key == "cleanup.policy" && c.Value != nil && strings.Contains(*c.Value, "compact") {
+				problems = append(problems, fmt.Sprintf("topic %s is compacted (cleanup.policy=%s)", tc.Name, *c.Value))
+			}
+		}
+	}
+	starts, err := adm.ListStartOffsets(ctx, r.cfg.Topics...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka: list start offsets: %w", err)
+	}
+	ends, err := adm.ListCommittedOffsets(ctx, r.cfg.Topics...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka: list end offsets: %w", err)
+	}
+	if err := starts.Error(); err != nil {
+		return nil, nil, fmt.Errorf("kafka: list start offsets: %w", err)
+	}
+	from := map[string]map[int32]kgo.Offset{}
+	to := map[Partition]int64{}
+	var total int64
+	starts.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			problems = append(problems, fmt.Sprintf("partition %s/%d starts at offset %d: offsets 0-%d were removed (retention or DeleteRecords)", o.Topic, o.Partition, o.Offset, o.Offset-1))
+		}
+		end, ok := ends.Lookup(o.Topic, o.Partition)
+		if !ok || end.Err != nil || end.Offset <= o.Offset {
+			return
+		}
+		if from[o.Topic] == nil {
+			from[o.Topic] = map[int32]kgo.Offset{}
+		}
+		from[o.Topic][o.Partition] = kgo.NewOffset().At(o.Offset)
+		to[Partition{o.Topic, o.Partition}] = end.Offset
+		total += end.Offset - o.Offset
+	})
+	if len(problems) > 0 {
+		return nil, nil, fmt.Errorf("%w: %s", ErrTruncated, strings.Join(problems, "; "))
+	}
+	r.total.Store(total)
+	return from, to, nil
+}
+
+// Replay reads the topics up to their current end and calls emit with
+// batches of mapped events, from several goroutines: an aggregate's events
+// all go to one of them, in partition order. A record the mapping cannot
+// turn into a valid envelope is emitted as it is, and the processor records
+// it as rejected. It returns an error wrapping ErrTruncated, before
+// emitting anything, when the topics no longer hold their whole history.
+// Replay implements projection.Replay.
+func (r *Replayer) Replay(ctx context.Context, emit func(context.Context, []aggregate.Event) error) error {
+	r.read.Store(0)
+	r.total.Store(0)
+	meta, err := r.client()
+	if err != nil {
+		return err
+	}
+	from, to, err := r.bounds(ctx, kadm.NewClient(meta))
+	meta.Close()
+	if err != nil || len(to) == 0 {
+		return err
+	}
+	cl, err := r.client(kgo.ConsumePartitions(from))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	batchSize := r.cfg.BatchSize
+	chans := make([]chan aggregate.Event, r.cfg.Workers)
+	var wg sync.WaitGroup
+	for i := range chans {
+		chans[i] = make(chan aggregate.Event, batchSize)
+		wg.Go(func() {
+			batch := make([]aggregate.Event, 0, batchSize)
+			failed := false
+			flush := func() {
+				if len(batch) > 0 && !failed {
+					if err := emit(ctx, batch); err != nil {
+						cancel(err)
+						failed = true
+					}
+				}
+				batch = make([]aggregate.Event, 0, batchSize)
+			}
+			for e := range chans[i] {
+				if failed {
+					continue
+				}
+				batch = append(batch, e)
+				if len(batch) >= batchSize || len(chans[i]) == 0 {
+					flush()
+				}
+			}
+			flush()
+		})
+	}
+	readErr := r.readAll(ctx, cl, to, func(e aggregate.Event) error {
+		h := fnv.New64a()
+		h.Write([]byte(e.Aggregate))
+		select {
+		case chans[h.Sum64()%uint64(len(chans))] <- e:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	})
+	for _, ch := range chans {
+		close(ch)
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	return readErr
+}
+
+// readAll polls until every partition was read to its end.
+func (r *Replayer) readAll(ctx context.Context, cl *kgo.Client, to map[Partition]int64, fn func(aggregate.Event) error) error {
+	left := len(to)
+	done := map[Partition]bool{}
+	for left > 0 {
+		pctx, cancel := context.WithTimeout(ctx, replayIdle)
+		fs := cl.PollRecords(pctx, r.cfg.BatchSize)
+		idle := pctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if idle && fs.NumRecords() == 0 {
+			r.cfg.Logger.Warn("kafka replay: no record for a while; taking the partitions not read to their end as done (transaction markers at their end)",
+				"partitions", left, "idle", replayIdle)
+			return nil
+		}
+		var err error
+		fs.EachError(func(topic string, part int32, e error) {
+			if err == nil && !errors.Is(e, context.DeadlineExceeded) && !errors.Is(e, context.Canceled) {
+				err = fmt.Errorf("kafka: replay %s/%d: %w", topic, part, e)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		fs.EachRecord(func(rec *kgo.Record) {
+			p := Partition{rec.Topic, rec.Partition}
+			end := to[p]
+			if err != nil || done[p] || rec.Offset >= end {
+				return
+			}
+			r.read.Add(1)
+			if rec.Offset >= end-1 {
+				done[p] = true
+				left--
+				cl.PauseFetchPartitions(map[string][]int32{rec.Topic: {rec.Partition}})
+			}
+			if rec.Value == nil {
+				return // a tombstone
+			}
+			e, _ := r.cfg.mapping.event(rec) // an invalid one is the processor's to reject
+			err = fn(e)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
