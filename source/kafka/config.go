@@ -190,15 +190,14 @@ func (c *config) clientOptions() []kgo.Opt {
 	}
 }
 
-// kgoLogger passes the client's warnings and errors to slog.
+// kgoLogger passes the client's warnings and errors to slog, both at warn
+// level: the client retries what they report (a broker down, a group
+// session to rejoin), and the source says itself what it cannot recover
+// from.
 type kgoLogger struct{ log *slog.Logger }
 
 func (l kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
 
 func (l kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	lvl := slog.LevelWarn
-	if level == kgo.LogLevelError {
-		lvl = slog.LevelError
-	}
-	l.log.Log(context.Background(), lvl, "kafka client: "+msg, keyvals...)
+	l.log.Log(context.Background(), slog.LevelWarn, "kafka client: "+msg, append(keyvals, "client_severity", level.String())...)
 }

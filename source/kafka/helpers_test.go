@@ -212,3 +212,9 @@ func brokerFault(c *kfake.Cluster, d time.Duration) {
 	c.ShufflePartitionLeaders()
 	c.RehashCoordinators()
 }
+
+// slogStderr logs warnings and errors to stderr: a child's, for its test's
+// failure report.
+func slogStderr() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}

@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,12 +14,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/inorder/inorder/internal/proctest"
 	"github.com/inorder/inorder/source"
 	"github.com/inorder/inorder/source/kafka"
 	"github.com/inorder/inorder/source/sourcetest"
 )
 
-func TestMain(m *testing.M) { sourcetest.Main(m, subject()) }
+func TestMain(m *testing.M) {
+	if os.Getenv(proctest.EnvRole) == scaleRole {
+		proctest.Main(m, map[string]proctest.Role{scaleRole: scaleWorker})
+	}
+	sourcetest.Main(m, subject())
+}
 
 // subject is the Kafka source under the conformance suite: each case has a
 // topic of its own, 12 partitions, on 3 in-process brokers (a cluster for
