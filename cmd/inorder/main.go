@@ -23,6 +23,7 @@ import (
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
 	"github.com/inorder/inorder/source/esdb"
+	"github.com/inorder/inorder/source/kafka"
 	"github.com/inorder/inorder/source/pgtable"
 )
 
@@ -42,7 +43,7 @@ func main() {
 	os.Exit(cli.Main(cli.Config{
 		Version:     version,
 		Projections: []projection.Projection{payments},
-		Sources:     []source.Driver{esdb.Driver(), pgtable.Driver()},
+		Sources:     []source.Driver{esdb.Driver(), pgtable.Driver(), kafka.Driver()},
 		Effects:     handlers,
 		Commands:    []func(*cli.App) *cobra.Command{demo.Ledger(payments)},
 	}))

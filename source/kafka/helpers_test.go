@@ -3,7 +3,6 @@ package kafka_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -169,8 +168,8 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// offsetsAt requires that every partition's checkpoint is at the end of
-// what was produced.
+// requireCaughtUp requires lag 0, with every partition's checkpoint at the
+// end of what was produced.
 func requireCaughtUp(t testing.TB, src *kafka.Source) {
 	t.Helper()
 	var lag kafka.Lag
@@ -187,8 +186,6 @@ func requireCaughtUp(t testing.TB, src *kafka.Source) {
 	}
 	require.Zero(t, lag.Behind)
 }
-
-func aggName(i int) string { return fmt.Sprintf("pay-%04d", i) }
 
 // brokerFault is kfake's fault injection for a broker outage: for d every
 // broker closes the connection of every request it receives; then every

@@ -82,13 +82,14 @@ func (r *Replayer) Check(ctx context.Context) error {
 		return err
 	}
 	defer cl.Close()
-	_, _, err = r.bounds(ctx, kadm.NewClient(cl))
+	_, _, err = r.bounds(ctx, kadm.NewClient(cl), nil)
 	return err
 }
 
-// bounds returns the offsets to read, per partition: from 0 to the last
-// stable offset (exclusive), after checking nothing is missing.
-func (r *Replayer) bounds(ctx context.Context, adm *kadm.Client) (map[string]map[int32]kgo.Offset, map[Partition]int64, error) {
+// bounds returns the offsets to read, per partition: from the one after
+// the offset in after (0 for a partition not in it) to the last stable
+// offset (exclusive), after checking nothing to read is missing.
+func (r *Replayer) bounds(ctx context.Context, adm *kadm.Client, after map[Partition]int64) (map[string]map[int32]kgo.Offset, map[Partition]int64, error) {
 	cfgs, err := adm.DescribeTopicConfigs(ctx, r.cfg.Topics...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kafka: describe topics: %w", err)
@@ -119,19 +120,23 @@ func (r *Replayer) bounds(ctx context.Context, adm *kadm.Client) (map[string]map
 	to := map[Partition]int64{}
 	var total int64
 	starts.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			problems = append(problems, fmt.Sprintf("partition %s/%d starts at offset %d: offsets 0-%d were removed (retention or DeleteRecords)", o.Topic, o.Partition, o.Offset, o.Offset-1))
+		next := int64(0)
+		if off, ok := after[Partition{o.Topic, o.Partition}]; ok {
+			next = off + 1
+		}
+		if o.Offset > next {
+			problems = append(problems, fmt.Sprintf("partition %s/%d starts at offset %d: offsets %d-%d were removed (retention or DeleteRecords)", o.Topic, o.Partition, o.Offset, next, o.Offset-1))
 		}
 		end, ok := ends.Lookup(o.Topic, o.Partition)
-		if !ok || end.Err != nil || end.Offset <= o.Offset {
+		if !ok || end.Err != nil || end.Offset <= next {
 			return
 		}
 		if from[o.Topic] == nil {
 			from[o.Topic] = map[int32]kgo.Offset{}
 		}
-		from[o.Topic][o.Partition] = kgo.NewOffset().At(o.Offset)
+		from[o.Topic][o.Partition] = kgo.NewOffset().At(next)
 		to[Partition{o.Topic, o.Partition}] = end.Offset
-		total += end.Offset - o.Offset
+		total += end.Offset - next
 	})
 	if len(problems) > 0 {
 		return nil, nil, fmt.Errorf("%w: %s", ErrTruncated, strings.Join(problems, "; "))
@@ -150,17 +155,8 @@ func (r *Replayer) bounds(ctx context.Context, adm *kadm.Client) (map[string]map
 func (r *Replayer) Replay(ctx context.Context, emit func(context.Context, []aggregate.Event) error) error {
 	r.read.Store(0)
 	r.total.Store(0)
-	meta, err := r.client()
-	if err != nil {
-		return err
-	}
-	from, to, err := r.bounds(ctx, kadm.NewClient(meta))
-	meta.Close()
-	if err != nil || len(to) == 0 {
-		return err
-	}
-	cl, err := r.client(kgo.ConsumePartitions(from))
-	if err != nil {
+	cl, to, err := r.open(ctx, nil)
+	if err != nil || cl == nil {
 		return err
 	}
 	defer cl.Close()
@@ -196,15 +192,21 @@ func (r *Replayer) Replay(ctx context.Context, emit func(context.Context, []aggr
 			flush()
 		})
 	}
-	readErr := r.readAll(ctx, cl, to, func(e aggregate.Event) error {
-		h := fnv.New64a()
-		h.Write([]byte(e.Aggregate))
-		select {
-		case chans[h.Sum64()%uint64(len(chans))] <- e:
-			return nil
-		case <-ctx.Done():
-			return context.Cause(ctx)
+	readErr := r.scan(ctx, cl, to, func(recs []*kgo.Record) error {
+		for _, rec := range recs {
+			if rec.Value == nil {
+				continue // a tombstone
+			}
+			e, _ := r.cfg.mapping.event(rec) // an invalid one is the processor's to reject
+			h := fnv.New64a()
+			h.Write([]byte(e.Aggregate))
+			select {
+			case chans[h.Sum64()%uint64(len(chans))] <- e:
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
 		}
+		return nil
 	})
 	for _, ch := range chans {
 		close(ch)
@@ -216,8 +218,30 @@ func (r *Replayer) Replay(ctx context.Context, emit func(context.Context, []aggr
 	return readErr
 }
 
-// readAll polls until every partition was read to its end.
-func (r *Replayer) readAll(ctx context.Context, cl *kgo.Client, to map[Partition]int64, fn func(aggregate.Event) error) error {
+// open checks the topics and returns a client reading every partition from
+// after the offsets in after up to its end, and those ends; a nil client
+// when there is nothing to read.
+func (r *Replayer) open(ctx context.Context, after map[Partition]int64) (*kgo.Client, map[Partition]int64, error) {
+	meta, err := r.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	from, to, err := r.bounds(ctx, kadm.NewClient(meta), after)
+	meta.Close()
+	if err != nil || len(to) == 0 {
+		return nil, nil, err
+	}
+	cl, err := r.client(kgo.ConsumePartitions(from))
+	if err != nil {
+		return nil, nil, err
+	}
+	return cl, to, nil
+}
+
+// scan polls until every partition was read to its end, and calls fn, from
+// this goroutine, with the records of each poll (in offset order within
+// each partition).
+func (r *Replayer) scan(ctx context.Context, cl *kgo.Client, to map[Partition]int64, fn func([]*kgo.Record) error) error {
 	left := len(to)
 	done := map[Partition]bool{}
 	for left > 0 {
@@ -242,10 +266,11 @@ func (r *Replayer) readAll(ctx context.Context, cl *kgo.Client, to map[Partition
 		if err != nil {
 			return err
 		}
+		recs := make([]*kgo.Record, 0, fs.NumRecords())
 		fs.EachRecord(func(rec *kgo.Record) {
 			p := Partition{rec.Topic, rec.Partition}
 			end := to[p]
-			if err != nil || done[p] || rec.Offset >= end {
+			if done[p] || rec.Offset >= end {
 				return
 			}
 			r.read.Add(1)
@@ -254,14 +279,12 @@ func (r *Replayer) readAll(ctx context.Context, cl *kgo.Client, to map[Partition
 				left--
 				cl.PauseFetchPartitions(map[string][]int32{rec.Topic: {rec.Partition}})
 			}
-			if rec.Value == nil {
-				return // a tombstone
-			}
-			e, _ := r.cfg.mapping.event(rec) // an invalid one is the processor's to reject
-			err = fn(e)
+			recs = append(recs, rec)
 		})
-		if err != nil {
-			return err
+		if len(recs) > 0 {
+			if err := fn(recs); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -53,3 +53,43 @@ func TestReplay(t *testing.T) {
 	require.ErrorIs(t, err, kafka.ErrTruncated)
 	require.Zero(t, emitted)
 }
+
+// TestStream reads the topic as a side-by-side rebuild does: to its end,
+// then from the position of the last batch on, only what came after.
+func TestStream(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	pr := producer(t, c)
+	events := ledger.Generate(rand.New(rand.NewPCG(12, 12)), 40, 3)
+	first := len(events) / 2
+	produce(t, pr, events[:first])
+	r, err := kafka.NewReplayer(&kafka.Config{Brokers: c.ListenAddrs(), Topics: []string{testTopic}, BatchSize: 10})
+	require.NoError(t, err)
+	var _ projection.Stream = r
+	read := func(from projection.Position) ([]aggregate.Event, projection.Position) {
+		var got []aggregate.Event
+		last := from
+		require.NoError(t, r.Read(t.Context(), from, func(_ context.Context, sb projection.StreamBatch) error {
+			got = append(got, sb.Events...)
+			require.Empty(t, sb.Rejects)
+			last = sb.Position
+			return nil
+		}))
+		return got, last
+	}
+	got, pos := read(nil)
+	require.ElementsMatch(t, ids(events[:first]), ids(got))
+	produce(t, pr, events[first:])
+	got, pos = read(pos)
+	require.ElementsMatch(t, ids(events[first:]), ids(got), "from a position: only what follows it")
+	got, _ = read(pos)
+	require.Empty(t, got, "at the end: nothing")
+}
+
+func ids(es []aggregate.Event) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.StableID()
+	}
+	return out
+}

@@ -24,7 +24,7 @@ import (
 // ErrAborted is returned by Run when its drain was cut short by Abort or
 // Config.DrainTimeout: the batches in flight were rolled back, and their
 // records are consumed again by whoever owns their partitions next.
-var ErrAborted = errors.New("kafka: drain aborted")
+var ErrAborted = fmt.Errorf("kafka: drain aborted: %w", source.ErrAborted)
 
 // rpos is a record's place in its partition, with its timestamp (for the
 // lag in seconds).
