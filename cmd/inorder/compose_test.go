@@ -30,14 +30,15 @@ type compose struct {
 // Dockerfile structurally (no Docker engine in CI): a pinned KurrentDB
 // image, health checks on every service (inorder's through its own
 // healthcheck command, which must accept the arguments), secrets in the
-// environment, ports on 127.0.0.1 by default, the version stamped.
+// environment, ports on 127.0.0.1 by default, the version stamped; a pinned
+// single-node Kafka (KRaft), and the source chosen by INORDER_SOURCE.
 func TestComposeFile(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile("../../docker-compose.yml")
 	require.NoError(t, err)
 	var c compose
 	require.NoError(t, yaml.Unmarshal(raw, &c))
-	require.Len(t, c.Services, 3)
+	require.Len(t, c.Services, 4)
 
 	kdb := c.Services["kurrentdb"]
 	require.Regexp(t, `^\$\{KURRENTDB_IMAGE:-docker\.kurrent\.io/kurrent-latest/kurrentdb:\d+\.\d+\.\d+\}$`, kdb.Image, "a pinned tag")
@@ -45,6 +46,11 @@ func TestComposeFile(t *testing.T) {
 		require.True(t, strings.HasPrefix(k, "KURRENTDB_"), "no pre-rebrand or obsolete settings: %s", k)
 	}
 	require.NotContains(t, string(raw), "EVENTSTORE_HTTP_PORT")
+
+	kafka := c.Services["kafka"]
+	require.Regexp(t, `^\$\{KAFKA_IMAGE:-apache/kafka:\d+\.\d+\.\d+\}$`, kafka.Image, "a pinned tag")
+	require.Equal(t, "broker,controller", kafka.Environment["KAFKA_PROCESS_ROLES"], "KRaft: no ZooKeeper")
+	require.Equal(t, "-1", kafka.Environment["KAFKA_LOG_RETENTION_MS"], "topics keep what a rebuild replays")
 
 	bind := regexp.MustCompile(`^\$\{INORDER_BIND:-127\.0\.0\.1\}:`)
 	for name, s := range c.Services {
@@ -60,6 +66,7 @@ func TestComposeFile(t *testing.T) {
 	inorder := c.Services["inorder"]
 	require.Equal(t, []string{"run", "--migrate"}, inorder.Command)
 	require.Contains(t, inorder.Environment["DATABASE_URL"], "${POSTGRES_PASSWORD:-", "the password comes from the environment")
+	require.Regexp(t, `^\$\{INORDER_SOURCE:-esdb://kurrentdb:2113`, inorder.Environment["INORDER_SOURCE"], "the source is chosen by INORDER_SOURCE")
 	require.NotEmpty(t, inorder.Build.Args["VERSION"])
 	hc := inorder.Healthcheck.Test
 	require.Equal(t, []string{"CMD", "/usr/local/bin/inorder", "healthcheck"}, hc[:3], "no shell, no curl: the binary probes itself")

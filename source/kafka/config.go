@@ -187,6 +187,11 @@ func (c *config) clientOptions() []kgo.Opt {
 		kgo.WithLogger(kgoLogger{c.Logger}),
 		// Records of aborted transactions are never events.
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// What the client buffers ahead of the window is memory, not
+		// speed: 4 MiB per fetch (the default, 50 MiB, held 145 MB of RSS at
+		// 100k events), 1 MiB per partition.
+		kgo.FetchMaxBytes(4 << 20),
+		kgo.FetchMaxPartitionBytes(1 << 20),
 	}
 }
 
