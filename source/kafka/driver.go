@@ -37,6 +37,7 @@ func (driver) Schemes() []string { return []string{"kafka", "kafka+tls"} }
 func (driver) Title() string { return "Kafka" }
 
 type flags struct {
+	fs                               *pflag.FlagSet
 	command                          string
 	Topics                           []string
 	Group                            string
@@ -46,7 +47,7 @@ type flags struct {
 }
 
 func (driver) Bind(fs *pflag.FlagSet, command string) source.Opener {
-	o := &flags{command: command}
+	o := &flags{fs: fs, command: command}
 	fs.StringArrayVar(&o.Topics, "kafka-topic", nil, "Kafka `topic` to consume (repeatable; default: the URL's path, comma-separated)")
 	fs.StringVar(&o.Aggregate, "aggregate-from", "", "where the aggregate id is: key, header:NAME, field:PATH (Kafka default key)")
 	fs.StringVar(&o.Version, "version-from", "", "where the version is: header:NAME or field:PATH (default header:Inorder-Version)")
@@ -177,6 +178,15 @@ func (o *flags) Open(_ context.Context, raw string, oc *source.OpenConfig) (sour
 func (o *flags) Replayer(ctx context.Context, raw string, oc *source.OpenConfig) (source.Replayer, error) {
 	cfg, err := o.config(raw, oc)
 	if err != nil {
+		return nil, err
+	}
+	given := false
+	for _, name := range []string{"aggregate-from", "version-from", "type-from", "id-from"} {
+		if f := o.fs.Lookup(name); f != nil && f.Changed {
+			given = true
+		}
+	}
+	if cfg.Mapping, err = readWith(ctx, oc.Processor, oc.Name, given, cfg.Mapping, oc.Note); err != nil {
 		return nil, err
 	}
 	cfg.Processor = nil

@@ -64,8 +64,12 @@ func TestDriver(t *testing.T) {
 	rfs := pflag.NewFlagSet("rebuild", pflag.ContinueOnError)
 	ro := d.Bind(rfs, "rebuild")
 	require.NoError(t, rfs.Parse(nil))
-	r, err := ro.Replayer(t.Context(), url, &source.OpenConfig{Name: "kafka", Logger: testLogger(t)})
+	var notes []string
+	r, err := ro.Replayer(t.Context(), url, &source.OpenConfig{Name: "kafka", Logger: testLogger(t), Processor: b.proc,
+		Note: func(m string) { notes = append(notes, m) }})
 	require.NoError(t, err)
+	require.Equal(t, []string{`reading the topics as the workers of source kafka do: --aggregate-from "key" --version-from "header:Inorder-Version" --type-from "header:Inorder-Type" --id-from "header:Inorder-Id"`}, notes,
+		"a rebuild without mapping flags reads as the workers recorded")
 	require.NoError(t, b.proc.Rebuild(t.Context(), "ledger", r.Replay, nil))
 	b.requireFold(t, events)
 	require.InDelta(t, 1.0, r.Progress().Fraction, 1e-9)

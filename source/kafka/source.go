@@ -224,6 +224,9 @@ func (s *Source) Run(ctx context.Context) error {
 		_ = s.disp.Run(work)
 	}()
 
+	if err := s.record(soft); err != nil {
+		s.log.Warn("kafka mapping not recorded (a rebuild will need the mapping flags)", "name", s.cfg.Name, "error", err)
+	}
 	cl, err := kgo.NewClient(s.groupOptions()...)
 	if err != nil {
 		stopWork()
