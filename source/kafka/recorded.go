@@ -73,7 +73,7 @@ func readWith(ctx context.Context, proc *projection.Processor, name string, give
 		}
 		note(fmt.Sprintf("reading the topics as the workers of source %s do: --aggregate-from %q --version-from %q --type-from %q --id-from %q",
 			found[0].Name, r.Aggregate, r.Version, r.Type, r.ID))
-		return Mapping{Aggregate: r.Aggregate, Version: r.Version, Type: r.Type, ID: r.ID, Metadata: r.Metadata}, nil
+		return Mapping(r), nil
 	}
 	return m, fmt.Errorf("kafka: several Kafka sources recorded their mappings in this schema: name one with --name, or give the mapping flags")
 }
