@@ -131,7 +131,10 @@ func start(t testing.TB, c *kfake.Cluster, b *bundle, cfg kafka.Config) *running
 		cfg.Topics = []string{testTopic}
 	}
 	cfg.Processor = b.proc
-	cfg.ClientOptions = append(groupOptions(), cfg.ClientOptions...)
+	// No test run in process kills its member: a long session, so that a
+	// busy machine's late heartbeats do not end it (a lost session would
+	// hand partitions over undrained).
+	cfg.ClientOptions = append(append(groupOptions(), kgo.SessionTimeout(20*time.Second)), cfg.ClientOptions...)
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
 	}

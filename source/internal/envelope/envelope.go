@@ -157,6 +157,9 @@ func (m *Mapping) Event(msg Message, data []byte) (aggregate.Event, error) {
 		fail(aggregate.ErrBadVersion, why)
 	} else if n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64); err != nil || n < 1 {
 		fail(aggregate.ErrBadVersion, fmt.Sprintf("%s is %q, not an integer ≥ 1", m.Version.Text, s))
+		if err == nil {
+			e.Version = n // kept for the rejected table: version 0 and -2 are two bad events
+		}
 	} else {
 		e.Version = n
 	}

@@ -97,6 +97,9 @@ func TestEvent(t *testing.T) {
 			require.Contains(t, v.Detail, c.detail)
 		})
 	}
+	e, err = m.Event(msg{key: &key, headers: map[string]string{"V": "-2"}}, []byte(`{}`))
+	require.ErrorIs(t, err, aggregate.ErrBadVersion)
+	require.EqualValues(t, -2, e.Version, "the bad version is kept, for the rejected table")
 	_, err = nested.Event(msg{}, []byte(`[1]`))
 	require.ErrorContains(t, err, "the payload is not a JSON object, so it has no field meta.agg")
 	require.False(t, errors.Is(err, aggregate.ErrInvalidJSON), "an array is valid JSON")
