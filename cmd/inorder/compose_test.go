@@ -66,7 +66,7 @@ func TestComposeFile(t *testing.T) {
 	inorder := c.Services["inorder"]
 	require.Equal(t, []string{"run", "--migrate"}, inorder.Command)
 	require.Contains(t, inorder.Environment["DATABASE_URL"], "${POSTGRES_PASSWORD:-", "the password comes from the environment")
-	require.Regexp(t, `^\$\{INORDER_SOURCE:-esdb://kurrentdb:2113`, inorder.Environment["INORDER_SOURCE"], "the source is chosen by INORDER_SOURCE")
+	require.Equal(t, "${INORDER_SOURCE:-}", inorder.Environment["INORDER_SOURCE"], "the source is chosen by INORDER_SOURCE")
 	require.NotEmpty(t, inorder.Build.Args["VERSION"])
 	hc := inorder.Healthcheck.Test
 	require.Equal(t, []string{"CMD", "/usr/local/bin/inorder", "healthcheck"}, hc[:3], "no shell, no curl: the binary probes itself")
