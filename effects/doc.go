@@ -31,8 +31,8 @@
 //		return err
 //	}
 //
-// Record inserts one row per intent into the effects table (migrations 004
-// and 006) — for more than DirectJobs intents a plain insert under a
+// Record inserts one row per intent into the effects table (migrations 004,
+// 006 and 009) — for more than DirectJobs intents a plain insert under a
 // savepoint, falling back to INSERT … ON CONFLICT (key) DO NOTHING when a
 // key exists —, sent in one round trip with the handler's queued statements,
 // and River jobs for the rows it inserted, in the handler's transaction:
@@ -62,7 +62,8 @@
 //  1. claims the intent with one committed statement — only a pending or
 //     retrying intent, or a running one whose claim expired (its worker
 //     died), can be claimed — and, before any call, marks its outcome
-//     uncertain and counts the attempt; the claim lasts 2×Config.Timeout;
+//     uncertain and counts the attempt; the claim lasts Config.Lease
+//     (default 2×Config.Timeout), longer than any call;
 //  2. asks the handler's Reconcile (see Reconciler) first, if the last
 //     attempt's outcome is uncertain: if the remote side has it, the intent
 //     is done without another call;
@@ -99,16 +100,33 @@
 //     that: see docs/guarantees.md.
 //
 // Client.ReconcileStuck, the reconciliation pass (every
-// Config.ReconcileInterval in a started Client), hands intents whose claim
-// expired back to River, and asks Reconcile about failed intents whose last
-// outcome is uncertain, settling as done those the remote side has.
+// Config.ReconcileInterval in a started Client), asks Reconcile about
+// failed intents whose last outcome is uncertain, settling as done those
+// the remote side has; and it takes up the intents of dead executors.
+//
+// # Dead executors
+//
+// A process killed at any instruction leaves its intents in one of a few
+// states: running under a claim that expires, or pending or retrying with a
+// River job (or its batch's relay job) held by the dead client, which
+// River would only rescue after Config.RescueAfter. The pass finds both —
+// an expired claim, or a River job that has run for Config.Lease without
+// holding its intent — and gives each intent with no other live job a new
+// one: it is attempted again within Lease + ReconcileInterval +
+// PollInterval of the death (Client.Recovery states the bounds). The claim
+// alone decides who calls, so the added jobs cannot make two attempts call
+// at once: see Recovery for the policy and why it adds no duplicate beyond
+// the uncertain-outcome case. List and Stats show such intents
+// (Effect.Orphaned, KindStats.Orphaned) until a pass takes them up, and
+// Effect.Recoveries counts the times one did.
 //
 // # Operators
 //
 // Client.List, Get and Stats show the intents (Stats: open intents per kind
-// — pending, running, retrying, failed, uncertain — and the oldest waiting
-// one); Client.Retry reopens a failed or cancelled intent; Client.Cancel
-// gives one up.
+// — pending, running, retrying, failed, uncertain, orphaned — and the oldest
+// waiting one); Client.Retry reopens a failed or cancelled intent;
+// Client.Cancel gives one up. None of them needs the handlers: a Client
+// built without any reads and acts on the table.
 // Client.RegisterMetrics exports them to Prometheus. A binary built on
 // package cli has them as the `inorder effects` commands (list, show, retry,
 // cancel, reconcile, work), in `inorder status`, /v1/status and /metrics;

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -22,6 +23,15 @@ import (
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/internal/retry"
 	"github.com/inorder/inorder/migrations"
+)
+
+// Defaults of Config.
+const (
+	// DefaultTimeout is the default of Config.Timeout: what a payment
+	// webhook's receiver is expected to answer within.
+	DefaultTimeout = 10 * time.Second
+	// DefaultReconcileInterval is the default of Config.ReconcileInterval.
+	DefaultReconcileInterval = 5 * time.Second
 )
 
 // DefaultQueue is the River queue effect jobs go to when Config.Queue is
@@ -166,8 +176,17 @@ type Effect struct {
 	// LeaseUntil is when a Running intent's claim expires (an attempt that
 	// holds it longer is presumed dead); zero otherwise.
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
-	// JobID is the River job of the last claim; zero before any.
+	// JobID is the River job of the last claim; zero before any, and
+	// while the reconciliation pass holds it (a failed intent it asks
+	// Reconcile about).
 	JobID int64 `json:"job_id,omitempty"`
+	// Recoveries counts the times the reconciliation pass took the intent
+	// up after its executor died (see Recovery).
+	Recoveries int `json:"recoveries"`
+	// Orphaned is true when the intent's executor died and no River job
+	// will take it up: the next reconciliation pass gives it one. Computed
+	// by List and Get from River's job table.
+	Orphaned bool `json:"orphaned"`
 	// LastError is the last attempt's error (or an operator's reason).
 	LastError string `json:"last_error,omitempty"`
 	// CreatedAt is when the intent was recorded, UpdatedAt when its row
@@ -293,11 +312,27 @@ type Config struct {
 	// Default 10.
 	Workers int
 
-	// Timeout bounds each call of Perform and of Reconcile. An attempt's
-	// claim lasts twice Timeout: an intent whose attempt holds it longer
-	// (its worker died) is taken up again by the reconciliation pass.
-	// Default 30 s.
+	// Timeout bounds each call of Perform and of Reconcile. Default
+	// DefaultTimeout (10 s).
 	Timeout time.Duration
+
+	// Lease is how long an attempt's claim on its intent lasts, from the
+	// claim (and again from the call, after a Reconcile that found the
+	// effect not done): an attempt whose claim expired is presumed dead, and
+	// the reconciliation pass hands its intent to another. It must exceed
+	// Timeout, so that a live attempt's call ends before its claim does.
+	// It is also how long a River job may stay running without holding its
+	// intent's claim before its executor is presumed dead (see Recovery).
+	// Default 2×Timeout.
+	Lease time.Duration
+
+	// RescueAfter is River's RescueStuckJobsAfter: River's leader makes a
+	// job that has been running this long retryable again (its client is
+	// presumed dead), which is how River's own rows of a dead executor are
+	// finished. It must be at least River's job timeout (2×Timeout + 5 s).
+	// Intents do not wait for it: the reconciliation pass gives them a new
+	// job after Lease (see Recovery). Default 2×Timeout + 20 s.
+	RescueAfter time.Duration
 
 	// MaxAttempts is how many times River works an intent's job before the
 	// intent is Failed. Default 25.
@@ -312,7 +347,8 @@ type Config struct {
 	MaxBackoff time.Duration
 
 	// ReconcileInterval is how often a started Client runs the
-	// reconciliation pass (see Client.ReconcileStuck). Default 1 min.
+	// reconciliation pass (see Client.ReconcileStuck), which takes up the
+	// intents of dead executors. Default DefaultReconcileInterval (5 s).
 	ReconcileInterval time.Duration
 
 	// PollInterval is how often River looks for jobs when no notification
@@ -341,7 +377,8 @@ type Client struct {
 	handlers    map[string]Handler
 	reconcilers []string // kinds whose handler implements Reconciler
 	sql         statements
-	tally       tally // attempts by kind and outcome, for metrics
+	tally       tally       // attempts by kind and outcome, for metrics
+	riverSeen   atomic.Bool // River's job table exists (riverReady)
 
 	mu      sync.Mutex
 	stopBg  context.CancelFunc // stops the reconciliation loop
@@ -363,24 +400,33 @@ func New(pool *pgxpool.Pool, cfg *Config, handlers ...Handler) (*Client, error) 
 	c.RiverSchema = cmp.Or(c.RiverSchema, c.Schema)
 	c.Queue = cmp.Or(c.Queue, DefaultQueue)
 	c.Workers = cmp.Or(c.Workers, 10)
-	c.Timeout = cmp.Or(c.Timeout, 30*time.Second)
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.Lease = cmp.Or(c.Lease, 2*c.Timeout)
+	c.RescueAfter = cmp.Or(c.RescueAfter, jobTimeout(c.Timeout)+outcomeTimeout)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, 25)
 	c.RetryBackoff = cmp.Or(c.RetryBackoff, time.Second)
 	c.MaxBackoff = cmp.Or(c.MaxBackoff, time.Hour)
-	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, time.Minute)
+	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, DefaultReconcileInterval)
 	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	if c.Workers < 0 || c.Timeout < 0 || c.MaxAttempts < 0 || c.RetryBackoff < 0 || c.MaxBackoff < 0 || c.ReconcileInterval < 0 || c.PollInterval < 0 {
+	if c.Workers < 0 || c.Timeout < 0 || c.Lease < 0 || c.RescueAfter < 0 || c.MaxAttempts < 0 || c.RetryBackoff < 0 ||
+		c.MaxBackoff < 0 || c.ReconcileInterval < 0 || c.PollInterval < 0 {
 		return nil, errors.New("effects: Config has a negative setting")
+	}
+	if c.Lease <= c.Timeout {
+		return nil, fmt.Errorf("effects: Config.Lease (%s) must exceed Config.Timeout (%s): a live attempt's call must end before its claim", c.Lease, c.Timeout)
+	}
+	if c.RescueAfter < jobTimeout(c.Timeout) {
+		return nil, fmt.Errorf("effects: Config.RescueAfter (%s) must be at least River's job timeout, 2×Timeout + 5 s (%s)", c.RescueAfter, jobTimeout(c.Timeout))
 	}
 	cl := &Client{
 		pool:     pool,
 		cfg:      c,
 		log:      c.Logger,
 		handlers: map[string]Handler{},
-		sql:      newStatements(c.Schema),
+		sql:      newStatements(c.Schema, c.RiverSchema),
 	}
 	for _, h := range handlers {
 		k := h.Kind()
@@ -417,8 +463,11 @@ func New(pool *pgxpool.Pool, cfg *Config, handlers ...Handler) (*Client, error) 
 		FetchPollInterval: c.PollInterval,
 		FetchCooldown:     min(c.PollInterval, river.FetchCooldownDefault),
 		// Attempts bound themselves (Timeout for Reconcile, Timeout for
-		// Perform); River's own timeout is a backstop past both.
-		JobTimeout: 2*c.Timeout + 10*time.Second,
+		// Perform); River's own timeout is a backstop past both. River's
+		// rescuer takes the jobs of dead clients after RescueAfter (see
+		// Recovery).
+		JobTimeout:           jobTimeout(c.Timeout),
+		RescueStuckJobsAfter: c.RescueAfter,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("effects: River client: %w", err)
@@ -441,7 +490,7 @@ func (c *Client) Kinds() []string {
 }
 
 // lease is how long an attempt's claim lasts.
-func (c *Client) lease() time.Duration { return 2 * c.cfg.Timeout }
+func (c *Client) lease() time.Duration { return c.cfg.Lease }
 
 // backoff returns the delay before River's next try after attempt attempt
 // (1-based).

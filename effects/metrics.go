@@ -19,10 +19,31 @@ const (
 	metricsQueryTimeout = time.Second
 )
 
-// tally counts the attempts this Client made, by kind and outcome.
+// tally counts the attempts this Client made, by kind and outcome, and
+// the recoveries its reconciliation passes made, by kind and cause.
 type tally struct {
 	mu sync.Mutex
 	n  map[[2]string]int64 // (kind, outcome) → attempts
+	r  map[[2]string]int64 // (kind, cause) → recoveries
+}
+
+func (t *tally) recovered(kind, cause string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.r == nil {
+		t.r = map[[2]string]int64{}
+	}
+	t.r[[2]string{kind, cause}]++
+}
+
+func (t *tally) recoveries() map[[2]string]int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[[2]string]int64, len(t.r))
+	for k, v := range t.r {
+		out[k] = v
+	}
+	return out
 }
 
 func (t *tally) add(kind, outcome string) {
@@ -52,10 +73,16 @@ func (t *tally) snapshot() map[[2]string]int64 {
 //     unknown;
 //   - inorder_effects_oldest_pending_age_seconds{kind}: how long the oldest
 //     pending or retrying intent has waited (0: none);
+//   - inorder_effects_orphaned{kind}: open intents whose executor died and
+//     that no River job will take up yet (see Recovery): the next
+//     reconciliation pass of any running Client recovers them;
 //   - inorder_effects_status_up: 1 when the last read succeeded;
 //   - inorder_effects_attempts_total{kind,outcome}: this process's attempts
 //     by outcome (done, retrying, failed, unrecorded: the outcome could not
-//     be written) — reconciliations included.
+//     be written) — reconciliations included;
+//   - inorder_effects_recoveries_total{kind,cause}: intents this process's
+//     reconciliation passes took up after their executor died, by cause
+//     (claim_expired, job_died, relay_died).
 //
 // Database reads are reused for 2 s and bounded to 1 s per scrape.
 func (c *Client) RegisterMetrics(reg prometheus.Registerer) error {
@@ -79,6 +106,10 @@ var (
 		"Open effect intents whose last attempt's outcome is unknown.", []string{"kind"}, nil)
 	descOldest = prometheus.NewDesc(metricsNamespace+"_effects_oldest_pending_age_seconds",
 		"Age of the oldest pending or retrying effect intent (0 when there is none).", []string{"kind"}, nil)
+	descOrphaned = prometheus.NewDesc(metricsNamespace+"_effects_orphaned",
+		"Open effect intents whose executor died and that no River job will take up yet.", []string{"kind"}, nil)
+	descRecoveries = prometheus.NewDesc(metricsNamespace+"_effects_recoveries_total",
+		"Effect intents this process's reconciliation passes took up after their executor died, by kind and cause (claim_expired, job_died, relay_died).", []string{"kind", "cause"}, nil)
 	descUp = prometheus.NewDesc(metricsNamespace+"_effects_status_up",
 		"1 when the last read of the effects table succeeded, else 0.", nil, nil)
 	descAttempts = prometheus.NewDesc(metricsNamespace+"_effects_attempts_total",
@@ -86,7 +117,7 @@ var (
 )
 
 func (m *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descIntents, descUncertain, descOldest, descUp, descAttempts} {
+	for _, d := range []*prometheus.Desc{descIntents, descUncertain, descOldest, descOrphaned, descUp, descAttempts, descRecoveries} {
 		ch <- d
 	}
 }
@@ -109,9 +140,13 @@ func (m *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descUncertain, prometheus.GaugeValue, float64(s.Uncertain), s.Kind)
 		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, s.OldestPendingAge(now).Seconds(), s.Kind)
+		ch <- prometheus.MustNewConstMetric(descOrphaned, prometheus.GaugeValue, float64(s.Orphaned), s.Kind)
 	}
 	for k, n := range m.c.tally.snapshot() {
 		ch <- prometheus.MustNewConstMetric(descAttempts, prometheus.CounterValue, float64(n), k[0], k[1])
+	}
+	for k, n := range m.c.tally.recoveries() {
+		ch <- prometheus.MustNewConstMetric(descRecoveries, prometheus.CounterValue, float64(n), k[0], k[1])
 	}
 }
 

@@ -40,7 +40,56 @@ func (c *Client) Get(ctx context.Context, key string) (Effect, error) {
 	case err != nil:
 		return Effect{}, fmt.Errorf("effects: get %s: %w", key, err)
 	}
-	return e, nil
+	es := []Effect{e}
+	if err := c.markOrphans(ctx, es); err != nil {
+		return Effect{}, fmt.Errorf("effects: get %s: %w", key, err)
+	}
+	return es[0], nil
+}
+
+// riverReady reports whether River's job table exists (it does once
+// River's migrations ran): orphans are found through it, and without it
+// there are none.
+func (c *Client) riverReady(ctx context.Context) (bool, error) {
+	if c.riverSeen.Load() {
+		return true, nil
+	}
+	var ok bool
+	if err := c.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, c.sql.riverJobs).Scan(&ok); err != nil {
+		return false, fmt.Errorf("look for River's job table: %w", err)
+	}
+	if ok {
+		c.riverSeen.Store(true)
+	}
+	return ok, nil
+}
+
+// markOrphans sets Orphaned on the effects of es that are orphans.
+func (c *Client) markOrphans(ctx context.Context, es []Effect) error {
+	var keys []string
+	for _, e := range es {
+		if e.State == Pending || e.State == Running || e.State == Retrying {
+			keys = append(keys, e.Key)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	if ok, err := c.riverReady(ctx); err != nil || !ok {
+		return err
+	}
+	rows, err := c.pool.Query(ctx, c.sql.orphanKeys, c.cfg.Queue, c.lease(), keys)
+	if err != nil {
+		return fmt.Errorf("find orphans: %w", err)
+	}
+	orphans, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("find orphans: %w", err)
+	}
+	for i := range es {
+		es[i].Orphaned = slices.Contains(orphans, es[i].Key)
+	}
+	return nil
 }
 
 // ListOptions filters List. The zero value lists the oldest 100 intents.
@@ -50,6 +99,9 @@ type ListOptions struct {
 	State      State
 	Kind       string
 	Projection string
+	// Orphaned keeps only the intents whose executor died and that no
+	// River job will take up yet (Effect.Orphaned).
+	Orphaned bool
 	// Limit caps the rows returned. Default 100.
 	Limit int
 }
@@ -59,7 +111,18 @@ func (c *Client) List(ctx context.Context, opts ListOptions) ([]Effect, error) {
 	if opts.State != "" && !slices.Contains(States, opts.State) {
 		return nil, fmt.Errorf("effects: list: unknown state %q", opts.State)
 	}
-	rows, err := c.pool.Query(ctx, c.sql.list, string(opts.State), opts.Kind, opts.Projection, cmp.Or(opts.Limit, 100))
+	var rows pgx.Rows
+	var err error
+	switch {
+	case !opts.Orphaned:
+		rows, err = c.pool.Query(ctx, c.sql.list, string(opts.State), opts.Kind, opts.Projection, cmp.Or(opts.Limit, 100))
+	default:
+		ok, rerr := c.riverReady(ctx)
+		if rerr != nil || !ok {
+			return []Effect{}, rerr
+		}
+		rows, err = c.pool.Query(ctx, c.sql.orphanList, c.cfg.Queue, c.lease(), string(opts.State), opts.Kind, opts.Projection, cmp.Or(opts.Limit, 100))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("effects: list: %w", err)
 	}
@@ -73,6 +136,13 @@ func (c *Client) List(ctx context.Context, opts ListOptions) ([]Effect, error) {
 		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("effects: list: %w", err)
+	}
+	if opts.Orphaned {
+		for i := range out {
+			out[i].Orphaned = true
+		}
+	} else if err := c.markOrphans(ctx, out); err != nil {
 		return nil, fmt.Errorf("effects: list: %w", err)
 	}
 	return out, nil
@@ -145,6 +215,9 @@ type KindStats struct {
 	Retrying  int64 `json:"retrying"`
 	Failed    int64 `json:"failed"`
 	Uncertain int64 `json:"uncertain"`
+	// Orphaned counts the open intents whose executor died and that no
+	// River job will take up yet (see Recovery and Effect.Orphaned).
+	Orphaned int64 `json:"orphaned"`
 	// OldestPending is when the oldest pending or retrying intent was
 	// recorded; zero if there is none.
 	OldestPending time.Time `json:"oldest_pending,omitzero"`
@@ -197,6 +270,25 @@ func (c *Client) Stats(ctx context.Context) ([]KindStats, error) {
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("effects: stats: %w", err)
+	}
+	if ok, err := c.riverReady(ctx); err != nil {
+		return nil, fmt.Errorf("effects: stats: %w", err)
+	} else if ok {
+		rows, err := c.pool.Query(ctx, c.sql.orphanStats, c.cfg.Queue, c.lease())
+		if err != nil {
+			return nil, fmt.Errorf("effects: stats: orphans: %w", err)
+		}
+		if _, err := pgx.ForEachRow(rows, []any{&kind, &n}, func() error {
+			s := by[kind]
+			if s == nil {
+				s = &KindStats{Kind: kind}
+				by[kind] = s
+			}
+			s.Orphaned = n
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("effects: stats: orphans: %w", err)
+		}
 	}
 	out := make([]KindStats, 0, len(by))
 	for _, s := range by {

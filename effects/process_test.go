@@ -181,7 +181,10 @@ func TestHelperProcess(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), helperLimit)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, os.Getenv(envURL))
+	pc, err := pgxpool.ParseConfig(os.Getenv(envURL))
+	require.NoError(t, err)
+	pc.MaxConns = 16 // River's listener, fetcher, completer and elector, and the workers
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	require.NoError(t, err)
 	defer pool.Close()
 	in := bufio.NewReader(os.Stdin)
@@ -190,6 +193,12 @@ func TestHelperProcess(t *testing.T) {
 		err = helperSame(ctx, pool, in)
 	case "kill":
 		err = helperKill(ctx, pool)
+	case "hold":
+		err = helperHold(ctx, pool)
+	case "settled":
+		err = helperSettled(ctx, pool)
+	case "chaos":
+		err = helperChaos(ctx, pool, in)
 	default:
 		err = fmt.Errorf("unknown helper mode %q", mode)
 	}
@@ -374,13 +383,16 @@ type helperProc struct {
 	output syncBuffer
 }
 
-func startHelper(t *testing.T, mode string, b *bundle, kind string) *helperProc {
+// startHelper starts a helper process of mode on the bundle's schema;
+// env adds variables ("NAME=value").
+func startHelper(t *testing.T, mode string, b *bundle, kind string, env ...string) *helperProc {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), helperLimit+15*time.Second)
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1",
 		"-test.timeout="+(helperLimit+5*time.Second).String())
 	cmd.Env = append(os.Environ(), envMode+"="+mode, envURL+"="+b.db.URL, envSchema+"="+b.db.Schema,
 		envIdem+"="+b.idem.srv.URL, envPlain+"="+b.plain.srv.URL, envKind+"="+kind)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.WaitDelay = 5 * time.Second
 	h := &helperProc{name: mode + " helper", cmd: cmd, msgs: make(chan string, 256), done: make(chan struct{})}
 	cmd.Stderr = &h.output

@@ -252,8 +252,9 @@ type relayArgs struct {
 func (relayArgs) Kind() string { return RelayJobKind }
 
 // relayWorker enqueues, in one transaction, the job of every intent of a
-// batch that no attempt took yet. Run twice, it enqueues them twice: that
-// is harmless, the second job of an intent finds it taken or settled.
+// batch that no attempt took yet. Run again (River rescued it, or it
+// failed), it enqueues only those without a job; a second job would be
+// harmless anyway: it finds the intent taken or settled.
 type relayWorker struct {
 	river.WorkerDefaults[relayArgs]
 	c *Client
@@ -262,8 +263,14 @@ type relayWorker struct {
 // Work enqueues the batch's jobs.
 func (w *relayWorker) Work(ctx context.Context, job *river.Job[relayArgs]) error {
 	c := w.c
+	relay := c.sql.relay
+	if job.Attempt > 1 {
+		// It ran before (River rescued it from a dead client, or it
+		// failed): skip the intents it enqueued then.
+		relay = c.sql.relayAgain
+	}
 	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, c.sql.relay, job.Args.Batch)
+		rows, err := tx.Query(ctx, relay, job.Args.Batch)
 		if err != nil {
 			return fmt.Errorf("effects: relay batch %d: %w", job.Args.Batch, err)
 		}

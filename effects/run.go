@@ -91,10 +91,13 @@ const reconcileBatch = 100
 
 // Reconciled reports what a reconciliation pass did.
 type Reconciled struct {
-	// Requeued counts intents whose attempt died holding the claim (its
-	// lease expired), handed back to River with a new job; their next
-	// attempt asks Reconcile first, if their handler can.
-	Requeued int `json:"requeued"`
+	// Requeued counts intents whose executor died (see Recovery), handed
+	// back to River with a new job; Causes splits them by cause
+	// (RecoveredClaimExpired, RecoveredJobDied, RecoveredRelayDied). Their
+	// next attempt asks Reconcile first if their last outcome is uncertain
+	// and their handler can.
+	Requeued int            `json:"requeued"`
+	Causes   map[string]int `json:"causes,omitempty"`
 	// Checked counts failed intents with an uncertain last outcome whose
 	// handler's Reconcile was asked; Done counts those it found done
 	// (settled as Done), NotDone those it did not (now known not applied:
@@ -106,9 +109,9 @@ type Reconciled struct {
 
 // ReconcileStuck is the reconciliation pass; a started Client runs it every
 // Config.ReconcileInterval, and any number of processes may run it at once.
-// It hands intents whose attempt died holding the claim back to River, and
-// asks Reconcile about failed intents whose last outcome is uncertain, so
-// that an effect the remote side did apply is not left failed.
+// It gives the intents whose executor died a new River job (see Recovery),
+// and asks Reconcile about failed intents whose last outcome is uncertain,
+// so that an effect the remote side did apply is not left failed.
 func (c *Client) ReconcileStuck(ctx context.Context) (Reconciled, error) {
 	var r Reconciled
 	// The pass asks about an intent once: those it settles get a later
@@ -117,30 +120,37 @@ func (c *Client) ReconcileStuck(ctx context.Context) (Reconciled, error) {
 	if err := c.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&began); err != nil {
 		return r, fmt.Errorf("effects: reconciliation pass: %w", err)
 	}
+	// A pass that died holding failed intents: back to failed.
 	for {
-		var keys, kinds []string
-		err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, c.sql.requeueStuck, reconcileBatch)
-			if err != nil {
-				return err
-			}
-			var k, kind string
-			if _, err := pgx.ForEachRow(rows, []any{&k, &kind}, func() error {
-				keys, kinds = append(keys, k), append(kinds, kind)
-				return nil
-			}); err != nil {
-				return err
-			}
-			return c.enqueue(ctx, tx, c.jobsFor(keys, kinds))
+		rows, err := c.pool.Query(ctx, c.sql.failStuck, reconcileBatch)
+		if err != nil {
+			return r, fmt.Errorf("effects: release intents of a dead reconciliation pass: %w", err)
+		}
+		var k, kind string
+		n, err := pgx.ForEachRow(rows, []any{&k, &kind}, func() error {
+			c.tally.recovered(kind, RecoveredClaimExpired)
+			return nil
 		})
 		if err != nil {
-			return r, fmt.Errorf("effects: requeue stuck intents: %w", err)
+			return r, fmt.Errorf("effects: release intents of a dead reconciliation pass: %w", err)
 		}
-		r.Requeued += len(keys)
-		if len(keys) > 0 {
-			c.log.WarnContext(ctx, "effects whose attempt died requeued", "count", len(keys))
+		if n.RowsAffected() < reconcileBatch {
+			break
 		}
-		if len(keys) < reconcileBatch {
+	}
+	for {
+		by, n, err := c.recoverOrphans(ctx)
+		if err != nil {
+			return r, err
+		}
+		r.Requeued += n
+		for cause, k := range by {
+			if r.Causes == nil {
+				r.Causes = map[string]int{}
+			}
+			r.Causes[cause] += k
+		}
+		if n < reconcileBatch {
 			break
 		}
 	}

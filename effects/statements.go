@@ -9,18 +9,23 @@ import (
 
 // columns are the effects table's columns as scanned by scanEffect.
 const columns = `key, projection, kind, event_id, aggregate, version, discriminator, salt, args, state,
-  uncertain, attempts, lease_until, job_id, last_error, created_at, updated_at, done_at`
+  uncertain, attempts, lease_until, job_id, last_error, created_at, updated_at, done_at, recoveries`
 
 // statements are every statement on the effects table: this package is its
 // only writer and reader.
 type statements struct {
-	insert, insertBatch, insertBatchNew, relay string
-	claim, start, settle, get, list, stats     string
-	requeueStuck, claimFailed, retry, cancel   string
+	insert, insertBatch, insertBatchNew, relay, relayAgain string
+	claim, start, settle, get, list, stats                 string
+	failStuck, claimFailed, retry, cancel                  string
+	// River's job table, and the statements that read it to find the
+	// intents of dead executors (see Recovery).
+	riverJobs, recoverOrphans, orphanStats, orphanList, orphanKeys string
 }
 
-func newStatements(schema string) statements {
+func newStatements(schema, riverSchema string) statements {
 	t := pgx.Identifier{schema, "effects"}.Sanitize()
+	rj := pgx.Identifier{riverSchema, "river_job"}.Sanitize()
+	orphans := orphansCTE(t, rj)
 	seq := "'" + strings.ReplaceAll(pgx.Identifier{schema, "effects_batch_seq"}.Sanitize(), "'", "''") + "'"
 	return statements{
 		// insert records intents; keys arrive sorted, so concurrent
@@ -47,8 +52,17 @@ RETURNING key, kind`,
 		// through effects_pending (migration 006).
 		relay: `SELECT key, kind FROM ` + t + ` WHERE batch = $1 AND state = 'pending'`,
 
+		// relayAgain is relay for a relay job that ran before (River
+		// rescued it, or it failed): the intents that have a job already
+		// are left out.
+		relayAgain: `SELECT e.key, e.kind FROM ` + t + ` e WHERE e.batch = $1 AND e.state = 'pending'
+  AND NOT EXISTS (SELECT 1 FROM ` + rj + ` j WHERE j.kind = '` + JobKind + `' AND j.args @> jsonb_build_object('key', e.key)
+    AND j.state NOT IN ('completed', 'cancelled', 'discarded'))`,
+
 		// claim takes an intent that is pending, retrying, or running with
-		// an expired lease (its attempt died) for one attempt: it counts the
+		// an expired lease (its attempt died; job_id NULL: the
+		// reconciliation pass held it, and hands it back to failed) for one
+		// attempt: it counts the
 		// claim, sets the lease and, unless the last outcome is uncertain
 		// and the kind can reconcile ($4: such kinds), starts the attempt —
 		// attempts + 1, and uncertain from here until the outcome is
@@ -59,7 +73,7 @@ RETURNING key, kind`,
 UPDATE ` + t + ` e SET state = 'running', claim = e.claim + 1, lease_until = now() + $2::interval, job_id = $3,
   attempts = e.attempts + CASE WHEN old.reconcile THEN 0 ELSE 1 END, uncertain = true, updated_at = now()
 FROM old
-WHERE e.key = old.key AND (e.state IN ('pending', 'retrying') OR (e.state = 'running' AND e.lease_until < now()))
+WHERE e.key = old.key AND (e.state IN ('pending', 'retrying') OR (e.state = 'running' AND e.lease_until < now() AND e.job_id IS NOT NULL))
 RETURNING ` + prefixed("e.", columns) + `, e.claim, old.reconcile`,
 
 		// start begins the attempt after Reconcile found the effect not
@@ -91,17 +105,49 @@ UNION ALL
 SELECT kind, state, count(*), count(*) FILTER (WHERE uncertain), min(created_at)
 FROM ` + t + ` WHERE state IN ('running', 'retrying', 'failed') GROUP BY kind, state`,
 
-		// requeueStuck hands the intents whose attempt died holding the
-		// claim (lease expired) back to River: retrying, with a new job.
-		requeueStuck: `UPDATE ` + t + ` SET state = 'retrying', lease_until = NULL, updated_at = now()
+		// failStuck hands back to failed the intents the reconciliation
+		// pass claimed (job_id NULL) and whose pass died before recording
+		// what Reconcile said; the next pass asks again.
+		failStuck: `UPDATE ` + t + ` SET state = 'failed', lease_until = NULL, recoveries = recoveries + 1, updated_at = now()
 WHERE key IN (SELECT key FROM ` + t + `
-  WHERE state = 'running' AND lease_until < now() ORDER BY key LIMIT $1 FOR UPDATE SKIP LOCKED)
+  WHERE state = 'running' AND lease_until < now() AND job_id IS NULL ORDER BY key LIMIT $1 FOR UPDATE SKIP LOCKED)
 RETURNING key, kind`,
+
+		// recoverOrphans takes up to $3 orphans (see orphansCTE) for the
+		// reconciliation pass, which gives each a new job in the same
+		// transaction: a running one (its claim expired) becomes retrying,
+		// and each counts a recovery. The row lock re-checks the state, so
+		// an intent claimed meanwhile is left alone. It returns each
+		// intent's key, kind, state and updated_at before, attempts, the
+		// cause and the transaction's time.
+		recoverOrphans: orphans + `, o AS (
+  SELECT e.key, e.state, e.updated_at, r.prio FROM orphans r JOIN ` + t + ` e ON e.key = r.key
+  WHERE e.state IN ('pending', 'retrying') OR (e.state = 'running' AND e.lease_until < now() AND e.job_id IS NOT NULL)
+  ORDER BY e.key LIMIT $3 FOR UPDATE OF e SKIP LOCKED)
+UPDATE ` + t + ` e SET state = CASE WHEN e.state = 'running' THEN 'retrying' ELSE e.state END,
+  last_error = CASE WHEN e.state = 'running' THEN 'the executor of attempt ' || e.attempts || ' died (its claim expired)' ELSE e.last_error END,
+  lease_until = NULL, recoveries = e.recoveries + 1, updated_at = now()
+FROM o WHERE e.key = o.key
+RETURNING e.key::text, e.kind, o.state, e.attempts, o.updated_at, o.prio, now()`,
+
+		// orphanStats counts the orphans per kind.
+		orphanStats: orphans + `SELECT e.kind, count(*) FROM orphans r JOIN ` + t + ` e ON e.key = r.key GROUP BY e.kind`,
+
+		// orphanList is list, of orphans only.
+		orphanList: orphans + `SELECT ` + prefixed("e.", columns) + ` FROM orphans r JOIN ` + t + ` e ON e.key = r.key
+WHERE ($3 = '' OR e.state = $3) AND ($4 = '' OR e.kind = $4) AND ($5 = '' OR e.projection = $5)
+ORDER BY e.created_at, e.key LIMIT $6`,
+
+		// orphanKeys returns the keys among $3 that are orphans.
+		orphanKeys: orphans + `SELECT key::text FROM orphans WHERE key = ANY($3::uuid[])`,
+
+		riverJobs: rj,
 
 		// claimFailed takes failed intents whose last outcome is uncertain,
 		// of kinds that can reconcile ($1), not touched since the pass began
 		// ($4), for the reconciliation pass.
-		claimFailed: `UPDATE ` + t + ` SET state = 'running', claim = claim + 1, lease_until = now() + $2::interval, updated_at = now()
+		// job_id NULL marks the pass's claims (see failStuck).
+		claimFailed: `UPDATE ` + t + ` SET state = 'running', claim = claim + 1, lease_until = now() + $2::interval, job_id = NULL, updated_at = now()
 WHERE key IN (SELECT key FROM ` + t + `
   WHERE state = 'failed' AND uncertain AND kind = ANY($1::text[]) AND updated_at < $4
   ORDER BY key LIMIT $3 FOR UPDATE SKIP LOCKED)
@@ -158,7 +204,8 @@ func scanEffect(row pgx.Row, e *Effect, extra ...any) error {
 	var lastError *string
 	var state string
 	dest := append([]any{&e.Key, &e.Projection, &e.Kind, &e.EventID, &e.Aggregate, &e.Version, &e.Discriminator, &e.Salt,
-		&e.Args, &state, &e.Uncertain, &e.Attempts, &leaseUntil, &jobID, &lastError, &e.CreatedAt, &e.UpdatedAt, &doneAt}, extra...)
+		&e.Args, &state, &e.Uncertain, &e.Attempts, &leaseUntil, &jobID, &lastError, &e.CreatedAt, &e.UpdatedAt, &doneAt,
+		&e.Recoveries}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return err
 	}

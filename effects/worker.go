@@ -61,6 +61,9 @@ func (c *Client) work(ctx context.Context, key string, jobID int64, last bool) e
 	case err != nil:
 		return fmt.Errorf("effects: claim %s: %w", key, err)
 	}
+	// The intent's attempts count too: a job that River rescued, or that
+	// recovery added, starts its own count, the intent does not.
+	last = last || e.Attempts >= c.cfg.MaxAttempts
 	log := c.log.With("effect", e.Kind, "key", key, "job", jobID)
 	h := c.handlers[e.Kind]
 	a := Attempt{Key: key, Kind: e.Kind, Number: e.Attempts}
@@ -111,6 +114,7 @@ func (c *Client) work(ctx context.Context, key string, jobID int64, last bool) e
 			return fmt.Errorf("effects: start attempt of %s: %w", key, err)
 		}
 		a.Number = e.Attempts
+		last = last || e.Attempts >= c.cfg.MaxAttempts
 	}
 	a.Called = true
 	err = c.perform(ctx, h, &e)

@@ -713,7 +713,7 @@ func TestStatusEffects(t *testing.T) {
 	require.Len(t, got.Projections, 2)
 	require.Equal(t, stats, got.Effects)
 	raw := b.get(t, "/v1/status")
-	require.Contains(t, string(raw.body), `"effects":[{"kind":"webhook","pending":2,"running":1,"retrying":3,"failed":4,"uncertain":1,"oldest_pending":"2026-01-02T03:04:05Z"}]`)
+	require.Contains(t, string(raw.body), `"effects":[{"kind":"webhook","pending":2,"running":1,"retrying":3,"failed":4,"uncertain":1,"orphaned":0,"oldest_pending":"2026-01-02T03:04:05Z"}]`)
 
 	plain := setup(t, nil, nil)
 	require.NotContains(t, string(plain.get(t, "/v1/status").body), `"effects"`)

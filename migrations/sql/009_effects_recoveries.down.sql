@@ -1,0 +1,1 @@
+ALTER TABLE effects DROP COLUMN recoveries;
