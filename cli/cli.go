@@ -75,10 +75,13 @@ type Config struct {
 	Effects []effects.Handler
 
 	// EffectsConfig is the template of the effects client's configuration:
-	// Workers, Timeout, MaxAttempts, RetryBackoff, MaxBackoff,
-	// ReconcileInterval, PollInterval and OnAttempt are used as given (zero
-	// values take the package's defaults); Schema, RiverSchema and Logger
-	// are set from the command line, Workers by --effects-workers.
+	// MaxAttempts, RetryBackoff, MaxBackoff, PollInterval and OnAttempt are
+	// used as given (zero values take the package's defaults); Timeout,
+	// Lease, ReconcileInterval and RescueAfter are the defaults of run's
+	// and effects work's --effects-call-timeout, --effects-lease,
+	// --effects-reconcile-interval and --effects-rescue-after; Schema,
+	// RiverSchema and Logger are set from the command line, Workers by
+	// --effects-workers.
 	EffectsConfig effects.Config
 
 	// Commands add a binary's own commands to the command line, next to

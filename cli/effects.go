@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,16 +25,16 @@ const DefaultEffectsWorkers = 10
 // effectsClient returns the effects client of the binary's handlers
 // (Config.Effects) on pool, in --schema and --river-schema, after handing it
 // to the projections that implement effects.Binder (and keeping it as a.fx);
-// nil when the binary has no handlers. workers, if positive, is how many effects a started client
-// performs at once.
-func (a *App) effectsClient(pool *pgxpool.Pool, db *clikit.DBOptions, logger *slog.Logger, workers ...int) (*effects.Client, error) {
+// nil when the binary has no handlers. tune, if not nil, is the command's
+// --effects-* flags.
+func (a *App) effectsClient(pool *pgxpool.Pool, db *clikit.DBOptions, logger *slog.Logger, tune *effectsFlags) (*effects.Client, error) {
 	if len(a.cfg.Effects) == 0 {
 		return nil, nil
 	}
 	cfg := a.cfg.EffectsConfig
 	cfg.Schema, cfg.RiverSchema, cfg.Logger = db.Schema, db.River(), logger
-	if len(workers) > 0 && workers[0] > 0 {
-		cfg.Workers = workers[0]
+	if tune != nil {
+		tune.apply(&cfg)
 	}
 	fx, err := effects.New(pool, &cfg, a.cfg.Effects...)
 	if err != nil {
@@ -43,21 +45,33 @@ func (a *App) effectsClient(pool *pgxpool.Pool, db *clikit.DBOptions, logger *sl
 	return fx, nil
 }
 
-// requireEffects is the error of an effects command in a binary without
+// effectsReader returns a client to read and act on the intents with: the
+// binary's (effectsClient), or, in a binary without handlers, one without
+// any — listing, showing, retrying, cancelling and the reconciliation
+// pass's recovery need only the tables, not the handlers. It is handed to
+// no projection: one without handlers cannot record.
+func (a *App) effectsReader(pool *pgxpool.Pool, db *clikit.DBOptions, logger *slog.Logger) (*effects.Client, error) {
+	if len(a.cfg.Effects) > 0 {
+		return a.effectsClient(pool, db, logger, nil)
+	}
+	cfg := a.cfg.EffectsConfig
+	cfg.Schema, cfg.RiverSchema, cfg.Logger = db.Schema, db.River(), logger
+	return effects.New(pool, &cfg)
+}
+
+// requireEffects is the error of 'effects work' in a binary without
 // handlers.
 func (a *App) requireEffects() error {
 	if len(a.cfg.Effects) == 0 {
-		return errors.New("this binary has no effect handlers (cli.Config.Effects)")
+		return errors.New("this binary has no effect handlers (cli.Config.Effects): nothing to perform")
 	}
 	return nil
 }
 
 // openEffects connects, checks the schemas and returns the effects client
-// and a processor (for the operator log); close releases the pool.
+// (effectsReader: handlers are not needed) and a processor (for the
+// operator log); close releases the pool.
 func (a *App) openEffects(ctx context.Context, o *opOptions) (*effects.Client, *projection.Processor, func(), error) {
-	if err := a.requireEffects(); err != nil {
-		return nil, nil, nil, err
-	}
 	logger := o.log.Logger(a.stderr)
 	pool, err := clikit.Connect(ctx, &o.db, 4, logger)
 	if err != nil {
@@ -70,7 +84,7 @@ func (a *App) openEffects(ctx context.Context, o *opOptions) (*effects.Client, *
 	if err := a.prepareSchema(ctx, pool, &o.db, false, false, logger); err != nil {
 		return fail(err)
 	}
-	fx, err := a.effectsClient(pool, &o.db, logger)
+	fx, err := a.effectsReader(pool, &o.db, logger)
 	if err != nil {
 		return fail(err)
 	}
@@ -81,6 +95,68 @@ func (a *App) openEffects(ctx context.Context, o *opOptions) (*effects.Client, *
 		return fail(fmt.Errorf("processor: %w", err))
 	}
 	return fx, proc, pool.Close, nil
+}
+
+// effectsFlags are the flags of the commands that perform effects (run,
+// effects work): how many at once, the call timeout and the recovery
+// policy (effects.Recovery). Their defaults are the binary's
+// (cli.Config.EffectsConfig), else the effects package's.
+type effectsFlags struct {
+	Workers           int
+	CallTimeout       time.Duration
+	Lease             time.Duration
+	ReconcileInterval time.Duration
+	RescueAfter       time.Duration
+}
+
+// bindEffects binds the --effects-* flags, with tmpl's defaults; workers
+// is --effects-workers' usage.
+func bindEffects(fs *pflag.FlagSet, o *effectsFlags, tmpl effects.Config, workers string) {
+	fs.IntVar(&o.Workers, "effects-workers", DefaultEffectsWorkers, workers)
+	fs.DurationVar(&o.CallTimeout, "effects-call-timeout", cmp.Or(tmpl.Timeout, effects.DefaultTimeout),
+		"longest effect call (a webhook's POST, a Reconcile): a call still unanswered is cancelled, and retried with the same key")
+	fs.DurationVar(&o.Lease, "effects-lease", tmpl.Lease,
+		"how long an attempt holds its intent, and a River job may run without holding it, before its executor is presumed dead and the intent taken up again (0: twice --effects-call-timeout; must exceed it)")
+	fs.DurationVar(&o.ReconcileInterval, "effects-reconcile-interval", cmp.Or(tmpl.ReconcileInterval, effects.DefaultReconcileInterval),
+		"how often the reconciliation pass takes up the intents of dead executors (and asks about failed uncertain ones)")
+	fs.DurationVar(&o.RescueAfter, "effects-rescue-after", tmpl.RescueAfter,
+		"River's RescueStuckJobsAfter: when River's leader retries the jobs of dead clients, which only finishes River's own rows (0: 2 × --effects-call-timeout + 20s; at least 2 × --effects-call-timeout + 5s)")
+}
+
+// validate checks the flags; minWorkers is the least --effects-workers.
+func (o *effectsFlags) validate(minWorkers int) error {
+	switch {
+	case o.Workers < minWorkers && minWorkers == 0:
+		return clikit.Usagef("--effects-workers must not be negative")
+	case o.Workers < minWorkers:
+		return clikit.Usagef("--effects-workers must be at least %d", minWorkers)
+	case o.CallTimeout <= 0:
+		return clikit.Usagef("--effects-call-timeout must be positive")
+	case o.Lease < 0 || o.Lease > 0 && o.Lease <= o.CallTimeout:
+		return clikit.Usagef("--effects-lease must exceed --effects-call-timeout (%s): a live call must end before its claim", o.CallTimeout)
+	case o.ReconcileInterval <= 0:
+		return clikit.Usagef("--effects-reconcile-interval must be positive")
+	case o.RescueAfter < 0 || o.RescueAfter > 0 && o.RescueAfter < 2*o.CallTimeout+5*time.Second:
+		// River refuses a rescue before its job timeout (effects.Recovery.JobTimeout).
+		return clikit.Usagef("--effects-rescue-after must be at least River's job timeout, 2 × --effects-call-timeout + 5s (%s)", 2*o.CallTimeout+5*time.Second)
+	}
+	return nil
+}
+
+// apply sets the flags in cfg.
+func (o *effectsFlags) apply(cfg *effects.Config) {
+	if o.Workers > 0 {
+		cfg.Workers = o.Workers
+	}
+	cfg.Timeout, cfg.Lease, cfg.ReconcileInterval, cfg.RescueAfter = o.CallTimeout, o.Lease, o.ReconcileInterval, o.RescueAfter
+}
+
+// logRecovery logs fx's recovery policy as a started executor's.
+func logRecovery(logger *slog.Logger, fx *effects.Client, workers int) {
+	r := fx.Recovery()
+	logger.Info("effects workers started", "workers", workers, "kinds", strings.Join(fx.Kinds(), ","),
+		"call_timeout", r.CallTimeout, "lease", r.Lease, "reconcile_interval", r.ReconcileInterval,
+		"rescue_after", r.RescueAfter, "intent_recovery_bound", r.IntentBound, "river_job_bound", r.JobBound)
 }
 
 // effectsGroup is the effects command and its subcommands.
@@ -114,6 +190,7 @@ type effectsListOptions struct {
 	State      string
 	Kind       string
 	Projection string
+	Orphaned   bool
 	Limit      int
 }
 
@@ -143,13 +220,22 @@ func (c *effectsListCmd) command() *cobra.Command {
 		`Lists the effect intents, oldest first, filtered by --state, --kind and
 --projection: their key, what caused them, their state, attempts and last
 error. 'effects list --state failed' is what waits for an operator.
-Read-only.`,
+
+ORPHANED = yes marks an intent whose executor died (its claim expired, or
+its River job ran under a client that is gone) and that no River job will
+take up yet: any running worker's reconciliation pass gives it one, within
+its recovery bound (--effects-lease + --effects-reconcile-interval of 'run'
+or 'effects work'); if they stay, no worker runs. --orphaned lists only
+those. RECOVERED counts the times a pass took the intent up after its
+executor died. Handlers are not needed: a binary without them lists the
+table. Read-only.`,
 		func(fs *pflag.FlagSet) *effectsListOptions {
 			o := &effectsListOptions{a: c.a}
 			bindOp(fs, &o.opOptions)
 			fs.StringVar(&o.State, "state", "", "only intents in this `state` (pending, running, retrying, failed, done, cancelled)")
 			fs.StringVar(&o.Kind, "kind", "", "only this effect `kind`")
 			fs.StringVar(&o.Projection, "projection", "", "only intents recorded by this `projection`")
+			fs.BoolVar(&o.Orphaned, "orphaned", false, "only intents whose executor died and that no job will take up yet")
 			fs.IntVar(&o.Limit, "limit", 100, "at most this many `rows`")
 			return o
 		}, c.Run)
@@ -162,7 +248,8 @@ func (c *effectsListCmd) Run(ctx context.Context, o *effectsListOptions) error {
 		return err
 	}
 	defer closeFn()
-	rows, err := fx.List(ctx, effects.ListOptions{State: effects.State(o.State), Kind: o.Kind, Projection: o.Projection, Limit: o.Limit})
+	rows, err := fx.List(ctx, effects.ListOptions{State: effects.State(o.State), Kind: o.Kind, Projection: o.Projection,
+		Orphaned: o.Orphaned, Limit: o.Limit})
 	if err != nil {
 		return err
 	}
@@ -173,9 +260,9 @@ func (c *effectsListCmd) Run(ctx context.Context, o *effectsListOptions) error {
 		fmt.Fprintln(c.a.stdout, "no effect intents")
 		return nil
 	}
-	t := clikit.NewTable(c.a.stdout, "KEY", "KIND", "PROJECTION", "AGGREGATE", "VERSION", "STATE", "ATTEMPTS", "UNCERTAIN", "RECORDED", "LAST ERROR")
+	t := clikit.NewTable(c.a.stdout, "KEY", "KIND", "PROJECTION", "AGGREGATE", "VERSION", "STATE", "ATTEMPTS", "UNCERTAIN", "ORPHANED", "RECOVERED", "RECORDED", "LAST ERROR")
 	for _, e := range rows {
-		t.Row(e.Key, e.Kind, e.Projection, e.Aggregate, e.Version, e.State, e.Attempts, yesNo(e.Uncertain), e.CreatedAt, e.LastError)
+		t.Row(e.Key, e.Kind, e.Projection, e.Aggregate, e.Version, e.State, e.Attempts, yesNo(e.Uncertain), yesNo(e.Orphaned), e.Recoveries, e.CreatedAt, e.LastError)
 	}
 	return t.Flush()
 }
@@ -209,7 +296,9 @@ func (c *effectsShowCmd) command() *cobra.Command {
 	return leaf("show <key>", "show one effect intent",
 		`Shows one effect intent: what caused it (projection, event, aggregate,
 version), its arguments, state, attempts, whether its last outcome is
-uncertain, its claim, River job and last error. Read-only.`,
+uncertain, its claim, River job, whether its executor died and no job will
+take it up yet (orphaned), how often it was taken up after one died, and its
+last error. Read-only.`,
 		func(fs *pflag.FlagSet) *effectsShowOptions {
 			o := &effectsShowOptions{}
 			bindOp(fs, &o.opOptions)
@@ -247,6 +336,8 @@ func (c *effectsShowCmd) Run(ctx context.Context, o *effectsShowOptions) error {
 	t.Row("state", e.State)
 	t.Row("uncertain", yesNo(e.Uncertain))
 	t.Row("attempts", e.Attempts)
+	t.Row("orphaned", yesNo(e.Orphaned))
+	t.Row("recovered", e.Recoveries)
 	t.Row("recorded", e.CreatedAt)
 	t.Row("updated", e.UpdatedAt)
 	if !e.LeaseUntil.IsZero() {
@@ -391,10 +482,12 @@ type effectsReconcileCmd struct{ a *App }
 
 func (c *effectsReconcileCmd) command() *cobra.Command {
 	return leaf("reconcile", "run the effects' reconciliation pass now",
-		`Runs the reconciliation pass that workers run every minute: intents whose
-attempt died holding its claim are queued again, and failed intents whose
-last call may have reached the other side are asked about (if their handler
-can): those the other side has become done.
+		`Runs the reconciliation pass that workers run every
+--effects-reconcile-interval: intents whose executor died (their attempt's
+claim expired, or their River job, or their batch's relay job, ran under a
+client that is gone) get a new job, and failed intents whose last call may
+have reached the other side are asked about (if their handler can — which
+needs a binary with handlers): those the other side has become done.
 
 Changes: those intents' state, River's job table; it calls the other sides'
 status checks (never the effects themselves).`,
@@ -419,8 +512,8 @@ func (c *effectsReconcileCmd) Run(ctx context.Context, o *effectsReconcileOption
 	if o.out.JSON {
 		return clikit.WriteJSON(c.a.stdout, r)
 	}
-	fmt.Fprintf(c.a.stdout, "requeued %d intents whose attempt died; asked about %d failed uncertain intents: %d done, %d not done\n",
-		r.Requeued, r.Checked, r.Done, r.NotDone)
+	fmt.Fprintf(c.a.stdout, "requeued %d intents whose executor died (%d claims expired, %d jobs and %d relay jobs of dead clients); asked about %d failed uncertain intents: %d done, %d not done\n",
+		r.Requeued, r.Causes[effects.RecoveredClaimExpired], r.Causes[effects.RecoveredJobDied], r.Causes[effects.RecoveredRelayDied], r.Checked, r.Done, r.NotDone)
 	return nil
 }
 
@@ -430,7 +523,7 @@ type effectsWorkOptions struct {
 	log          clikit.LogOptions
 	db           clikit.DBOptions
 	http         clikit.HTTPOptions
-	Workers      int
+	fx           effectsFlags
 	DrainTimeout time.Duration
 }
 
@@ -443,13 +536,10 @@ func (o *effectsWorkOptions) validate(args []string) error {
 			return err
 		}
 	}
-	switch {
-	case o.Workers < 1:
-		return clikit.Usagef("--effects-workers must be at least 1")
-	case o.DrainTimeout <= 0:
+	if o.DrainTimeout <= 0 {
 		return clikit.Usagef("--drain-timeout must be positive")
 	}
-	return nil
+	return o.fx.validate(1)
 }
 
 type effectsWorkCmd struct{ a *App }
@@ -457,9 +547,19 @@ type effectsWorkCmd struct{ a *App }
 func (c *effectsWorkCmd) command() *cobra.Command {
 	return leaf("work", "perform effect intents, without projection workers",
 		`Performs the effect intents the projections record — what 'run' does beside
-its projection workers — with --effects-workers calls at a time, and runs the
-reconciliation pass every minute. Any number of processes may work at once:
-an intent is claimed by one attempt at a time.
+its projection workers — with --effects-workers calls at a time, each cut
+off after --effects-call-timeout, and runs the reconciliation pass every
+--effects-reconcile-interval. Any number of processes may work at once: an
+intent is claimed by one attempt at a time.
+
+Recovery: an executor that dies (SIGKILL, a lost machine) leaves its intents
+to the others. An attempt holds its intent for --effects-lease; once that
+passed — or once a River job ran that long under a dead client without
+holding its intent —, the next pass of any running worker gives the intent
+a new job: it is attempted again within --effects-lease +
+--effects-reconcile-interval (+ River's poll, 1s) of the death, with the same
+idempotency key (see docs/operations.md, "Effects"). River's own rows of the
+dead client are retried by River's leader after --effects-rescue-after.
 
 It serves /healthz, /readyz, /metrics and /v1/status on --http-addr when set.
 The first SIGINT/SIGTERM lets the calls under way finish and record their
@@ -472,7 +572,7 @@ Changes: the intents' state and River's job table; it calls the other sides.`,
 			clikit.BindLog(fs, &o.log, "info")
 			clikit.BindDB(fs, &o.db)
 			clikit.BindHTTP(fs, &o.http, "")
-			fs.IntVar(&o.Workers, "effects-workers", DefaultEffectsWorkers, "effects performed at once by this process")
+			bindEffects(fs, &o.fx, c.a.cfg.EffectsConfig, "effects performed at once by this process")
 			fs.DurationVar(&o.DrainTimeout, "drain-timeout", 30*time.Second, "longest graceful stop after the first signal")
 			return o
 		}, c.Run)
@@ -485,7 +585,7 @@ func (c *effectsWorkCmd) Run(ctx context.Context, o *effectsWorkOptions) error {
 	}
 	logger := o.log.Logger(c.a.stderr)
 	con := clikit.NewConsole(c.a.stderr, &o.log)
-	pool, err := clikit.Connect(ctx, &o.db, int32(effectsConns(o.Workers)+3), logger)
+	pool, err := clikit.Connect(ctx, &o.db, int32(effectsConns(o.fx.Workers)+3), logger)
 	if err != nil {
 		return err
 	}
@@ -498,7 +598,7 @@ func (c *effectsWorkCmd) Run(ctx context.Context, o *effectsWorkOptions) error {
 		return err
 	}
 	defer closeMetrics()
-	fx, err := c.a.effectsClient(pool, &o.db, logger, o.Workers)
+	fx, err := c.a.effectsClient(pool, &o.db, logger, &o.fx)
 	if err != nil {
 		return err
 	}
@@ -517,7 +617,7 @@ func (c *effectsWorkCmd) Run(ctx context.Context, o *effectsWorkOptions) error {
 		return err
 	}
 	ready.Set(true, "")
-	logger.Info("effects workers started", "workers", o.Workers, "kinds", fx.Kinds(), "schema", o.db.Schema, "river_schema", o.db.River())
+	logRecovery(logger.With("schema", o.db.Schema, "river_schema", o.db.River()), fx, o.fx.Workers)
 	var httpErr error
 	select {
 	case <-c.a.drain.Done():

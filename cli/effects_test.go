@@ -266,12 +266,93 @@ WHERE action IN ('effect-retry', 'effect-cancel') AND projection = 'ledger'`).Sc
 
 	t.Run("WithoutHandlers", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t)
-		_, _, err := b.run(t, "effects", "list")
-		require.ErrorContains(t, err, "no effect handlers")
+		// Intents recorded by a binary with handlers; an operator's shell
+		// without the webhook's URL (a binary without handlers) lists,
+		// shows and recovers them: that needs only the tables.
+		b := setupEffects(t)
+		k := b.capture(t, "pay-1")
+		b.cfg.Effects = nil
+		var list []effects.Effect
+		b.runJSON(t, &list, "effects", "list")
+		require.Len(t, list, 1)
+		require.Equal(t, k, list[0].Key)
+		require.False(t, list[0].Orphaned)
+		require.Contains(t, b.runOK(t, "effects", "show", k), ledger.SettledWebhook)
 		var st httpapi.StatusResponse
 		b.runJSON(t, &st, "status")
-		require.Nil(t, st.Effects)
+		require.Len(t, st.Effects, 1)
+		require.Equal(t, ledger.SettledWebhook, st.Effects[0].Kind)
+		require.Equal(t, int64(1), st.Effects[0].Pending)
+		require.Contains(t, b.runOK(t, "status"), "EFFECT KIND")
+
+		// Its River job fetched by a client that died an hour ago: the
+		// intent is an orphan, listed as such, and the pass recovers it.
+		_, err := b.db.Pool.Exec(t.Context(), `UPDATE river_job SET state = 'running', attempt = 1,
+  attempted_at = now() - interval '1 hour', attempted_by = ARRAY['dead-client'] WHERE args->>'key' = $1`, k)
+		require.NoError(t, err)
+		b.runJSON(t, &list, "effects", "list", "--orphaned")
+		require.Len(t, list, 1)
+		require.True(t, list[0].Orphaned)
+		require.Regexp(t, regexp.MustCompile(`(?m)^`+k+`\s.*\spending\s+0\s+no\s+yes\s+0\s`), b.runOK(t, "effects", "list"))
+		b.runJSON(t, &st, "status")
+		require.Equal(t, int64(1), st.Effects[0].Orphaned)
+		out := b.runOK(t, "effects", "reconcile")
+		require.Contains(t, out, "requeued 1 intents whose executor died (0 claims expired, 1 jobs and 0 relay jobs of dead clients)")
+		var shown effects.Effect
+		b.runJSON(t, &shown, "effects", "show", k)
+		require.False(t, shown.Orphaned)
+		require.Equal(t, 1, shown.Recoveries)
+		require.Equal(t, effects.Pending, shown.State)
+		b.runJSON(t, &list, "effects", "list", "--orphaned")
+		require.Empty(t, list)
+
+		_, _, err = b.run(t, "effects", "work")
+		require.ErrorContains(t, err, "no effect handlers")
+
+		// A schema without intents: no effects section.
+		e := setup(t)
+		st = httpapi.StatusResponse{}
+		e.runJSON(t, &st, "status")
+		require.Empty(t, st.Effects)
+		require.NotContains(t, e.runOK(t, "status"), "EFFECT KIND")
+	})
+
+	t.Run("RecoveryFlags", func(t *testing.T) {
+		t.Parallel()
+		b := setupEffects(t)
+		for _, args := range [][]string{
+			{"--effects-call-timeout", "0s"},
+			{"--effects-call-timeout", "2s", "--effects-lease", "2s"},
+			{"--effects-call-timeout", "2s", "--effects-rescue-after", "8s"},
+			{"--effects-reconcile-interval", "0s"},
+		} {
+			_, _, err := b.run(t, append([]string{"effects", "work"}, args...)...)
+			require.ErrorIs(t, err, cli.ErrUsage, "%v", args)
+			_, _, err = b.run(t, append([]string{"run"}, args...)...)
+			require.ErrorIs(t, err, cli.ErrUsage, "run %v", args)
+		}
+		b.env["INORDER_EFFECTS_LEASE"] = "soon"
+		_, _, err := b.run(t, "effects", "work")
+		require.ErrorIs(t, err, cli.ErrUsage)
+
+		// The variables and flags reach the executor, which logs its policy.
+		b.env["INORDER_EFFECTS_LEASE"] = ""
+		b.env["INORDER_EFFECTS_CALL_TIMEOUT"] = "3s"
+		ctx, stop := context.WithCancel(t.Context())
+		stderr := &notifyWriter{changed: make(chan struct{})}
+		done := make(chan error, 1)
+		go func() {
+			cfg := b.cfg
+			cfg.Stdout, cfg.Stderr = io.Discard, stderr
+			cfg.Getenv = func(k string) string { return b.env[k] }
+			done <- cli.Run(ctx, cfg, []string{"effects", "work", "--effects-reconcile-interval", "2s", "--effects-rescue-after", "1m"})
+		}()
+		line := stderr.wait(t, regexp.MustCompile(`effects workers started.*`))[0]
+		stop()
+		require.NoError(t, <-done)
+		for _, want := range []string{"call_timeout=3s", "lease=6s", "reconcile_interval=2s", "rescue_after=1m0s", "intent_recovery_bound=8.05s"} {
+			require.Contains(t, line, want)
+		}
 	})
 }
 

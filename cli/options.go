@@ -15,7 +15,7 @@ import (
 // with --schema; the projections that record effect intents are handed the
 // effects client first (see effectsClient).
 func (a *App) processor(pool *pgxpool.Pool, db *clikit.DBOptions, logger *slog.Logger) (*projection.Processor, error) {
-	if _, err := a.effectsClient(pool, db, logger); err != nil {
+	if _, err := a.effectsClient(pool, db, logger, nil); err != nil {
 		return nil, err
 	}
 	pc := a.cfg.Processor

@@ -40,10 +40,9 @@ type runOptions struct {
 	ReadyMaxLag  time.Duration
 	Migrate      bool
 	Build        bool
-	// EffectsWorkers is how many effects this process performs at once; 0
-	// records intents without performing them (an 'effects work' process
-	// does).
-	EffectsWorkers int
+	// fx are the --effects-* flags; Workers 0 records intents without
+	// performing them (an 'effects work' process does).
+	fx effectsFlags
 }
 
 func (o *runOptions) validate(args []string) error {
@@ -66,10 +65,8 @@ func (o *runOptions) validate(args []string) error {
 		return clikit.Usagef("--ready-max-lag must not be negative")
 	case o.DrainTimeout <= 0:
 		return clikit.Usagef("--drain-timeout must be positive")
-	case o.EffectsWorkers < 0:
-		return clikit.Usagef("--effects-workers must not be negative")
 	}
-	return nil
+	return o.fx.validate(0)
 }
 
 // sourceName returns --name, or by default the source's first scheme
@@ -123,7 +120,9 @@ within bounds), /metrics and the read-model HTTP API on --http-addr.
 Effects: in a binary with effect handlers, it also performs the effect
 intents the projections record (webhooks, e-mails, API calls), with
 --effects-workers calls at a time, after their transactions commit; 0 leaves
-them to 'effects work' processes.
+them to 'effects work' processes. The --effects-* flags (call timeout,
+lease, reconciliation interval, River's rescue) are those of 'effects work',
+which says how intents of dead executors are taken up.
 
 The first SIGINT/SIGTERM drains: stop receiving, commit and acknowledge the
 batches in flight, save the checkpoint, let the effect calls under way finish
@@ -156,7 +155,7 @@ it creates, leases on partitions). It calls the effects' other sides.`,
 			fs.DurationVar(&o.ReadyMaxLag, "ready-max-lag", 0, "/readyz fails while the source's lag (the age of the oldest event not committed yet) exceeds this `duration`; 0: lag does not affect readiness")
 			fs.BoolVar(&o.Migrate, "migrate", false, "apply pending migrations and create the read-model tables before starting")
 			fs.BoolVar(&o.Build, "build", true, "rebuild side by side a projection whose code version no live generation has (one process builds, the others wait)")
-			fs.IntVar(&o.EffectsWorkers, "effects-workers", DefaultEffectsWorkers, "effects performed at once by this process (0: only record them, for 'effects work' processes)")
+			bindEffects(fs, &o.fx, c.a.cfg.EffectsConfig, "effects performed at once by this process (0: only record them, for 'effects work' processes)")
 			return o
 		}, c.Run)
 	cmd.SetUsageFunc(clikit.GroupedUsage)
@@ -171,8 +170,8 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	if o.Build {
 		conns += 3 // a side-by-side rebuild of a new code version
 	}
-	if len(c.a.cfg.Effects) > 0 && o.EffectsWorkers > 0 {
-		conns += effectsConns(o.EffectsWorkers)
+	if len(c.a.cfg.Effects) > 0 && o.fx.Workers > 0 {
+		conns += effectsConns(o.fx.Workers)
 	}
 	// Tracing first: a bad OTEL_* variable is a usage error, before connecting.
 	tracing, err := c.a.tracing(ctx, logger)
@@ -190,7 +189,7 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	}
 	// The effects client first: the projections that record intents get it
 	// before any batch runs.
-	fx, err := c.a.effectsClient(pool, &o.db, logger, o.EffectsWorkers)
+	fx, err := c.a.effectsClient(pool, &o.db, logger, &o.fx)
 	if err != nil {
 		return err
 	}
@@ -257,11 +256,11 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 		}
 		con.Printf([]any{"url", srv.URL()}, "serving %s", srv.URL())
 	}
-	if fx != nil && o.EffectsWorkers > 0 {
+	if fx != nil && o.fx.Workers > 0 {
 		if err := fx.Start(context.WithoutCancel(ctx)); err != nil {
 			return err
 		}
-		logger.Info("effects workers started", "workers", o.EffectsWorkers, "kinds", strings.Join(fx.Kinds(), ","), "river_schema", o.db.River())
+		logRecovery(logger.With("river_schema", o.db.River()), fx, o.fx.Workers)
 	}
 	logger.Info("workers starting", "source", o.src.title(), "name", oc.Name, "workers", o.Workers, "batch_size", o.BatchSize,
 		"projections", strings.Join(proc.Projections(), ","), "schema", o.db.Schema)
@@ -304,7 +303,7 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 		}
 	}
 	var fxErr error
-	if fx != nil && o.EffectsWorkers > 0 {
+	if fx != nil && o.fx.Workers > 0 {
 		// After the projection workers: their last batches' intents are
 		// committed; those left are performed by the next process.
 		fxErr = stopEffects(ctx, fx, o.DrainTimeout)

@@ -79,6 +79,10 @@ func (c *serveCmd) Run(ctx context.Context, o *serveOptions) error {
 		if err := fx.RegisterMetrics(m.Registry()); err != nil {
 			return fmt.Errorf("effects metrics: %w", err)
 		}
+	} else if fx, err = c.a.effectsReader(pool, &o.db, logger); err != nil {
+		// /v1/status shows the intents without handlers too: they need
+		// only the table.
+		return err
 	}
 	ready := clikit.NewReadiness(pool, o.db.Schema)
 	if err := ready.Check(ctx); err != nil {

@@ -3,11 +3,11 @@ package cli
 import (
 	"context"
 	"fmt"
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	"strings"
 
-	"github.com/inorder/inorder/effects"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/inorder/inorder/httpapi"
 	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/projection"
@@ -33,9 +33,12 @@ func (c *statusCmd) command() *cobra.Command {
 	return leaf("status", "show every projection's gate state, rejected events and checkpoints",
 		`Shows, per projection: the aggregates seen, the events applied, the events
 parked and the age of the oldest, the quarantined events and the conflicts
-recorded; then the rejected deliveries and the sources' checkpoints; then, in
-a binary with effect handlers, the open effect intents per kind (pending,
-running, retrying, failed, uncertain, the oldest waiting). Read-only.`,
+recorded; then the rejected deliveries and the sources' checkpoints; then the
+open effect intents per kind (pending, running, retrying, failed, uncertain,
+orphaned — their executor died and no job will take them up yet —, the
+oldest waiting): every kind of the binary's handlers, and any other kind
+the effects table holds open intents of (a binary without handlers shows
+those). Read-only.`,
 		func(fs *pflag.FlagSet) *statusOptions {
 			o := &statusOptions{}
 			bindOp(fs, &o.opOptions)
@@ -45,24 +48,12 @@ running, retrying, failed, uncertain, the oldest waiting). Read-only.`,
 
 // Run prints the status.
 func (c *statusCmd) Run(ctx context.Context, o *statusOptions) error {
-	var proc *projection.Processor
-	var fx *effects.Client
-	var closeFn func()
-	var err error
-	if len(c.a.cfg.Effects) > 0 {
-		fx, proc, closeFn, err = c.a.openEffects(ctx, &o.opOptions)
-	} else {
-		proc, closeFn, err = c.a.open(ctx, &o.opOptions)
-	}
+	fx, proc, closeFn, err := c.a.openEffects(ctx, &o.opOptions)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	var stats httpapi.EffectsStats
-	if fx != nil {
-		stats = fx
-	}
-	st, err := httpapi.Status(ctx, proc, stats)
+	st, err := httpapi.Status(ctx, proc, fx)
 	if err != nil {
 		return err
 	}
@@ -105,11 +96,11 @@ func (c *statusCmd) Run(ctx context.Context, o *statusOptions) error {
 			return err
 		}
 	}
-	if fx != nil {
+	if len(st.Effects) > 0 {
 		fmt.Fprintln(c.a.stdout)
-		t := clikit.NewTable(c.a.stdout, "EFFECT KIND", "PENDING", "RUNNING", "RETRYING", "FAILED", "UNCERTAIN", "OLDEST PENDING")
+		t := clikit.NewTable(c.a.stdout, "EFFECT KIND", "PENDING", "RUNNING", "RETRYING", "FAILED", "UNCERTAIN", "ORPHANED", "OLDEST PENDING")
 		for _, k := range st.Effects {
-			t.Row(k.Kind, k.Pending, k.Running, k.Retrying, k.Failed, k.Uncertain, clikit.AgeOf(k.OldestPending))
+			t.Row(k.Kind, k.Pending, k.Running, k.Retrying, k.Failed, k.Uncertain, k.Orphaned, clikit.AgeOf(k.OldestPending))
 		}
 		return t.Flush()
 	}

@@ -45,45 +45,54 @@ const (
 	EnvRiverSchema    = "INORDER_RIVER_SCHEMA"
 	EnvEffectsWorkers = "INORDER_EFFECTS_WORKERS"
 	EnvOperator       = "INORDER_OPERATOR"
+
+	EnvEffectsCallTimeout       = "INORDER_EFFECTS_CALL_TIMEOUT"
+	EnvEffectsLease             = "INORDER_EFFECTS_LEASE"
+	EnvEffectsReconcileInterval = "INORDER_EFFECTS_RECONCILE_INTERVAL"
+	EnvEffectsRescueAfter       = "INORDER_EFFECTS_RESCUE_AFTER"
 )
 
 // EnvVars maps flag names to their environment variables.
 func EnvVars() map[string]string {
 	return map[string]string{
-		"database-url":             EnvDatabaseURL,
-		"esdb-url":                 EnvESDBURL,
-		"source":                   EnvSource,
-		"schema":                   EnvSchema,
-		"http-addr":                EnvHTTPAddr,
-		"http-token":               EnvHTTPToken,
-		"http-admin-token":         EnvHTTPAdminToken,
-		"console":                  EnvConsole,
-		"console-payloads":         EnvConsolePayload,
-		"http-max-wait":            EnvHTTPMaxWait,
-		"log-format":               EnvLogFormat,
-		"log-level":                EnvLogLevel,
-		"mode":                     EnvMode,
-		"name":                     EnvSourceName,
-		"group":                    EnvGroup,
-		"stream":                   EnvStream,
-		"stream-prefix":            EnvStreamPrefix,
-		"type-regex":               EnvTypeRegex,
-		"version-field":            EnvVersionField,
-		"workers":                  EnvWorkers,
-		"batch-size":               EnvBatchSize,
-		"max-wait":                 EnvMaxWait,
-		"buffer-size":              EnvBufferSize,
-		"read-ahead":               EnvReadAhead,
-		"consumer-strategy":        EnvStrategy,
-		"trust-server-checkpoints": EnvTrustServerCP,
-		"from-end":                 EnvFromEnd,
-		"repair-after":             EnvRepairAfter,
-		"drain-timeout":            EnvDrainTimeout,
-		"build":                    EnvBuild,
-		"migrate":                  EnvMigrate,
-		"ready-max-lag":            EnvReadyMaxLag,
-		"river-schema":             EnvRiverSchema,
-		"effects-workers":          EnvEffectsWorkers,
+		"database-url":               EnvDatabaseURL,
+		"esdb-url":                   EnvESDBURL,
+		"source":                     EnvSource,
+		"schema":                     EnvSchema,
+		"http-addr":                  EnvHTTPAddr,
+		"http-token":                 EnvHTTPToken,
+		"http-admin-token":           EnvHTTPAdminToken,
+		"console":                    EnvConsole,
+		"console-payloads":           EnvConsolePayload,
+		"http-max-wait":              EnvHTTPMaxWait,
+		"log-format":                 EnvLogFormat,
+		"log-level":                  EnvLogLevel,
+		"mode":                       EnvMode,
+		"name":                       EnvSourceName,
+		"group":                      EnvGroup,
+		"stream":                     EnvStream,
+		"stream-prefix":              EnvStreamPrefix,
+		"type-regex":                 EnvTypeRegex,
+		"version-field":              EnvVersionField,
+		"workers":                    EnvWorkers,
+		"batch-size":                 EnvBatchSize,
+		"max-wait":                   EnvMaxWait,
+		"buffer-size":                EnvBufferSize,
+		"read-ahead":                 EnvReadAhead,
+		"consumer-strategy":          EnvStrategy,
+		"trust-server-checkpoints":   EnvTrustServerCP,
+		"from-end":                   EnvFromEnd,
+		"repair-after":               EnvRepairAfter,
+		"drain-timeout":              EnvDrainTimeout,
+		"build":                      EnvBuild,
+		"migrate":                    EnvMigrate,
+		"ready-max-lag":              EnvReadyMaxLag,
+		"river-schema":               EnvRiverSchema,
+		"effects-workers":            EnvEffectsWorkers,
+		"effects-call-timeout":       EnvEffectsCallTimeout,
+		"effects-lease":              EnvEffectsLease,
+		"effects-reconcile-interval": EnvEffectsReconcileInterval,
+		"effects-rescue-after":       EnvEffectsRescueAfter,
 	}
 }
 
