@@ -14,7 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/aggregate"
@@ -37,7 +41,7 @@ func chaosScaleOf() chaosScale {
 	if os.Getenv(envChaos) == "full" {
 		return chaosScale{executors: 4, kills: 60 * time.Second, minLife: time.Second, maxLife: 3 * time.Second, batchEvery: 50 * time.Millisecond, drainers: 2}
 	}
-	return chaosScale{executors: 3, kills: 10 * time.Second, minLife: 300 * time.Millisecond, maxLife: 1500 * time.Millisecond, batchEvery: 50 * time.Millisecond, drainers: 2}
+	return chaosScale{executors: 3, kills: 10 * time.Second, minLife: 300 * time.Millisecond, maxLife: 1500 * time.Millisecond, batchEvery: 80 * time.Millisecond, drainers: 2}
 }
 
 // chaosConfig is the executors' configuration: a 1 s call timeout (2 s
@@ -63,9 +67,11 @@ func chaosConfig(schema string) *effects.Config {
 // calls and answers ~3% only after the client's timeout (the effect
 // applied: "did it arrive?"). After the last kill, fresh executors drain.
 // It requires every recorded key delivered with its own payload and no
-// other, every intent done and every River job finished, the intents'
-// drain within the recovery bound (Recovery.IntentBound plus a call, a
-// backoff and a busy machine's slack), River's within Recovery.JobBound,
+// other, every intent done and every River job finished, the intents the
+// last kill left behind done within the recovery bound of it
+// (Recovery.IntentBound plus a call, a backoff and a busy machine's
+// slack) — whatever backlog the others form —, River's jobs within
+// Recovery.JobBound,
 // and no more repeated deliveries than the late answers and the kills
 // explain. INORDER_EFFECTS_CHAOS=full runs it for a minute with 4
 // executors.
@@ -79,6 +85,7 @@ func TestExecutorsKilledAtRandom(t *testing.T) {
 	rec := probe.Recovery()
 	recv := newReceiver(rec.CallTimeout)
 	t.Cleanup(recv.srv.Close)
+	riverLeader(t, b.db.Pool, b.db.Schema, rec)
 	env := envIdem + "=" + recv.srv.URL // the executors call the receiver
 
 	seed := uint64(time.Now().UnixNano())
@@ -98,9 +105,9 @@ func TestExecutorsKilledAtRandom(t *testing.T) {
 
 	want := map[string]string{} // key → args, as recorded
 	batches, kills := 0, 0
-	record := func() {
+	record := func(last bool) { // last: a relay batch
 		n := 1 + rng.IntN(effects.DirectJobs)
-		if rng.IntN(10) < 3 {
+		if rng.IntN(10) < 3 || last {
 			n = effects.DirectJobs + 1 + rng.IntN(24) // a relay job
 		}
 		intents := make([]effects.Intent, n)
@@ -116,9 +123,12 @@ func TestExecutorsKilledAtRandom(t *testing.T) {
 		batches++
 	}
 	end := time.Now().Add(scale.kills)
+	recordUntil := end.Add(-3 * time.Second) // the last kills hit work, not a backlog
 	tick := time.NewTicker(scale.batchEvery)
 	for now := time.Now(); now.Before(end); now = <-tick.C {
-		record()
+		if now.Before(recordUntil) {
+			record(false)
+		}
 		for i := range execs {
 			if now.After(execs[i].dies) {
 				execs[i].h.kill(t)
@@ -128,11 +138,32 @@ func TestExecutorsKilledAtRandom(t *testing.T) {
 		}
 	}
 	tick.Stop()
+	// The last kill takes intents with it: a batch, killed once attempts
+	// hold some of its intents.
+	record(true)
+	waitFor(t, time.Now().Add(waitTimeout), func() bool {
+		return b.count(t, `SELECT count(*) FROM effects WHERE state = 'running'`) > 0
+	})
 	for i := range execs {
 		execs[i].h.kill(t)
 		kills++
 	}
 	lastKill := time.Now()
+	open := b.count(t, `SELECT count(*) FROM effects WHERE state <> 'done'`)
+	// What the dead executors held: claimed intents, intents whose job
+	// they had fetched, pending intents without a job of a batch whose
+	// relay job they had.
+	rows, err := b.db.Pool.Query(ctx, `SELECT key::text FROM effects WHERE state = 'running'
+UNION SELECT e.key::text FROM river_job j JOIN effects e ON e.key = (j.args->>'key')::uuid
+  WHERE j.state = 'running' AND j.kind = $1 AND e.state <> 'done'
+UNION SELECT e.key::text FROM river_job j JOIN effects e ON e.batch = (j.args->>'batch')::bigint AND e.state = 'pending'
+  WHERE j.state = 'running' AND j.kind = $2
+    AND NOT EXISTS (SELECT 1 FROM river_job o WHERE o.kind = $1 AND o.args @> jsonb_build_object('key', e.key))`,
+		effects.JobKind, effects.RelayJobKind)
+	require.NoError(t, err)
+	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.NotEmpty(t, held)
 
 	// The drain: fresh executors, no kills.
 	drainers := make([]*helperProc, scale.drainers)
@@ -141,7 +172,10 @@ func TestExecutorsKilledAtRandom(t *testing.T) {
 	}
 	const slack = 10 * time.Second // process starts and a busy 2-core machine
 	intentBound := rec.IntentBound + rec.CallTimeout + chaosConfig("").MaxBackoff + slack
-	intentsDrained := waitFor(t, lastKill.Add(intentBound+30*time.Second), func() bool {
+	recovered := waitFor(t, lastKill.Add(intentBound+30*time.Second), func() bool {
+		return b.count(t, `SELECT count(*) FROM effects WHERE key = ANY($1::uuid[]) AND state <> 'done'`, held) == 0
+	}).Sub(lastKill)
+	intentsDrained := waitFor(t, lastKill.Add(intentBound+time.Minute), func() bool {
 		return b.count(t, `SELECT count(*) FROM effects WHERE state <> 'done'`) == 0
 	}).Sub(lastKill)
 	jobBound := rec.JobBound + slack
@@ -174,13 +208,14 @@ func TestExecutorsKilledAtRandom(t *testing.T) {
 		_, ok := want[k]
 		require.True(t, ok, "unexpected key %q", k)
 	}
-	var recovered, attempts int
-	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT coalesce(sum(recoveries), 0), coalesce(sum(attempts), 0) FROM effects`).Scan(&recovered, &attempts))
-	t.Logf("%d keys in %d batches, %d kills; receiver: %d calls, %d refused (503), %d answered late; %d keys delivered twice or more (%.2f%%, %d repeated deliveries); %d attempts, %d recoveries; intents drained %s after the last kill (bound %s), River's jobs %s (bound %s)",
-		len(want), batches, kills, recv.total, recv.refused, recv.late, dupKeys, 100*float64(dupKeys)/float64(len(want)), extra,
-		attempts, recovered, intentsDrained.Round(10*time.Millisecond), intentBound, jobsDrained.Round(10*time.Millisecond), jobBound)
-	require.Positive(t, recovered, "the kills left intents for the pass to take up")
-	require.LessOrEqual(t, intentsDrained, intentBound, "the intents drained within the recovery bound")
+	var recoveries, attempts int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT coalesce(sum(recoveries), 0), coalesce(sum(attempts), 0) FROM effects`).Scan(&recoveries, &attempts))
+	t.Logf("%d keys in %d batches, %d kills, %d open at the last, %d held by the dead executors; receiver: %d calls, %d refused (503), %d answered late; %d keys delivered twice or more (%.2f%%, %d repeated deliveries); %d attempts, %d recoveries; the held intents done %s after the last kill (bound %s), all %s, River's jobs %s (bound %s)",
+		len(want), batches, kills, open, len(held), recv.total, recv.refused, recv.late, dupKeys, 100*float64(dupKeys)/float64(len(want)), extra,
+		attempts, recoveries, recovered.Round(10*time.Millisecond), intentBound, intentsDrained.Round(10*time.Millisecond),
+		jobsDrained.Round(10*time.Millisecond), jobBound)
+	require.Positive(t, recoveries, "the kills left intents for the pass to take up")
+	require.LessOrEqual(t, recovered, intentBound, "the dead executors' intents done within the recovery bound")
 	require.LessOrEqual(t, jobsDrained, jobBound, "River's jobs finished within River's rescue bound")
 	// A repeated delivery comes from a late answer (the first call of a
 	// key, applied after the client gave up) or from a call an executor
@@ -188,6 +223,48 @@ func TestExecutorsKilledAtRandom(t *testing.T) {
 	// mean two attempts called at once.
 	require.LessOrEqual(t, extra, recv.late+kills*chaosConfig("").Workers)
 }
+
+// riverLeader starts, in the test process, a River client that holds
+// River's leadership on schema for the whole test and works no effect:
+// River's maintenance (its rescuer, every 30 s from the start; its
+// scheduler) runs there, as in a fleet where some process stays up. The
+// executors' deaths then leave River's leadership alone, which keeps the
+// test's River drain to one rescuer run after the last kill — and the
+// intents' drain cannot be River's doing: its rescue of the last kills'
+// jobs comes at the rescuer's run 30 s after the start, well after the
+// intents' bound.
+func riverLeader(t *testing.T, pool *pgxpool.Pool, schema string, rec effects.Recovery) {
+	t.Helper()
+	workers := river.NewWorkers() // the kinds, for the rescuer's retry decisions
+	river.AddWorker(workers, &holdWorker[heldJob]{arg: func(a heldJob) string { return a.Key }})
+	river.AddWorker(workers, &holdWorker[heldRelay]{arg: func(heldRelay) string { return "" }})
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		ID:                   "chaos-test-leader",
+		Schema:               schema,
+		Queues:               map[string]river.QueueConfig{"chaos_test_leader": {MaxWorkers: 1}},
+		Workers:              workers,
+		JobTimeout:           rec.JobTimeout,
+		RescueStuckJobsAfter: rec.RescueAfter,
+		RetryPolicy:          soonRetry{}, // as the executors' backoff (≤ 200 ms), not River's attempt⁴ seconds
+	})
+	require.NoError(t, err)
+	require.NoError(t, rc.Start(t.Context()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, rc.Stop(ctx))
+	})
+	var leader string
+	waitFor(t, time.Now().Add(waitTimeout), func() bool {
+		_ = pool.QueryRow(t.Context(), `SELECT leader_id FROM river_leader`).Scan(&leader)
+		return leader == "chaos-test-leader"
+	})
+}
+
+// soonRetry retries a rescued job after 20 ms.
+type soonRetry struct{}
+
+func (soonRetry) NextRetry(*rivertype.JobRow) time.Time { return time.Now().Add(20 * time.Millisecond) }
 
 // jsonRaw is an intent's args given as JSON text.
 type jsonRaw string

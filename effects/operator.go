@@ -162,7 +162,7 @@ func (c *Client) Retry(ctx context.Context, key string) (Effect, error) {
 		if err := scanEffect(tx.QueryRow(ctx, c.sql.retry, key), &e); err != nil {
 			return err
 		}
-		return c.enqueue(ctx, tx, c.jobsFor([]string{e.Key}, []string{e.Kind}))
+		return c.enqueue(ctx, tx, c.jobsFor([]string{e.Key}, []string{e.Kind}, priorityFirst))
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Effect{}, c.refused(ctx, key, "retry")

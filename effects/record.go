@@ -196,7 +196,7 @@ func (r *recording) finish(ctx context.Context, tx pgx.Tx, sent error) error {
 			return sent
 		}
 		r.inserted = len(r.newKeys)
-		return c.enqueue(ctx, tx, c.jobsFor(r.newKeys, r.newKinds))
+		return c.enqueue(ctx, tx, c.jobsFor(r.newKeys, r.newKinds, priorityNew))
 	}
 	if sent != nil {
 		if !r.savepoint || !r.conflict {
@@ -221,7 +221,7 @@ func (r *recording) finish(ctx context.Context, tx pgx.Tx, sent error) error {
 		return nil
 	}
 	r.relay.Kinds = slices.Compact(slices.Sorted(slices.Values(r.kinds)))
-	if _, err := c.river.InsertTx(ctx, tx, r.relay, &river.InsertOpts{Queue: c.cfg.Queue, MaxAttempts: c.cfg.MaxAttempts}); err != nil {
+	if _, err := c.river.InsertTx(ctx, tx, r.relay, &river.InsertOpts{Queue: c.cfg.Queue, MaxAttempts: c.cfg.MaxAttempts, Priority: priorityFirst}); err != nil {
 		return fmt.Errorf("enqueue relay job: %w", err)
 	}
 	return nil
@@ -282,7 +282,7 @@ func (w *relayWorker) Work(ctx context.Context, job *river.Job[relayArgs]) error
 		}); err != nil {
 			return fmt.Errorf("effects: relay batch %d: %w", job.Args.Batch, err)
 		}
-		return c.enqueue(ctx, tx, c.jobsFor(keys, kinds))
+		return c.enqueue(ctx, tx, c.jobsFor(keys, kinds, priorityNew))
 	})
 }
 
@@ -308,9 +308,18 @@ type jobArgs struct {
 // Kind implements river.JobArgs.
 func (jobArgs) Kind() string { return JobKind }
 
-// jobsFor returns the job parameters of keys.
-func (c *Client) jobsFor(keys, kinds []string) []river.InsertManyParams {
-	opts := &river.InsertOpts{Queue: c.cfg.Queue, MaxAttempts: c.cfg.MaxAttempts}
+// River priorities of the jobs (River works priority 1 first, then 2, …;
+// within one, oldest first): an intent's first job waits behind the jobs of
+// intents taken up after their executor died, of operators' retries and of
+// relays, so that those are not queued behind a backlog.
+const (
+	priorityFirst = 1 // relay jobs, recoveries, operators' retries
+	priorityNew   = 2 // the first job of an intent
+)
+
+// jobsFor returns the job parameters of keys, at River priority priority.
+func (c *Client) jobsFor(keys, kinds []string, priority int) []river.InsertManyParams {
+	opts := &river.InsertOpts{Queue: c.cfg.Queue, MaxAttempts: c.cfg.MaxAttempts, Priority: priority}
 	jobs := make([]river.InsertManyParams, len(keys))
 	for i := range keys {
 		jobs[i] = river.InsertManyParams{Args: jobArgs{Key: keys[i], Effect: kinds[i]}, InsertOpts: opts}

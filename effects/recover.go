@@ -51,9 +51,12 @@ func jobTimeout(timeout time.Duration) time.Duration { return 2*timeout + 5*time
 // gives each such intent — unless a River job that will take it up exists —
 // a new job (an intent that was retrying gets it when its backoff ends), and
 // counts the recovery (Effect.Recoveries, inorder_effects_recoveries_total).
-// Hence IntentBound: an intent whose executor died is attempted again
-// within Lease + ReconcileInterval + PollInterval of the death, or when its
-// backoff ends if that is later — as long as one Client runs.
+// The job has River priority 1, ahead of the first jobs of other intents
+// (priority 2), so it does not wait behind a backlog. Hence IntentBound: an
+// intent whose executor died is attempted again within Lease +
+// ReconcileInterval + PollInterval of the death, or when its backoff ends
+// if that is later — as long as one Client runs and a worker of it frees
+// (calls end within CallTimeout).
 //
 // River's own rows of the dead client stay running until River's leader
 // rescues them, RescueAfter after they started (River's rescuer runs every
@@ -186,7 +189,8 @@ func (c *Client) recoverOrphans(ctx context.Context) (map[string]int, int, error
 		}
 		jobs := make([]river.InsertManyParams, len(got))
 		for i, o := range got {
-			opts := &river.InsertOpts{Queue: c.cfg.Queue, MaxAttempts: c.cfg.MaxAttempts}
+			// Ahead of the first jobs of a backlog (priorityFirst).
+			opts := &river.InsertOpts{Queue: c.cfg.Queue, MaxAttempts: c.cfg.MaxAttempts, Priority: priorityFirst}
 			if o.was == string(Retrying) {
 				// Its outcome was recorded: the retry waits for its backoff.
 				if wait := o.updated.Add(c.backoff(o.attempts)).Sub(o.now); wait > riverSchedulerInterval {
