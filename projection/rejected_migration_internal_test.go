@@ -22,7 +22,15 @@ func TestRejectedMigration(t *testing.T) {
 	db := pgtest.NewMigrated(t)
 	m, err := migrations.New(db.Pool, &migrations.Options{Schema: db.Schema})
 	require.NoError(t, err)
-	_, err = m.Rollback(ctx, 1) // back to 006
+	st, err := m.Status(ctx)
+	require.NoError(t, err)
+	after := 0 // the migrations from 007 on
+	for _, s := range st {
+		if s.Version >= 7 && s.Applied {
+			after++
+		}
+	}
+	_, err = m.Rollback(ctx, after) // back to 006
 	require.NoError(t, err)
 
 	tbl := pgx.Identifier{db.Schema, "rejected"}.Sanitize()
