@@ -260,3 +260,28 @@ func helperSettled(ctx context.Context, pool *pgxpool.Pool) error {
 	<-ctx.Done()
 	return errors.New("not killed in time")
 }
+
+// TestDeadReconcilePass: a reconciliation pass that died while asking
+// Reconcile about a failed intent leaves it running under an expired
+// claim of the pass's own (no River job). Another pass hands it back to
+// failed — not to retrying: its attempts ran out, so nothing may call it —
+// and asks again later.
+func TestDeadReconcilePass(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := t.Context()
+	k := b.record(t, intent(t, kindChecked, "pass"))[0]
+	// As claimFailed leaves it: the intent failed uncertain, then claimed by
+	// the pass, whose process died (its claim is past).
+	_, err := b.db.Pool.Exec(ctx, `UPDATE effects SET state = 'running', uncertain = true, attempts = 25, claim = claim + 1,
+  job_id = NULL, lease_until = now() - interval '1 second', last_error = 'remote answered 503' WHERE key = $1`, k)
+	require.NoError(t, err)
+	// Its first job would claim a pending intent: it must leave this one.
+	b.start(t)
+	e := b.waitState(t, k, effects.Failed) // the next pass's Reconcile: not applied
+	require.Equal(t, 1, e.Recoveries)
+	require.False(t, e.Uncertain, "Reconcile said the remote does not have it")
+	require.Equal(t, 25, e.Attempts)
+	require.Empty(t, b.plain.callsOf(k), "never performed")
+	require.Equal(t, 1, b.plain.checksOf(k))
+}
