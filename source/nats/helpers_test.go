@@ -1,0 +1,271 @@
+package nats_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	natsc "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source/nats"
+)
+
+// waitTimeout bounds every wait of these tests.
+const waitTimeout = 90 * time.Second
+
+// env is one test's stream on a NATS server (or cluster).
+type env struct {
+	url     string
+	nc      *natsc.Conn
+	js      jetstream.JetStream
+	stream  string
+	subject string // prefix: events go to subject + "." + aggregate
+}
+
+// newEnv creates a stream of its own on the server(s) at url, with
+// replicas copies.
+func newEnv(t testing.TB, url string, replicas int) *env {
+	t.Helper()
+	e := &env{url: url, stream: "T" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]}
+	e.subject = strings.ToLower(e.stream)
+	nc, err := natsc.Connect(url, natsc.MaxReconnects(-1), natsc.ReconnectWait(100*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	e.nc = nc
+	e.js, err = jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	_, err = e.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: e.stream, Subjects: []string{e.subject + ".>"}, Replicas: replicas, Storage: jetstream.FileStorage,
+	})
+	require.NoError(t, err)
+	return e
+}
+
+func (e *env) subjectOf(ev aggregate.Event) string { return e.subject + "." + ev.Aggregate }
+
+// publish publishes events with the package's helper and returns how many
+// the stream stored as new.
+func (e *env) publish(t testing.TB, events []aggregate.Event) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	n, err := nats.PublishAll(ctx, e.js, e.subjectOf, events)
+	require.NoError(t, err)
+	return n
+}
+
+// config is a Source config for the env's stream on bundle b.
+func (e *env) config(b *bundle) nats.Config {
+	return nats.Config{
+		URL: e.url, Stream: e.stream, Processor: b.proc,
+		Workers: 4, BatchSize: 50, MaxWait: 5 * time.Millisecond, LagEvery: -1,
+	}
+}
+
+// consumerInfo returns the consumer's state.
+func (e *env) consumerInfo(t testing.TB, name string) *jetstream.ConsumerInfo {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	c, err := e.js.Consumer(ctx, e.stream, name)
+	require.NoError(t, err)
+	ci, err := c.Info(ctx)
+	require.NoError(t, err)
+	return ci
+}
+
+// newPool opens a pool on url, closed when the test ends.
+func newPool(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// bundle is one test's schema, processor and ledger projection.
+type bundle struct {
+	db     *pgtest.DB
+	proc   *projection.Processor
+	ledger *ledger.Projection
+}
+
+func setup(t testing.TB) *bundle {
+	t.Helper()
+	db := pgtest.NewMigrated(t)
+	b := &bundle{db: db, ledger: ledger.New(nil)}
+	p, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema}, b.ledger)
+	require.NoError(t, err)
+	b.proc = p
+	require.NoError(t, p.Setup(context.Background()))
+	return b
+}
+
+func (b *bundle) requireFold(t testing.TB, events []aggregate.Event) {
+	t.Helper()
+	want, err := ledger.Fold(events)
+	require.NoError(t, err)
+	got, err := b.ledger.Load(context.Background(), b.db.Pool)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}
+
+// count runs a count query on the bundle's schema.
+func (b *bundle) count(t testing.TB, query string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), query).Scan(&n))
+	return n
+}
+
+// appliedVersions is the sum of the payments' versions: the events applied.
+func (b *bundle) appliedVersions(t testing.TB) int {
+	return b.count(t, `SELECT coalesce(sum(version), 0) FROM ledger_payments`)
+}
+
+// notifier is a coalescing "something happened" channel.
+type notifier chan struct{}
+
+func newSignal() notifier { return make(notifier, 1) }
+
+func (s notifier) notify() {
+	select {
+	case s <- struct{}{}:
+	default:
+	}
+}
+
+// ticks returns a signal that fires every d until the test ends, for
+// conditions that no hook signals (a count of the server's).
+func ticks(t testing.TB, d time.Duration) notifier {
+	s := newSignal()
+	tk := time.NewTicker(d)
+	done := make(chan struct{})
+	t.Cleanup(func() { tk.Stop(); close(done) })
+	go func() {
+		for {
+			select {
+			case <-tk.C:
+				s.notify()
+			case <-done:
+				return
+			}
+		}
+	}()
+	return s
+}
+
+// waitFor re-checks cond each time sig fires (or every poll, for
+// conditions no signal covers) until it holds.
+func waitFor(t testing.TB, sig notifier, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.NewTimer(waitTimeout)
+	defer deadline.Stop()
+	for !cond() {
+		select {
+		case <-sig:
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// running is a Source running in the background.
+type running struct {
+	src     *nats.Source
+	cancel  context.CancelFunc
+	done    chan error
+	commits notifier
+	subs    notifier
+	once    sync.Once
+	err     error
+}
+
+// start runs a Source made from cfg until the test ends; each committed
+// batch notifies commits and the extra signals.
+func start(t testing.TB, cfg nats.Config, extra ...notifier) *running {
+	t.Helper()
+	r := &running{done: make(chan error, 1), commits: newSignal(), subs: newSignal()}
+	prev := cfg.OnCommit
+	cfg.OnCommit = func(c nats.Commit) {
+		if prev != nil {
+			prev(c)
+		}
+		r.commits.notify()
+		for _, s := range extra {
+			s.notify()
+		}
+	}
+	cfg.OnSubscribed = r.subs.notify
+	src, err := nats.New(&cfg)
+	require.NoError(t, err)
+	r.src = src
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { r.done <- src.Run(ctx) }()
+	t.Cleanup(func() {
+		if err := r.stop(); err != nil && !errors.Is(err, nats.ErrAborted) {
+			t.Errorf("source stopped with %v", err)
+		}
+	})
+	return r
+}
+
+// stop drains the source and returns Run's error.
+func (r *running) stop() error {
+	r.once.Do(func() {
+		r.cancel()
+		select {
+		case r.err = <-r.done:
+		case <-time.After(waitTimeout):
+			r.src.Abort()
+			r.err = <-r.done
+		}
+	})
+	return r.err
+}
+
+// applied returns a condition: the processors applied n events in all.
+func applied(n int, procs ...*projection.Processor) func() bool {
+	return func() bool {
+		var sum int64
+		for _, p := range procs {
+			sum += p.Counts()["ledger"].Applied()
+		}
+		return sum >= int64(n)
+	}
+}
+
+// generate returns a ledger stream.
+func generate(seed uint64, payments, versions int) []aggregate.Event {
+	return ledger.Generate(rand.New(rand.NewPCG(seed, seed*7+1)), payments, versions)
+}
+
+// hostile returns the stream shuffled, with about a third of its events
+// repeated later (as a producer that republishes would): the order and the
+// duplication the gate must absorb.
+func hostile(seed uint64, events []aggregate.Event) []aggregate.Event {
+	rng := rand.New(rand.NewPCG(seed, seed+3))
+	out := append([]aggregate.Event(nil), events...)
+	for _, e := range events {
+		if rng.IntN(3) == 0 {
+			out = append(out, e)
+		}
+	}
+	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
