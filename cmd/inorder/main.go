@@ -24,6 +24,7 @@ import (
 	"github.com/inorder/inorder/source"
 	"github.com/inorder/inorder/source/esdb"
 	"github.com/inorder/inorder/source/kafka"
+	"github.com/inorder/inorder/source/nats"
 	"github.com/inorder/inorder/source/pgtable"
 )
 
@@ -43,7 +44,7 @@ func main() {
 	os.Exit(cli.Main(cli.Config{
 		Version:     version,
 		Projections: []projection.Projection{payments},
-		Sources:     []source.Driver{esdb.Driver(), pgtable.Driver(), kafka.Driver()},
+		Sources:     []source.Driver{esdb.Driver(), pgtable.Driver(), kafka.Driver(), nats.Driver()},
 		Effects:     handlers,
 		Commands:    []func(*cli.App) *cobra.Command{demo.Ledger(payments)},
 	}))

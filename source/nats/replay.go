@@ -216,7 +216,7 @@ func (r *Replayer) Replay(ctx context.Context, emit func(context.Context, []aggr
 			}
 			r.read.Add(1)
 			r.pos.Store(md.Sequence.Stream)
-			if md.Sequence.Stream >= end {
+			if md.Sequence.Stream >= end || md.NumPending == 0 {
 				return nil
 			}
 		}

@@ -24,7 +24,8 @@ import (
 // ErrAborted is returned by Run when its drain was cut short by Abort or
 // Config.DrainTimeout: the batches in flight were rolled back, and their
 // messages are delivered again once their AckWait passes.
-var ErrAborted = errors.New("nats: drain aborted")
+// It wraps source.ErrAborted.
+var ErrAborted = fmt.Errorf("nats: drain aborted: %w", source.ErrAborted)
 
 // Source feeds a projection.Processor from a JetStream stream through a
 // durable pull consumer. See the package documentation.
@@ -198,6 +199,9 @@ func (s *Source) Run(ctx context.Context) error {
 	defer s.running.Store(false)
 	if s.cfg.LagEvery > 0 {
 		bg.Go(func() { s.lagLoop(soft) })
+	}
+	if err := s.record(soft); err != nil {
+		s.log.Warn("nats source mapping not recorded", "name", s.cfg.Name, "error", err)
 	}
 	s.log.Info("nats source starting", "name", s.cfg.Name, "stream", s.cfg.Stream, "consumer", s.cfg.Consumer,
 		"ack_wait", s.cfg.AckWait, "max_ack_pending", s.cfg.MaxAckPending, "window", s.cfg.ReadAhead)

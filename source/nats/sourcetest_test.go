@@ -1,0 +1,119 @@
+package nats_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	natsc "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/inorder/inorder/internal/retry"
+	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/nats"
+	"github.com/inorder/inorder/source/nats/natstest"
+	"github.com/inorder/inorder/source/sourcetest"
+)
+
+func TestMain(m *testing.M) { sourcetest.Main(m, sourceSubjects()...) }
+
+// sourceSubjects are the NATS source under the conformance suite, on a
+// single node of its own per case (restarted by the Restart check).
+func sourceSubjects() []sourcetest.Subject {
+	f := sourcetest.Features{CompetingConsumers: true, Redelivers: true}
+	return []sourcetest.Subject{
+		{Name: "nats", Features: f, Consumer: sourceConsumer, New: func(t *testing.T) *sourcetest.Case {
+			srv := natstest.New(t)
+			c := newSourceCase(t, srv.URL(), 1)
+			c.Restart = func(context.Context) error { return srv.Restart() }
+			return c
+		}},
+	}
+}
+
+func TestSourceConformance(t *testing.T) {
+	t.Parallel()
+	for _, s := range sourceSubjects() {
+		t.Run(s.Name, func(t *testing.T) {
+			t.Parallel()
+			sourcetest.Run(t, s)
+		})
+	}
+}
+
+func newSourceCase(t *testing.T, url string, replicas int) *sourcetest.Case {
+	e := newEnv(t, url, replicas)
+	return &sourcetest.Case{
+		Env: map[string]string{"url": url, "stream": e.stream, "prefix": strings.ToLower(e.stream)},
+		Publish: func(ctx context.Context, msgs []sourcetest.Message) error {
+			for _, m := range msgs {
+				if err := publishMessage(ctx, e, m); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// publishMessage publishes m as the publishing helpers do, with one
+// difference: copies of a message must reach the consumer, so the
+// Nats-Msg-Id (which the stream's duplicate window would absorb) carries a
+// fresh uuid, and the event id the mapping reads is in a header of its own.
+func publishMessage(ctx context.Context, e *env, m sourcetest.Message) error {
+	id := m.ID
+	if id == "" {
+		id = fmt.Sprintf("%s:%d", m.Aggregate, m.Version)
+	}
+	for _, v := range []string{m.Aggregate, m.Type, id, string(m.Metadata)} {
+		if strings.ContainsAny(v, "\r\n") {
+			return fmt.Errorf("a line break in a header: %w", sourcetest.ErrUnrepresentable)
+		}
+	}
+	msg := natsc.NewMsg(e.subject + ".x")
+	msg.Data = m.Data
+	msg.Header.Set(natsc.MsgIdHdr, uuid.NewString())
+	msg.Header.Set("Event-Id", id)
+	if m.Aggregate != "" {
+		msg.Header.Set(nats.HeaderAggregate, m.Aggregate)
+	}
+	msg.Header.Set(nats.HeaderVersion, strconv.FormatInt(m.Version, 10))
+	msg.Header.Set(nats.HeaderType, m.Type)
+	if len(m.Metadata) > 0 {
+		msg.Header.Set(nats.HeaderMetadata, string(m.Metadata))
+	}
+	// Right after a restart the server may not answer yet: retry (the
+	// same Nats-Msg-Id makes a retry of a publish that went through a
+	// duplicate the stream drops).
+	for attempt := 0; ; attempt++ {
+		_, err := e.js.PublishMsg(ctx, msg, jetstream.WithRetryAttempts(5))
+		if err == nil {
+			return nil
+		}
+		if attempt == 100 || ctx.Err() != nil {
+			return err
+		}
+		if err := retry.Sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func sourceConsumer(_ context.Context, env map[string]string, cfg *sourcetest.ConsumerConfig) (source.Feed, error) {
+	src, err := nats.New(&nats.Config{
+		URL: env["url"], Stream: env["stream"], Consumer: cfg.Name, Processor: cfg.Processor, Name: cfg.Name, Logger: cfg.Logger,
+		Workers: cfg.Workers, BatchSize: cfg.BatchSize, MaxWait: cfg.MaxWait, LagEvery: cfg.LagEvery,
+		Mapping:      nats.Mapping{ID: "header:Event-Id"},
+		AckWait:      2 * time.Second,
+		ReconnectMin: 10 * time.Millisecond, ReconnectMax: 200 * time.Millisecond,
+		OnSubscribed: cfg.OnReady,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return src.Feed(), nil
+}
