@@ -94,7 +94,6 @@ type SourceLag struct {
 	Projections []string
 }
 
-
 //go:embed ui/*.html
 var pageFiles embed.FS
 
