@@ -11,8 +11,8 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/effects"
-	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/projection/projectiontest"
 )
 
 // shipped is a projection that, for every order.shipped event, asks for an
@@ -33,7 +33,7 @@ func (s shipped) Apply(ctx context.Context, tx *projection.Tx, e aggregate.Event
 // e-mail service that dedupes by Idempotency-Key. The shipment is delivered
 // three times, twice at once: one intent, one e-mail.
 func Example() {
-	db, cleanup := pgtest.Open() // a fresh schema with inorder's migrations
+	db, cleanup := projectiontest.OpenDB() // a fresh schema with inorder's migrations (yours: your pool)
 	defer cleanup()
 	ctx := context.Background()
 	if _, err := effects.MigrateRiver(ctx, db.Pool, &effects.RiverMigrateOptions{Schema: db.Schema}); err != nil {

@@ -8,15 +8,17 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
-	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/projection/projectiontest"
 )
 
 // Deliveries arrive out of order and duplicated; the read model ends up as if
 // the stream had been applied in order, once.
 func Example() {
 	ctx := context.Background()
-	db, cleanup := pgtest.Open() // a fresh schema with inorder's tables
+	// A fresh schema with inorder's tables (in production: your pool, after
+	// migrations.New(pool, nil).Migrate(ctx)).
+	db, cleanup := projectiontest.OpenDB()
 	defer cleanup()
 
 	proc, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema}, ledger.New(nil))

@@ -1,9 +1,17 @@
 package main_test
 
 import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -70,11 +78,24 @@ func TestComposeFile(t *testing.T) {
 	require.NotEmpty(t, inorder.Build.Args["VERSION"])
 	hc := inorder.Healthcheck.Test
 	require.Equal(t, []string{"CMD", "/usr/local/bin/inorder", "healthcheck"}, hc[:3], "no shell, no curl: the binary probes itself")
-	// The arguments are valid: against no server it fails (1), it is not a
-	// usage error (2).
+	// The arguments are valid: against a server that is not ready it fails
+	// (1), it is not a usage error (2). The server is the test's own, on a
+	// free port, given after the container's own arguments (the last
+	// --http-addr wins): the test does not depend on what listens on
+	// 127.0.0.1:8080 — a demo the README just started, say.
+	var probes atomic.Int32
+	notReady := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		probes.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"error":{"code":"unavailable","message":"not ready"}}`))
+	}))
+	defer notReady.Close()
 	e := &env{vars: map[string]string{}}
-	_, _, err = e.exec(t, append(hc[2:], "--timeout", "1s")...)
-	require.Equal(t, 1, exitCode(t, err))
+	args := append(slices.Clone(hc[2:]), "--http-addr", strings.TrimPrefix(notReady.URL, "http://"), "--timeout", "5s")
+	_, errOut, err := e.exec(t, args...)
+	require.Equal(t, 1, exitCode(t, err), errOut)
+	require.Positive(t, probes.Load(), "the health check probed the address it was given")
 
 	ignore, err := os.ReadFile("../../.dockerignore")
 	require.NoError(t, err)
@@ -84,4 +105,31 @@ func TestComposeFile(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(docker), "-X main.version=${VERSION}", "the version is stamped")
 	require.Regexp(t, `(?m)^ARG VERSION=`, string(docker))
+}
+
+// TestExamplesAreCopyable: no runnable example imports the module's
+// internal packages, which a user's code cannot import.
+func TestExamplesAreCopyable(t *testing.T) {
+	t.Parallel()
+	var examples []string
+	require.NoError(t, filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && d.Name() == "example_test.go" {
+			examples = append(examples, path)
+		}
+		return nil
+	}))
+	require.Greater(t, len(examples), 3, "the examples are found")
+	for _, path := range examples {
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		require.NoError(t, err)
+		for _, imp := range f.Imports {
+			require.NotContains(t, imp.Path.Value, "github.com/inorder/inorder/internal/", "%s imports an internal package", path)
+		}
+	}
 }

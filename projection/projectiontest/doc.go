@@ -11,7 +11,7 @@
 //		projectiontest.Run(t, projectiontest.Subject{
 //			Generate: ledger.Generate,
 //			New: func(t *testing.T) *projectiontest.Case {
-//				db := pgtest.NewMigrated(t) // a fresh, migrated schema
+//				db := projectiontest.NewDB(t) // a fresh, migrated schema
 //				l := ledger.New(nil)
 //				proc, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema}, l)
 //				require.NoError(t, err)
