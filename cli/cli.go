@@ -184,6 +184,8 @@ type App struct {
 	json bool
 	// fx is the effects client the command made (effectsClient), if any.
 	fx *effects.Client
+	// args is the command line being run.
+	args []string
 }
 
 func newApp(cfg Config, drain context.Context) *App {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -36,7 +37,7 @@ func leaf[O options](use, short, long string, bind func(fs *pflag.FlagSet) O, ru
 
 // group builds a command that only holds subcommands.
 func (a *App) group(use, short, long string, subs ...*cobra.Command) *cobra.Command {
-	cmd := &cobra.Command{Use: use, Short: short, Long: long, Args: cobra.ArbitraryArgs,
+	cmd := &cobra.Command{Use: use, Short: short, Long: long, Args: cobra.ArbitraryArgs, Annotations: map[string]string{groupAnnotation: "true"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				if a.getenv(clikit.EnvLogFormat) != "json" {
@@ -63,7 +64,14 @@ the command line wins.`)
 	root.SilenceErrors, root.SilenceUsage = true, true
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return clikit.Usagef("%v", err) })
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		if name := a.unknownCommand(c); name != "" {
+			// "inorder bogus --log-format json": the command is what is
+			// wrong, not the flag the group does not have.
+			return clikit.Usagef("unknown command %q", name)
+		}
+		return clikit.Usagef("%v", err)
+	})
 	migrate := (&migrateCmd{a}).command()
 	migrate.AddCommand((&migrateStatusCmd{a}).command())
 	root.AddCommand(
@@ -130,8 +138,44 @@ missing ('parked declare-gap').`,
 	return root
 }
 
+// groupAnnotation marks the commands that only hold subcommands (group).
+const groupAnnotation = "inorder_group"
+
+// unknownCommand returns the word of the command line that names no
+// subcommand of the group c, or "": the first word after c's path that is
+// not a flag or the value of the logging flags.
+func (a *App) unknownCommand(c *cobra.Command) string {
+	if c.Annotations[groupAnnotation] == "" {
+		return ""
+	}
+	path := strings.Fields(c.CommandPath())[1:]
+	var words []string
+	for i := 0; i < len(a.args); i++ {
+		w := a.args[i]
+		switch {
+		case w == "--":
+			i = len(a.args)
+		case w == "--log-format" || w == "--log-level":
+			i++
+		case !strings.HasPrefix(w, "-"):
+			words = append(words, w)
+		}
+	}
+	if len(words) <= len(path) {
+		return ""
+	}
+	next := words[len(path)]
+	for _, s := range c.Commands() {
+		if s.Name() == next || slices.Contains(s.Aliases, next) {
+			return ""
+		}
+	}
+	return next
+}
+
 // execute runs one command line.
 func (a *App) execute(ctx context.Context, args []string) error {
+	a.args = args
 	if len(a.cfg.Projections) == 0 {
 		return errors.New("cli: Config.Projections is empty")
 	}
@@ -163,7 +207,7 @@ func (a *App) execute(ctx context.Context, args []string) error {
 	}
 	walk(root)
 	cmd, err := root.ExecuteContextC(ctx)
-	a.json = logsJSON(cmd, a.getenv)
+	a.json = logsJSON(cmd, args, a.getenv)
 	switch {
 	case err == nil:
 		return nil
@@ -185,14 +229,28 @@ func (a *App) usage(cmd *cobra.Command, err error) error {
 	return fmt.Errorf("%s: %w (see '%s --help')", path, err, path)
 }
 
-// logsJSON tells whether the command ran with JSON logs.
-func logsJSON(cmd *cobra.Command, getenv func(string) string) bool {
+// logsJSON tells whether the command ran with JSON logs: its --log-format,
+// or, when the command line named no command that has one (an unknown
+// command, a misspelt flag before the command), the --log-format the
+// command line gives anyway, or the variable.
+func logsJSON(cmd *cobra.Command, args []string, getenv func(string) string) bool {
 	if cmd != nil {
-		if f := cmd.Flags().Lookup("log-format"); f != nil {
+		if f := cmd.Flags().Lookup("log-format"); f != nil && f.Changed {
 			return f.Value.String() == "json"
 		}
 	}
-	return getenv(clikit.EnvLogFormat) == "json"
+	format := getenv(clikit.EnvLogFormat)
+	for i, arg := range args {
+		if arg == "--" {
+			break
+		}
+		if v, ok := strings.CutPrefix(arg, "--log-format="); ok {
+			format = v
+		} else if arg == "--log-format" && i+1 < len(args) {
+			format = args[i+1]
+		}
+	}
+	return format == "json"
 }
 
 // exitCode prints err (once, with the program's name once) and returns the
@@ -211,7 +269,8 @@ func (a *App) exitCode(err error) int {
 		msg = a.name + ": error: " + err.Error()
 	}
 	if a.json {
-		slog.New(slog.NewJSONHandler(a.stderr, nil)).Error(err.Error(), "exit_code", code)
+		// The program's name alone adds nothing to a log line.
+		slog.New(slog.NewJSONHandler(a.stderr, nil)).Error(strings.TrimPrefix(err.Error(), a.name+": "), "exit_code", code)
 		return code
 	}
 	fmt.Fprintln(a.stderr, msg)

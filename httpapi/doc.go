@@ -59,7 +59,8 @@
 // version N of an aggregate asks for ?min_version=N: the request waits until
 // the projection has applied version N — polling with backoff from 5 ms to
 // 100 ms — for at most [Options].MaxWait, or the ?timeout= it gives (a Go
-// duration such as "500ms", capped at MaxWait). When the wait runs out the
+// duration such as "500ms", at most MaxWait: a longer one is refused with
+// 400, not shortened behind the client's back). When the wait runs out the
 // answer is 504 with code "timeout" and the current version:
 //
 //	{"error":{"code":"timeout","message":"...","current_version":3,"min_version":5}}
@@ -69,7 +70,7 @@
 //
 // # Lists
 //
-// ?limit= (default 50, at most 500: larger values are lowered to 500) and
+// ?limit= (default 50, from 1 to 500: any other value is refused with 400) and
 // ?after= (the previous page's "next") page through a projection's read
 // models in aggregate id order; any other parameter is a filter, which must be
 // one the projection declares (Reader.Filters), else 400.
@@ -88,6 +89,8 @@
 //	405 method_not_allowed   not GET or HEAD
 //	408 request_timeout      the request body did not arrive in time
 //	413 payload_too_large    request body over Options.MaxBodyBytes
+//	431 header_too_large     request headers over ServerMaxHeaderBytes (NewServer;
+//	                         beyond ServerReadHeaderBytes net/http answers in text)
 //	503 unavailable          database unreachable or too slow
 //	504 timeout              min_version not reached in time
 //	500 internal             anything else

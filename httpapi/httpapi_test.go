@@ -233,9 +233,12 @@ func TestRead(t *testing.T) {
 
 	t.Run("BadParameters", func(t *testing.T) {
 		t.Parallel()
-		for _, q := range []string{"timeout=0", "timeout=-1s", "timeout=soon", "foo=1", "min_version=1&min_version=2", "a=%zz", "a;b"} {
+		for _, q := range []string{"timeout=0", "timeout=-1s", "timeout=soon", "timeout=1h", "timeout=5001ms", "foo=1",
+			"min_version=1&min_version=2", "a=%zz", "a;b"} {
 			requireError(t, b.get(t, agg+"pay-000001?"+q), http.StatusBadRequest, httpapi.CodeBadRequest)
 		}
+		e := requireError(t, b.get(t, agg+"pay-000001?min_version=1&timeout=1h"), http.StatusBadRequest, httpapi.CodeBadRequest)
+		require.Contains(t, e.Message, "at most 5s", "it says the bound instead of shortening the wait")
 		requireError(t, b.get(t, "/v1/status?verbose=1"), http.StatusBadRequest, httpapi.CodeBadRequest)
 		requireError(t, b.get(t, "/v1/projections?x=1"), http.StatusBadRequest, httpapi.CodeBadRequest)
 	})
@@ -276,8 +279,8 @@ func TestRead(t *testing.T) {
 		})
 		require.Equal(t, want, ids)
 
-		// Default and capped limits return everything here.
-		for _, q := range []string{"", "?limit=100000"} {
+		// The default and the largest limit return everything here.
+		for _, q := range []string{"", "?limit=500"} {
 			page := requireJSON[listResponse](t, b.get(t, "/v1/projections/ledger/aggregates"+q))
 			require.Len(t, page.Items, 20)
 			require.Empty(t, page.Next)
@@ -318,7 +321,7 @@ func TestRead(t *testing.T) {
 
 	t.Run("ListBadParameters", func(t *testing.T) {
 		t.Parallel()
-		for _, q := range []string{"amount=5", "limit=0", "limit=-1", "limit=ten", "limit=", "status=a&status=b",
+		for _, q := range []string{"amount=5", "limit=0", "limit=-1", "limit=ten", "limit=", "limit=501", "limit=100000", "status=a&status=b",
 			"after=%FF", "status=%00", "payer=" + strings.Repeat("x", 513)} {
 			requireError(t, b.get(t, "/v1/projections/ledger/aggregates?"+q), http.StatusBadRequest, httpapi.CodeBadRequest)
 		}
@@ -404,7 +407,7 @@ func TestMinVersion(t *testing.T) {
 			_, err := b.proc.Process(ctx, projection.Batch{Events: next})
 			processed <- err
 		}()
-		r := b.get(t, "/v1/projections/ledger/aggregates/pay-000003?min_version=6&timeout=20s")
+		r := b.get(t, "/v1/projections/ledger/aggregates/pay-000003?min_version=6&timeout=5s")
 		require.NoError(t, <-processed)
 		got := requireJSON[aggregateResponse](t, r)
 		require.Equal(t, "6", r.header.Get(httpapi.VersionHeader))
@@ -422,7 +425,7 @@ func TestMinVersion(t *testing.T) {
 		}{
 			{"pay-000004", "min_version=5&timeout=30ms", 4},
 			{"pay-000004", "min_version=9223372036854775807", 4}, // bounded by MaxWait
-			{"pay-000004", "min_version=5&timeout=1h", 4},        // timeout capped at MaxWait
+			{"pay-000004", "min_version=5&timeout=200ms", 4},     // timeout = MaxWait
 			{"pay-unknown", "min_version=1&timeout=10ms", 0},
 		} {
 			began := time.Now()
@@ -720,4 +723,29 @@ func TestStatusEffects(t *testing.T) {
 
 	broken := setup(t, &httpapi.Options{Effects: fakeEffects{err: errors.New("effects table unreadable")}}, nil)
 	require.Equal(t, http.StatusInternalServerError, broken.get(t, "/v1/status").status)
+}
+
+// TestHeaderLimit: a request whose headers are over ServerMaxHeaderBytes is
+// answered 431 with the JSON error envelope, like every other error.
+func TestHeaderLimit(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := httpapi.NewServer("", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	get := func(header int) response {
+		req, err := http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+"/v1/status", nil)
+		require.NoError(t, err)
+		req.Header.Set("X-Big", strings.Repeat("x", header))
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return response{status: resp.StatusCode, header: resp.Header, body: body}
+	}
+	require.Equal(t, http.StatusNoContent, get(1000).status)
+	requireError(t, get(httpapi.ServerMaxHeaderBytes), http.StatusRequestHeaderFieldsTooLarge, httpapi.CodeHeaderTooLarge)
+	requireError(t, get(4*httpapi.ServerMaxHeaderBytes), http.StatusRequestHeaderFieldsTooLarge, httpapi.CodeHeaderTooLarge)
 }

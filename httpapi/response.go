@@ -20,6 +20,7 @@ const (
 	CodeMethodNotAllowed  = "method_not_allowed"
 	CodeRequestTimeout    = "request_timeout"
 	CodePayloadTooLarge   = "payload_too_large"
+	CodeHeaderTooLarge    = "header_too_large"
 	CodeUnavailable       = "unavailable"
 	CodeTimeout           = "timeout"
 	CodeInternal          = "internal"

@@ -103,11 +103,12 @@ func (h *handler) aggregate(w http.ResponseWriter, r *http.Request) {
 	wait := h.opts.MaxWait
 	if s, ok := q["timeout"]; ok {
 		d, err := time.ParseDuration(s)
-		if err != nil || d <= 0 {
-			writeError(w, http.StatusBadRequest, CodeBadRequest, "timeout must be a positive duration such as 500ms or 2s")
+		if err != nil || d <= 0 || d > h.opts.MaxWait {
+			writeError(w, http.StatusBadRequest, CodeBadRequest,
+				"timeout must be a positive duration of at most "+h.opts.MaxWait.String()+" (the server's longest wait), such as 500ms or 2s")
 			return
 		}
-		wait = min(d, wait)
+		wait = d
 	}
 
 	deadline := time.Now().Add(wait)
@@ -189,11 +190,11 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		switch k {
 		case "limit":
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				writeError(w, http.StatusBadRequest, CodeBadRequest, "limit must be a positive integer (at most 500)")
+			if err != nil || n < 1 || n > MaxLimit {
+				writeError(w, http.StatusBadRequest, CodeBadRequest, "limit must be an integer from 1 to "+strconv.Itoa(MaxLimit))
 				return
 			}
-			lq.Limit = min(n, MaxLimit)
+			lq.Limit = n
 		case "after":
 			if !validText(v) {
 				writeError(w, http.StatusBadRequest, CodeBadRequest, "after "+textRule)

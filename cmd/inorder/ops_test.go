@@ -119,6 +119,14 @@ func TestExitCodes(t *testing.T) {
 		require.NotContains(t, errOut, "--migrate", "only run has --migrate")
 	}
 
+	// A command line that names no command still logs as it asks.
+	for _, args := range [][]string{{"bogus", "--log-format", "json"}, {"--log-format=json", "parked", "bogus"}} {
+		_, errOut, err := e.exec(t, args...)
+		require.Equal(t, 2, exitCode(t, err), "%v: %s", args, errOut)
+		requireJSONLines(t, "an unknown command's error", errOut)
+		require.Contains(t, errOut, `unknown command \"bogus\"`, "the command is what is wrong, not the flag")
+	}
+
 	// 3: parked repair finds versions missing at the source.
 	e.run(t, "migrate")
 	e.process(t, event(t, "pay-9", 1, ledger.Authorized, ledger.Data{Payer: "a", Payee: "b", Amount: 5}),
