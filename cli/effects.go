@@ -593,7 +593,7 @@ func (c *effectsWorkCmd) Run(ctx context.Context, o *effectsWorkOptions) error {
 	if err := c.a.prepareSchema(ctx, pool, &o.db, false, false, logger); err != nil {
 		return err
 	}
-	proc, m, closeMetrics, err := clikit.InstrumentedProcessor(ctx, pool, &o.db, c.a.cfg.Processor, c.a.cfg.Projections, c.a.version(), logger)
+	proc, m, closeMetrics, err := clikit.InstrumentedProcessor(ctx, pool, &o.db, c.a.cfg.Processor, c.a.cfg.Projections, c.a.version(), false, logger)
 	if err != nil {
 		return err
 	}

@@ -197,7 +197,7 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	if pc.TracerProvider == nil {
 		pc.TracerProvider = tracing.Provider // a span per batch, with the HTTP API's exporter
 	}
-	proc, m, closeMetrics, err := clikit.InstrumentedProcessor(ctx, pool, &o.db, pc, c.a.cfg.Projections, c.a.version(), logger)
+	proc, m, closeMetrics, err := clikit.InstrumentedProcessor(ctx, pool, &o.db, pc, c.a.cfg.Projections, c.a.version(), true, logger)
 	if err != nil {
 		return err
 	}

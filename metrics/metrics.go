@@ -52,6 +52,11 @@ type Options struct {
 	Gauges *projection.Processor
 	// Build, if its Version is set, is exported as inorder_build_info.
 	Build Build
+	// Feeds says that the processor given to New feeds its projections
+	// (a worker, not a read replica): the generations it feeds are
+	// exported as inorder_generation_fed, which the alert on a live
+	// generation nobody feeds reads.
+	Feeds bool
 }
 
 // Build describes the running binary for inorder_build_info.
@@ -120,6 +125,9 @@ func New(proc *projection.Processor, opts *Options) *Metrics {
 	}
 	m.reg.MustRegister(m.batchDuration, m.batchEvents, m.batchRetries, m.httpDuration,
 		newCountsCollector(proc, o.Namespace), newDBCollector(cmp.Or(o.Gauges, proc), o))
+	if o.Feeds {
+		m.reg.MustRegister(newFedCollector(proc, o))
+	}
 	if b := o.Build; b.Version != "" {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: o.Namespace, Name: "build_info",
@@ -255,7 +263,7 @@ func newDBCollector(proc *projection.Processor, o Options) *dbCollector {
 		parkedAge:   d("parked_oldest_age_seconds", "Age of the oldest parked event; 0 when none is parked. "+global, "projection"),
 		quarantined: d("quarantined_events", "Quarantined events waiting for an operator. "+global, "projection"),
 		conflicts:   d("open_conflicts", "Recorded conflicts no operator acknowledged (distinct conflicting events). "+global, "projection"),
-		rejected:    d("rejected_pending", "Rejected deliveries never replayed. "+global),
+		rejected:    d("rejected_pending", "Rejected deliveries no operator resolved (replayed, dismissed, declared missing). "+global),
 		cpAge:       d("checkpoint_age_seconds", "Seconds since the source's checkpoint was last written (it grows on an idle stream too). "+global, "source"),
 		up:          d("status_up", "1 if this process's last read of the gate state from the database succeeded, else 0."),
 		genInfo: d("generation_info", "1 for every generation of a projection that is not dropped, labelled with its code version, "+
@@ -329,4 +337,35 @@ func (c *dbCollector) read() *snapshot {
 	}
 	c.snap = s
 	return s
+}
+
+// fedCollector exposes the generations the process feeds
+// (Processor.Fed): per process, 1 for each.
+type fedCollector struct {
+	proc *projection.Processor
+	opts Options
+	fed  *prometheus.Desc
+}
+
+func newFedCollector(proc *projection.Processor, o Options) *fedCollector {
+	return &fedCollector{proc: proc, opts: o, fed: prometheus.NewDesc(o.Namespace+"_generation_fed",
+		"1 for every generation of a projection this process feeds (a worker of its code version). Per process: "+
+			"a live generation that no process feeds stops moving.", []string{"projection", "generation"}, nil)}
+}
+
+// Describe implements prometheus.Collector.
+func (c *fedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.fed }
+
+// Collect implements prometheus.Collector.
+func (c *fedCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.QueryTimeout)
+	defer cancel()
+	fed, err := c.proc.Fed(ctx)
+	if err != nil {
+		c.opts.Logger.WarnContext(ctx, "metrics: read the generations fed", "error", err)
+		return
+	}
+	for _, g := range fed {
+		ch <- prometheus.MustNewConstMetric(c.fed, prometheus.GaugeValue, 1, g.Projection, strconv.Itoa(g.Generation))
+	}
 }

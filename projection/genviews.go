@@ -1,8 +1,11 @@
 package projection
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -157,5 +160,31 @@ func (p *Processor) Unfed(ctx context.Context) ([]string, error) {
 			out = append(out, r.name)
 		}
 	}
+	return out, nil
+}
+
+// FedGeneration is a generation a processor feeds.
+type FedGeneration struct {
+	Projection string `json:"projection"`
+	Generation int    `json:"generation"`
+}
+
+// Fed returns the generations the processor feeds — those of its
+// projections' code versions that are live, in catch-up or previous — by
+// projection and generation. A worker that feeds them exports them
+// (metrics: inorder_generation_fed): a live generation no running worker
+// feeds stops moving.
+func (p *Processor) Fed(ctx context.Context) ([]FedGeneration, error) {
+	gv, err := p.feeding(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]FedGeneration, 0, len(gv.proc.projs))
+	for _, r := range gv.proc.projs {
+		out = append(out, FedGeneration{Projection: r.name, Generation: r.generation})
+	}
+	slices.SortFunc(out, func(a, b FedGeneration) int {
+		return cmp.Or(strings.Compare(a.Projection, b.Projection), cmp.Compare(a.Generation, b.Generation))
+	})
 	return out, nil
 }

@@ -1,11 +1,14 @@
 package main_test
 
 import (
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -13,6 +16,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 )
 
 // documentedMetric is a row of docs/metrics.md.
@@ -112,4 +116,132 @@ func TestMetricsDocumented(t *testing.T) {
 		p.signal(t, syscall.SIGTERM)
 		require.NoError(t, p.wait(t, time.Minute))
 	}
+}
+
+// TestDashboardAndAlertMetricsExist: every series the Grafana dashboard
+// (docs/grafana/inorder.json) and the alert rules (docs/alerts.rules.yml)
+// name is served on /metrics by a running worker (with effects) or a serve
+// replica: a renamed or dropped series fails here, not silently in a
+// dashboard that shows nothing or an alert that can never fire.
+func TestDashboardAndAlertMetricsExist(t *testing.T) {
+	t.Parallel()
+	var dash struct {
+		UID    string `json:"uid"`
+		Panels []struct {
+			Type    string `json:"type"`
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	raw, err := os.ReadFile("../../docs/grafana/inorder.json")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &dash))
+	require.NotEmpty(t, dash.UID)
+	var exprs []string
+	for _, p := range dash.Panels {
+		if p.Type == "row" {
+			continue
+		}
+		require.NotEmpty(t, p.Targets, "panel %q has a query", p.Title)
+		for _, tg := range p.Targets {
+			require.NotEmpty(t, tg.Expr, "panel %q", p.Title)
+			exprs = append(exprs, tg.Expr)
+		}
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Expr        string            `yaml:"expr"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	raw, err = os.ReadFile("../../docs/alerts.rules.yml")
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(raw, &rules))
+	doc, err := os.ReadFile("../../docs/operations.md")
+	require.NoError(t, err)
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			exprs = append(exprs, r.Expr)
+			// The runbook is a link, to a section that exists.
+			u := r.Annotations["runbook_url"]
+			require.Regexp(t, `^https://github\.com/inorder/inorder/blob/main/docs/operations\.md#[a-z0-9-]+$`, u, r.Alert)
+			anchor := u[strings.IndexByte(u, '#')+1:]
+			require.True(t, slices.Contains(headingAnchors(string(doc)), anchor), "%s: docs/operations.md has no section #%s", r.Alert, anchor)
+		}
+	}
+	named := map[string]bool{}
+	for _, e := range exprs {
+		for _, m := range regexp.MustCompile(`\binorder_[a-z0-9_]+`).FindAllString(e, -1) {
+			named[m] = true
+		}
+	}
+	require.Greater(t, len(named), 25, "the expressions parse")
+
+	// A worker with the ledger's webhooks, and a read replica.
+	e := newEnv(t)
+	var calls atomic.Int64
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }))
+	defer hook.Close()
+	e.vars["INORDER_LEDGER_WEBHOOK_URL"] = hook.URL
+	e.run(t, "migrate")
+	w := e.workload(t, 31, 0, 30, 6)
+	run := e.start(t, "run", "--http-addr", "127.0.0.1:0", "--batch-size", "10")
+	runBase := run.baseURL(t)
+	e.waitApplied(t, int64(len(w)), time.Minute)
+	serve := e.start(t, "serve", "--http-addr", "127.0.0.1:0")
+	serveBase := serve.baseURL(t)
+	served := map[string]bool{}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		for _, base := range []string{runBase, serveBase} {
+			getJSON(t, base+"/healthz", nil) // an HTTP request to measure
+			for name := range scrapeLabels(t, base) {
+				served[name] = true
+			}
+		}
+		if served["inorder_effects_attempts_total"] || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.Positive(t, calls.Load(), "the webhooks ran")
+	for name := range named {
+		base := name
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if b, ok := strings.CutSuffix(name, suffix); ok && served[b] {
+				base = b
+			}
+		}
+		require.True(t, served[base], "%s is named by the dashboard or the alerts but not served by run or serve", name)
+	}
+	for _, p := range []*process{run, serve} {
+		p.signal(t, syscall.SIGTERM)
+		require.NoError(t, p.wait(t, time.Minute))
+	}
+}
+
+// headingAnchors returns the anchors GitHub gives a Markdown file's
+// headings.
+func headingAnchors(md string) []string {
+	var out []string
+	for _, m := range regexp.MustCompile(`(?m)^#+ (.+)$`).FindAllStringSubmatch(md, -1) {
+		a := strings.Map(func(r rune) rune {
+			switch {
+			case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-', r == '_':
+				return r
+			case r >= 'A' && r <= 'Z':
+				return r + 'a' - 'A'
+			case r == ' ':
+				return '-'
+			}
+			return -1
+		}, m[1])
+		out = append(out, a)
+	}
+	return out
 }

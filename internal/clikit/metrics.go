@@ -15,8 +15,9 @@ import (
 // InstrumentedProcessor returns a processor of projs on pool, configured by
 // cfg with schema and logger, whose batches feed the returned metrics; the
 // metrics read their gauges through a small pool of their own (on o),
-// which the returned func closes.
-func InstrumentedProcessor(ctx context.Context, pool *pgxpool.Pool, o *DBOptions, cfg projection.Config, projs []projection.Projection, build Build, logger *slog.Logger) (*projection.Processor, *metrics.Metrics, func(), error) {
+// which the returned func closes. feeds says that the process feeds the
+// projections (a worker: metrics.Options.Feeds).
+func InstrumentedProcessor(ctx context.Context, pool *pgxpool.Pool, o *DBOptions, cfg projection.Config, projs []projection.Projection, build Build, feeds bool, logger *slog.Logger) (*projection.Processor, *metrics.Metrics, func(), error) {
 	var mp atomic.Pointer[metrics.Metrics]
 	cfg.Schema, cfg.Logger = o.Schema, logger
 	user := cfg.OnBatch
@@ -39,7 +40,7 @@ func InstrumentedProcessor(ctx context.Context, pool *pgxpool.Pool, o *DBOptions
 		mpool.Close()
 		return nil, nil, nil, fmt.Errorf("processor: %w", err)
 	}
-	m := metrics.New(proc, &metrics.Options{Logger: logger, Gauges: gauges, Build: MetricsBuild(build)})
+	m := metrics.New(proc, &metrics.Options{Logger: logger, Gauges: gauges, Build: MetricsBuild(build), Feeds: feeds})
 	mp.Store(m)
 	return proc, m, mpool.Close, nil
 }

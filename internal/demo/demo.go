@@ -367,7 +367,7 @@ func (d *demoRun) database(ctx context.Context) error {
 	}
 	var closeMetrics func()
 	dbo := &clikit.DBOptions{URL: base, Schema: d.o.Schema}
-	if d.proc, d.metrics, closeMetrics, err = clikit.InstrumentedProcessor(ctx, pool, dbo, d.a.ProcessorConfig(), d.a.Projections(), clikit.ReadBuild(""), d.logger); err != nil {
+	if d.proc, d.metrics, closeMetrics, err = clikit.InstrumentedProcessor(ctx, pool, dbo, d.a.ProcessorConfig(), d.a.Projections(), clikit.ReadBuild(""), true, d.logger); err != nil {
 		return err
 	}
 	d.cleanup = append(d.cleanup, closeMetrics)
