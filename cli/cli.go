@@ -186,6 +186,8 @@ type App struct {
 	fx *effects.Client
 	// args is the command line being run.
 	args []string
+	// traces is the command's tracing, once made (tracing).
+	traces *clikit.Tracing
 }
 
 func newApp(cfg Config, drain context.Context) *App {

@@ -33,6 +33,9 @@ func (a *App) effectsClient(pool *pgxpool.Pool, db *clikit.DBOptions, logger *sl
 	}
 	cfg := a.cfg.EffectsConfig
 	cfg.Schema, cfg.RiverSchema, cfg.Logger = db.Schema, db.River(), logger
+	if cfg.TracerProvider == nil && a.traces != nil && a.traces.Enabled() {
+		cfg.TracerProvider = a.traces.Provider // a span per effect, with the process's exporter
+	}
 	if tune != nil {
 		tune.apply(&cfg)
 	}

@@ -55,6 +55,7 @@ func (a *App) tracing(ctx context.Context, logger *slog.Logger) (*clikit.Tracing
 	if t.Enabled() {
 		logger.Info("tracing: exporting spans over OTLP")
 	}
+	a.traces = t // the effects client made after it traces its calls
 	return t, nil
 }
 

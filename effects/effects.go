@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/trace"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/inorder/inorder/aggregate"
@@ -364,6 +365,13 @@ type Config struct {
 	// the goroutine that ran it. It must be fast and must not block: it is
 	// how metrics and tests observe effects.
 	OnAttempt func(Attempt)
+
+	// TracerProvider, if set, traces every handler call: a span
+	// "inorder.effect" with the effect's kind, key and event, in whose
+	// context the handler runs — an HTTP client instrumented with otelhttp
+	// (as the ledger's webhook is) makes its request a child of it and
+	// sends its traceparent. Default: no spans.
+	TracerProvider trace.TracerProvider
 }
 
 // Client records intents and performs them. Record is called from

@@ -168,6 +168,8 @@ func (c *Client) unclaimed(ctx context.Context, key string) error {
 func (c *Client) perform(ctx context.Context, h Handler, e *Effect) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
+	ctx, end := c.traceAttempt(ctx, e)
+	defer func() { end(err) }()
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("effects: %s handler panicked: %v", e.Kind, r)

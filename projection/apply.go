@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/inorder/inorder/aggregate"
 )
@@ -131,10 +132,13 @@ func (p *Processor) trySavepoint(ctx context.Context, tx pgx.Tx, r *registered, 
 }
 
 // callHandler calls r's handler with events, all of which it applies.
-func (p *Processor) callHandler(ctx context.Context, tx *Tx, r *registered, events []aggregate.Event) error {
+func (p *Processor) callHandler(ctx context.Context, tx *Tx, r *registered, events []aggregate.Event) (err error) {
 	if len(events) == 0 {
 		return nil
 	}
+	ctx, span := p.childSpan(ctx, "inorder.handler", attribute.String("inorder.projection", r.name),
+		attribute.Int("inorder.generation", r.generation), attribute.Int("inorder.events", len(events)))
+	defer func() { endSpan(span, err) }()
 	if tx.inline == nil && r.inlineTable() != nil {
 		tx.setInline(r, events, nil)
 	}

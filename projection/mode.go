@@ -76,6 +76,24 @@ type txMode struct {
 	mixed bool
 }
 
+// String names the mode for traces: careful, locked, speculative, mixed or
+// optimistic.
+func (m txMode) String() string {
+	switch {
+	case m.careful:
+		return "careful"
+	case m.locked:
+		return "locked"
+	case m.speculative && m.mixed:
+		return "speculative+mixed"
+	case m.speculative:
+		return "speculative"
+	case m.mixed:
+		return "mixed"
+	}
+	return "optimistic"
+}
+
 // mode returns the mode of the next attempt at bt.
 func (p *Processor) mode(bt *batch, handlerFailures int, contended, refused bool) txMode {
 	careful := refused || handlerFailures >= p.cfg.MaxAttempts-1

@@ -214,8 +214,7 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 		m := p.mode(bt, handlerFailures, contended, refused)
 		var out txResult
 		var began, committing bool
-		err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-			began = true
+		err := p.transaction(ctx, bt.attempts, m, &began, func(ctx context.Context, tx pgx.Tx) error {
 			a := &attempt{p: p, tx: tx, bt: bt, mode: m}
 			err := a.run(ctx)
 			if err != nil && tx.Conn().IsClosed() {

@@ -41,9 +41,22 @@ func TestTracing(t *testing.T) {
 	require.NoError(t, err)
 
 	spans := exp.GetSpans()
-	require.Len(t, spans, 1)
-	s := spans[0]
+	byName := map[string]tracetest.SpanStub{}
+	for _, sp := range spans {
+		byName[sp.Name] = sp
+	}
+	require.Len(t, spans, 4, "the batch, its transaction, the handler, the commit: %v", spanNames(spans))
+	s := byName["inorder.process"]
 	require.Equal(t, "inorder.process", s.Name)
+	// The transaction is the batch's child; the handler and the commit
+	// are the transaction's.
+	tx, handler, commit := byName["inorder.transaction"], byName["inorder.handler"], byName["inorder.commit"]
+	require.Equal(t, s.SpanContext.SpanID(), tx.Parent.SpanID())
+	require.Equal(t, tx.SpanContext.SpanID(), handler.Parent.SpanID())
+	require.Equal(t, tx.SpanContext.SpanID(), commit.Parent.SpanID())
+	require.Contains(t, handler.Attributes, attribute.String("inorder.projection", "ledger"))
+	require.Contains(t, handler.Attributes, attribute.Int("inorder.events", 2))
+	require.Contains(t, tx.Attributes, attribute.Int("inorder.attempt", 1))
 	attrs := map[attribute.Key]attribute.Value{}
 	for _, a := range s.Attributes {
 		attrs[a.Key] = a.Value
@@ -65,7 +78,27 @@ func TestTracing(t *testing.T) {
 	_, err = b.proc.Process(ctx, projection.Batch{Events: events[:1]})
 	require.Error(t, err)
 	spans = exp.GetSpans()
-	require.Len(t, spans, 1)
-	require.Equal(t, codes.Error, spans[0].Status.Code)
-	require.NotEmpty(t, spans[0].Events, "the error is recorded")
+	var failed tracetest.SpanStub
+	for _, sp := range spans {
+		if sp.Name == "inorder.process" {
+			failed = sp
+		}
+	}
+	require.Equal(t, codes.Error, failed.Status.Code, "%v", spanNames(spans))
+	require.NotEmpty(t, failed.Events, "the error is recorded")
+
+	// A batch with nothing to process is no span (a source saving its
+	// checkpoint every few seconds must not flood the traces).
+	exp.Reset()
+	_, err = b.proc.Process(t.Context(), projection.Batch{Source: "idle"})
+	require.NoError(t, err)
+	require.Empty(t, exp.GetSpans())
+}
+
+func spanNames(spans tracetest.SpanStubs) []string {
+	var out []string
+	for _, s := range spans {
+		out = append(out, s.Name)
+	}
+	return out
 }

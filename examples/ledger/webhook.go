@@ -6,6 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
 	"sort"
 
 	"github.com/inorder/inorder/aggregate"
@@ -71,11 +75,37 @@ func Settlements(events []aggregate.Event, projection string) (map[string]Settle
 // however often it is sent. 2xx is done; 4xx (but 408 and 429) is
 // permanent; anything else, a timeout included, is retried with the same
 // key.
+//
+// Every POST is traced with otelhttp: a client span, child of the span the
+// effects client gives the attempt (effects.Config.TracerProvider), and its
+// W3C traceparent (and baggage) in the request's headers, so the receiver's
+// trace continues the effect's.
 type Webhook struct {
 	// URL receives the POSTs.
 	URL string
-	// Client sends them. Default http.DefaultClient.
+	// Client sends them. Default: a client whose transport is
+	// http.DefaultTransport instrumented with otelhttp (see above); a
+	// Client of yours is used as it is.
 	Client *http.Client
+
+	once   sync.Once
+	traced *http.Client
+}
+
+// client returns the Client, or the default one: the spans and the
+// traceparent of otelhttp, with the tracer provider of the caller's span
+// (none when the attempt is not traced) and the W3C propagators, not the
+// process's global ones.
+func (w *Webhook) client() *http.Client {
+	if w.Client != nil {
+		return w.Client
+	}
+	w.once.Do(func() {
+		w.traced = &http.Client{Transport: otelhttp.NewTransport(http.DefaultTransport,
+			otelhttp.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
+			otelhttp.WithSpanNameFormatter(func(string, *http.Request) string { return "POST " + SettledWebhook }))}
+	})
+	return w.traced
 }
 
 // Kind implements effects.Handler.
@@ -89,11 +119,7 @@ func (w *Webhook) Perform(ctx context.Context, e *effects.Effect) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", e.Key)
-	client := w.Client
-	if client == nil {
-		client = http.DefaultClient
-	}
-	resp, err := client.Do(req)
+	resp, err := w.client().Do(req)
 	if err != nil {
 		return fmt.Errorf("ledger webhook: %w", err)
 	}

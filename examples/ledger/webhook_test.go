@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/effects"
@@ -147,4 +150,37 @@ func TestSettlementWebhooks(t *testing.T) {
 			require.Len(t, intents, len(want), "one intent per settlement")
 		})
 	}
+}
+
+// TestWebhookTraced: a webhook sent in a traced attempt is a client span,
+// child of the attempt's, and the receiver gets its traceparent.
+func TestWebhookTraced(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got <- r.Header.Get("traceparent") }))
+	t.Cleanup(srv.Close)
+
+	ctx, attempt := tp.Tracer("test").Start(t.Context(), "inorder.effect "+ledger.SettledWebhook)
+	w := &ledger.Webhook{URL: srv.URL}
+	require.NoError(t, w.Perform(ctx, &effects.Effect{Key: "k-1", Kind: ledger.SettledWebhook, Args: []byte(`{}`)}))
+	attempt.End()
+
+	header := <-got
+	var post tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.SpanKind == trace.SpanKindClient {
+			post = s
+		}
+	}
+	require.Equal(t, "POST "+ledger.SettledWebhook, post.Name)
+	require.Equal(t, attempt.SpanContext().SpanID(), post.Parent.SpanID(), "a child of the attempt")
+	require.Equal(t, "00-"+post.SpanContext.TraceID().String()+"-"+post.SpanContext.SpanID().String()+"-01", header,
+		"the receiver continues the trace")
+
+	// Untraced, it sends no trace context.
+	require.NoError(t, w.Perform(t.Context(), &effects.Effect{Key: "k-2", Kind: ledger.SettledWebhook, Args: []byte(`{}`)}))
+	require.Empty(t, <-got)
 }

@@ -8,9 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -102,37 +103,30 @@ func NewTracing(ctx context.Context, getenv func(string) string, service, versio
 
 // InstrumentHTTP returns h measured and traced: m (if set) observes every
 // request's duration by route and status code; t (if set) makes a server
-// span of it, continuing the trace context of the request's headers, named
-// after the route (the ServeMux pattern that matched) with the method,
-// route and status code, 5xx answers marked as errors.
+// span of it with otelhttp — continuing the trace context of the request's
+// headers, named after the route (the ServeMux pattern that matched), with
+// the semantic conventions' attributes, 5xx answers marked as errors.
 func InstrumentHTTP(h http.Handler, m *metrics.Metrics, t *Tracing) http.Handler {
-	var tracer trace.Tracer
-	if t != nil {
-		tracer = t.Provider.Tracer("github.com/inorder/inorder/httpapi")
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	measured := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		var span trace.Span
-		if tracer != nil {
-			ctx := t.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-			ctx, span = tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
-				trace.WithAttributes(semconv.HTTPRequestMethodKey.String(r.Method), semconv.URLPath(r.URL.Path)))
-			defer span.End()
-			r = r.WithContext(ctx)
-		}
 		rec := &httpstatus.Recorder{ResponseWriter: w}
 		h.ServeHTTP(rec, r)
 		m.ObserveHTTP(r.Pattern, rec.Status(), time.Since(start))
-		if span == nil {
-			return
-		}
 		if r.Pattern != "" {
-			span.SetName(r.Pattern)
-			span.SetAttributes(semconv.HTTPRoute(r.Pattern))
-		}
-		span.SetAttributes(semconv.HTTPResponseStatusCode(rec.Status()))
-		if rec.Status() >= 500 {
-			span.SetStatus(codes.Error, http.StatusText(rec.Status()))
+			trace.SpanFromContext(r.Context()).SetAttributes(semconv.HTTPRoute(r.Pattern))
 		}
 	})
+	if t == nil {
+		return measured
+	}
+	return otelhttp.NewHandler(measured, "http",
+		otelhttp.WithTracerProvider(t.Provider), otelhttp.WithPropagators(t.Propagator),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			if r.Pattern != "" {
+				return r.Pattern
+			}
+			return r.Method
+		}),
+		// The metrics are inorder's own (route and code labels).
+		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()))
 }
