@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -97,6 +98,18 @@ func TestDemo(t *testing.T) {
 		require.Regexp(t, `(?m)^applied:\s+1000 `, out)
 		require.Regexp(t, `curl -s 'http://127\.0\.0\.1:\d+/v1/projections/ledger/aggregates\?limit=3&payer=customer-\d+'`, out)
 		require.Contains(t, stderr.String(), "simulated network failure")
+		require.Regexp(t, `(?m)^notified .*payment settlements`, stderr.String(), "the notifications' progress is shown")
+
+		// The consumers have stopped: they report no lag any more (a
+		// stale one would only grow).
+		base := m[1][:strings.Index(m[1], "/v1/")]
+		mresp, gerr := http.Get(base + "/metrics")
+		require.NoError(t, gerr)
+		scraped, gerr := io.ReadAll(mresp.Body)
+		mresp.Body.Close()
+		require.NoError(t, gerr)
+		require.Contains(t, string(scraped), `inorder_source_received_total{source="demo-consumer-1"}`, "the consumers' metrics are there")
+		require.NotContains(t, string(scraped), "inorder_source_lag_events{", "but no lag of stopped consumers")
 
 		resp, gerr := http.Get(m[1] + "?min_version=" + m[3])
 		require.NoError(t, gerr)

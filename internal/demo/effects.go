@@ -12,6 +12,7 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/effects"
+	"github.com/inorder/inorder/internal/clikit"
 )
 
 // Effects are a workload's effects that leave Postgres, which the demo
@@ -153,9 +154,14 @@ func (d *demoRun) awaitEffects(ctx context.Context, timeout time.Duration) *effe
 	}
 	r := &effectsReport{expected: len(want)}
 	deadline := time.After(timeout)
+	// The effects go out after the commits, retried with backoff where the
+	// receiver refused them: show them arrive rather than look hung.
+	bar := clikit.NewProgressBar(d.con, "notified", fxw.What, int64(len(want)))
+	defer func() { bar.Finish(int64(r.applied)) }()
 	for {
 		accepted, deliveries, refused, changed := d.recv.snapshot()
 		r.applied, r.deliveries, r.refused = len(accepted), deliveries, refused
+		bar.Update(int64(r.applied))
 		if len(accepted) >= len(want) {
 			for k, n := range accepted {
 				if !want[k] {

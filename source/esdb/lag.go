@@ -130,12 +130,21 @@ type lagProbe struct {
 // event after the group's last checkpoint, which the server writes every
 // CheckpointAfter (2 s by default) once CheckpointLowerBound (10) events were
 // acknowledged, so it can read up to that much high while events flow.
+//
+// Once Run has returned the source consumes nothing and has no lag: Lag
+// is not Known (and the metrics leave the lag series out).
 func (s *Source) Lag() Lag {
 	s.lagMu.Lock()
 	p := s.probe
 	applied := maps.Clone(s.applied)
 	s.lagMu.Unlock()
 	l := Lag{Source: s.cfg.Name, Mode: s.mode(), Projections: []ProjectionLag{}}
+	if s.stopped.Load() {
+		// A source that stopped consumes nothing: it has no lag, and its
+		// last measure would only grow stale (the metrics leave it out).
+		l.Err = "the source is stopped"
+		return l
+	}
 	if p.err != nil {
 		l.Err = p.err.Error()
 	}

@@ -54,6 +54,7 @@ type Source struct {
 	knownMissing map[string]bool
 
 	running atomic.Bool // Run is consuming
+	stopped atomic.Bool // Run returned: the source has no lag to report
 	lagMu   sync.Mutex
 	probe   lagProbe          // the last lag measurement
 	applied map[string]*Point // per projection, the newest event applied
@@ -213,6 +214,7 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	s.running.Store(true)
 	defer s.running.Store(false)
+	defer s.stopped.Store(true)
 	if s.cfg.LagEvery > 0 {
 		bg.Go(func() { s.lagLoop(soft) })
 	}
