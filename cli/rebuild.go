@@ -285,10 +285,12 @@ func (p *phaseBars) update(pr projection.BuildProgress) {
 		}
 	}
 	p.done, p.frac = pr.PhaseEvents, max(pr.Fraction, 0)
+	// The bar first (a new phase's is drawn at once), then what it says of
+	// it: "switch", then "generation 2 is live".
+	p.bar.Update(pr.PhaseEvents)
 	if pr.Note != "" {
 		p.bar.Note(pr.Note)
 	}
-	p.bar.Update(pr.PhaseEvents)
 }
 
 func (p *phaseBars) finish() {

@@ -160,6 +160,9 @@ func TestJSONLogs(t *testing.T) {
 	require.NoError(t, err)
 	requireJSONLines(t, "rebuild stderr", errOut)
 	require.Contains(t, errOut, `"msg":"progress"`)
+	// The switch's progress comes before the note that says it is done.
+	sw, live := strings.Index(errOut, `generation 2: switch"`), strings.Index(errOut, `"msg":"generation 2 is live"`)
+	require.True(t, sw >= 0 && live > sw, "the switch phase is shown before its outcome:\n%s", errOut)
 	_, errOut, err = e.exec(t, "rebuild", "ledger", "--in-place", "--yes", "--log-level", "info")
 	require.NoError(t, err)
 	requireJSONLines(t, "rebuild --in-place stderr", errOut)
