@@ -361,6 +361,7 @@ func (c *effectsShowCmd) Run(ctx context.Context, o *effectsShowOptions) error {
 
 type effectsActionOptions struct {
 	opOptions
+	actOptions
 	cancel bool
 	Reason string
 	Keys   []string
@@ -387,6 +388,11 @@ func (c *effectsActionCmd) command() *cobra.Command {
 		o := &effectsActionOptions{cancel: c.cancel}
 		bindOp(fs, &o.opOptions)
 		if c.cancel {
+			bindAct(fs, &o.actOptions, "print the intents that would be cancelled, and the refusals")
+		} else {
+			bindAct(fs, &o.actOptions, "print the intents that would be reopened and queued, and the refusals")
+		}
+		if c.cancel {
 			fs.StringVar(&o.Reason, "reason", "", "why the effect is given up, for the intent and the operator log (required)")
 		}
 		return o
@@ -396,18 +402,20 @@ func (c *effectsActionCmd) command() *cobra.Command {
 			`Gives up the intents: they are never performed again (a job already queued
 for one completes without calling anything). An intent that is done cannot
 be cancelled, nor one whose attempt is under way (try again once it ended).
-A cancelled intent can still be retried.
+A cancelled intent can still be retried. --dry-run runs the statement in a
+transaction it rolls back and prints what it would do.
 
-Changes: the intents' state and last error, and the operator log.`, bind, c.Run)
+Changes: the intents' state and last error, and the operator log (with --by).`, bind, c.Run)
 	}
 	return leaf("retry <key>...", "perform failed or cancelled effect intents again",
 		`Reopens the intents — failed, cancelled, or still waiting — and queues a
 River job for each now. An intent whose last call may have reached the other
 side is asked about first, if its handler can, so a retry does not repeat an
 effect that happened. An intent that is done, or whose attempt is under way,
-is refused.
+is refused. --dry-run runs the statements in a transaction it rolls back and
+prints what it would do.
 
-Changes: the intents' state, River's job table and the operator log.`, bind, c.Run)
+Changes: the intents' state, River's job table and the operator log (with --by).`, bind, c.Run)
 }
 
 // ActionResult reports what effects retry or cancel did with one intent.
@@ -416,6 +424,9 @@ type ActionResult struct {
 	Key    string        `json:"key"`
 	State  effects.State `json:"state,omitempty"`
 	Error  string        `json:"error,omitempty"`
+	// DryRun is set when nothing was changed: State is the state the
+	// action would leave the intent in.
+	DryRun bool `json:"dry_run,omitempty"`
 }
 
 // Run retries or cancels every key; it fails if any was refused.
@@ -434,12 +445,17 @@ func (c *effectsActionCmd) Run(ctx context.Context, o *effectsActionOptions) err
 	for _, key := range o.Keys {
 		var e effects.Effect
 		var err error
-		if o.cancel {
+		switch {
+		case o.cancel && o.DryRun:
+			e, err = fx.DryRunCancel(ctx, key, o.Reason)
+		case o.cancel:
 			e, err = fx.Cancel(ctx, key, o.Reason)
-		} else {
+		case o.DryRun:
+			e, err = fx.DryRunRetry(ctx, key)
+		default:
 			e, err = fx.Retry(ctx, key)
 		}
-		r := ActionResult{Action: action, Key: key}
+		r := ActionResult{Action: action, Key: key, DryRun: o.DryRun}
 		if err != nil {
 			r.Error = err.Error()
 			errs = append(errs, err)
@@ -448,9 +464,12 @@ func (c *effectsActionCmd) Run(ctx context.Context, o *effectsActionOptions) err
 		}
 		r.State = e.State
 		results = append(results, r)
+		if o.DryRun {
+			continue
+		}
 		v := e.Version
 		if _, err := proc.LogAction(ctx, projection.Action{Action: action, Projection: e.Projection, Aggregate: e.Aggregate,
-			From: &v, To: &v, Reason: fmt.Sprintf("effect %s (%s): %s", key, e.Kind, o.Reason)}); err != nil {
+			From: &v, To: &v, By: cmp.Or(o.By, c.a.actor()), Reason: fmt.Sprintf("effect %s (%s): %s", key, e.Kind, o.Reason)}); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -460,9 +479,12 @@ func (c *effectsActionCmd) Run(ctx context.Context, o *effectsActionOptions) err
 		}
 	} else {
 		for _, r := range results {
-			if r.Error != "" {
+			switch {
+			case r.Error != "":
 				fmt.Fprintf(c.a.stdout, "%s: %s: refused: %s\n", r.Action, r.Key, r.Error)
-			} else {
+			case r.DryRun:
+				fmt.Fprintf(c.a.stdout, "%s: %s: would be %s (dry run: nothing changed)\n", r.Action, r.Key, r.State)
+			default:
 				fmt.Fprintf(c.a.stdout, "%s: %s: now %s\n", r.Action, r.Key, r.State)
 			}
 		}

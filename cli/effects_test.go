@@ -179,7 +179,20 @@ func TestEffectsCommands(t *testing.T) {
 		// Cancel needs a reason; a done intent refuses both actions.
 		_, _, err := b.run(t, "effects", "cancel", dropped)
 		require.ErrorIs(t, err, cli.ErrUsage)
-		out := b.runOK(t, "effects", "cancel", dropped, "--reason", "the partner deleted the account")
+		// --dry-run says what would happen and changes nothing.
+		out := b.runOK(t, "effects", "cancel", dropped, "--reason", "the partner deleted the account", "--dry-run")
+		require.Contains(t, out, "would be cancelled (dry run")
+		b.requireState(t, dropped, effects.Failed)
+		var dry []cli.ActionResult
+		b.runJSON(t, &dry, "effects", "retry", bad, "--dry-run")
+		require.Equal(t, []cli.ActionResult{{Action: "effect-retry", Key: bad, State: effects.Retrying, DryRun: true}}, dry)
+		b.requireState(t, bad, effects.Failed)
+		out, _, err = b.run(t, "effects", "retry", ok, "--dry-run")
+		require.Error(t, err, "a dry run is refused as the action would be")
+		require.Contains(t, out, "refused")
+		require.Equal(t, 1, b.hooks.callsOf(bad), "a dry run retry queues nothing")
+
+		out = b.runOK(t, "effects", "cancel", dropped, "--reason", "the partner deleted the account", "--by", "alice")
 		require.Contains(t, out, "now cancelled")
 		out, _, err = b.run(t, "effects", "retry", ok)
 		require.Error(t, err)
@@ -198,7 +211,10 @@ func TestEffectsCommands(t *testing.T) {
 		var logged int
 		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM operator_log
 WHERE action IN ('effect-retry', 'effect-cancel') AND projection = 'ledger'`).Scan(&logged))
-		require.Equal(t, 2, logged, "the operator log has the cancel and the retry")
+		require.Equal(t, 2, logged, "the operator log has the cancel and the retry, not the dry runs")
+		var by string
+		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT actor FROM operator_log WHERE action = 'effect-cancel'`).Scan(&by))
+		require.Equal(t, "alice", by)
 	})
 
 	t.Run("Serve", func(t *testing.T) {
@@ -368,6 +384,14 @@ func (b *bundle) runCtx(ctx context.Context, args ...string) (string, string, er
 
 // waitEffect waits until the intent of key is in state, re-reading it
 // whenever an attempt of the CLI's workers recorded its outcome.
+// requireState fails unless the intent of key is in state now.
+func (b *fxBundle) requireState(t *testing.T, key string, state effects.State) {
+	t.Helper()
+	e, err := b.fx.Get(t.Context(), key)
+	require.NoError(t, err)
+	require.Equal(t, state, e.State)
+}
+
 func (b *fxBundle) waitEffect(t *testing.T, key string, state effects.State) {
 	t.Helper()
 	deadline := time.After(time.Minute)

@@ -154,11 +154,27 @@ func (c *Client) List(ctx context.Context, opts ListOptions) ([]Effect, error) {
 // intent, or one whose attempt is under way, is refused with a
 // *StateError.
 func (c *Client) Retry(ctx context.Context, key string) (Effect, error) {
+	e, err := c.retry(ctx, key, false)
+	if err == nil {
+		c.log.InfoContext(ctx, "effect retried by an operator", "key", key, "effect", e.Kind)
+	}
+	return e, err
+}
+
+// DryRunRetry reports what Retry would do and changes nothing: it runs
+// Retry's statements in a transaction it rolls back, and returns the intent
+// as Retry would leave it, or the same refusal (a *StateError, or
+// ErrNotFound).
+func (c *Client) DryRunRetry(ctx context.Context, key string) (Effect, error) {
+	return c.retry(ctx, key, true)
+}
+
+func (c *Client) retry(ctx context.Context, key string, dry bool) (Effect, error) {
 	if !validKey(key) {
 		return Effect{}, fmt.Errorf("effects: %q is not an intent key: %w", key, ErrNotFound)
 	}
 	var e Effect
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+	err := c.inTx(ctx, dry, func(tx pgx.Tx) error {
 		if err := scanEffect(tx.QueryRow(ctx, c.sql.retry, key), &e); err != nil {
 			return err
 		}
@@ -170,7 +186,6 @@ func (c *Client) Retry(ctx context.Context, key string) (Effect, error) {
 	if err != nil {
 		return Effect{}, fmt.Errorf("effects: retry %s: %w", key, err)
 	}
-	c.log.InfoContext(ctx, "effect retried by an operator", "key", key, "effect", e.Kind)
 	return e, nil
 }
 
@@ -180,19 +195,55 @@ func (c *Client) Retry(ctx context.Context, key string) (Effect, error) {
 // refused with a *StateError: the call may be reaching the remote side; try
 // again once it ended.
 func (c *Client) Cancel(ctx context.Context, key, reason string) (Effect, error) {
+	e, err := c.cancel(ctx, key, reason, false)
+	if err == nil {
+		c.log.InfoContext(ctx, "effect cancelled by an operator", "key", key, "effect", e.Kind, "reason", reason)
+	}
+	return e, err
+}
+
+// DryRunCancel reports what Cancel would do and changes nothing: it runs
+// Cancel's statement in a transaction it rolls back, and returns the intent
+// as Cancel would leave it, or the same refusal.
+func (c *Client) DryRunCancel(ctx context.Context, key, reason string) (Effect, error) {
+	return c.cancel(ctx, key, reason, true)
+}
+
+func (c *Client) cancel(ctx context.Context, key, reason string, dry bool) (Effect, error) {
 	if !validKey(key) {
 		return Effect{}, fmt.Errorf("effects: %q is not an intent key: %w", key, ErrNotFound)
 	}
 	var e Effect
-	err := scanEffect(c.pool.QueryRow(ctx, c.sql.cancel, key, "cancelled: "+cmp.Or(reason, "by an operator")), &e)
+	err := c.inTx(ctx, dry, func(tx pgx.Tx) error {
+		return scanEffect(tx.QueryRow(ctx, c.sql.cancel, key, "cancelled: "+cmp.Or(reason, "by an operator")), &e)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Effect{}, c.refused(ctx, key, "cancel")
 	}
 	if err != nil {
 		return Effect{}, fmt.Errorf("effects: cancel %s: %w", key, err)
 	}
-	c.log.InfoContext(ctx, "effect cancelled by an operator", "key", key, "effect", e.Kind, "reason", reason)
 	return e, nil
+}
+
+// errDryRun rolls a dry run's transaction back.
+var errDryRun = errors.New("effects: dry run")
+
+// inTx runs fn in a transaction, rolled back if dry.
+func (c *Client) inTx(ctx context.Context, dry bool, fn func(pgx.Tx) error) error {
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		if dry {
+			return errDryRun
+		}
+		return nil
+	})
+	if errors.Is(err, errDryRun) {
+		return nil
+	}
+	return err
 }
 
 // refused explains why an operator action matched no row.

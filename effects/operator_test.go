@@ -52,8 +52,23 @@ func TestOperator(t *testing.T) {
 	_, err = b.fx.List(ctx, effects.ListOptions{State: "bogus"})
 	require.Error(t, err)
 
+	// A dry run reports what the action would do and changes nothing.
+	e, err := b.fx.DryRunCancel(ctx, kA, "customer asked")
+	require.NoError(t, err)
+	require.Equal(t, effects.Cancelled, e.State)
+	require.Equal(t, "cancelled: customer asked", e.LastError)
+	e, err = b.fx.DryRunRetry(ctx, kA)
+	require.NoError(t, err)
+	require.Equal(t, effects.Pending, e.State)
+	e, err = b.fx.Get(ctx, kA)
+	require.NoError(t, err)
+	require.Equal(t, effects.Pending, e.State, "the dry runs changed nothing")
+	require.Empty(t, e.LastError)
+	_, err = b.fx.DryRunRetry(ctx, "nope")
+	require.ErrorIs(t, err, effects.ErrNotFound)
+
 	// Cancelled before any attempt: never called, its job completes.
-	e, err := b.fx.Cancel(ctx, kA, "customer asked")
+	e, err = b.fx.Cancel(ctx, kA, "customer asked")
 	require.NoError(t, err)
 	require.Equal(t, effects.Cancelled, e.State)
 	require.Equal(t, "cancelled: customer asked", e.LastError)
@@ -73,6 +88,11 @@ func TestOperator(t *testing.T) {
 	_, err = b.fx.Retry(ctx, kB)
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, "retry", se.Action)
+	_, err = b.fx.DryRunRetry(ctx, kB)
+	require.ErrorAs(t, err, &se, "a dry run is refused as the action would be")
+	_, err = b.fx.DryRunCancel(ctx, kB, "")
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, effects.Done, se.State)
 
 	// A cancelled intent can be retried: then it runs once.
 	e, err = b.fx.Retry(ctx, kA)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -100,14 +99,15 @@ func (e *Engine) preview(ctx context.Context, r Request) (Result, error) {
 		}
 		return Result{}, fmt.Errorf("%w: generation %d of %s", projection.ErrNoGeneration, r.Generation, r.Projection)
 	case EffectsRetry:
-		fx, err := e.Effects.Get(ctx, r.Key)
+		before, err := e.Effects.Get(ctx, r.Key)
 		if err != nil {
 			return Result{}, err
 		}
-		if fx.State == effects.Done || fx.State == effects.Running {
-			return Result{}, &effects.StateError{Key: r.Key, Action: "retry", State: fx.State}
+		fx, err := e.Effects.DryRunRetry(ctx, r.Key)
+		if err != nil {
+			return Result{}, err
 		}
-		return one(r.Action, fx, fmt.Sprintf("would reopen intent %s (%s, %s) and enqueue it now", r.Key, fx.Kind, fx.State)), nil
+		return one(r.Action, fx, fmt.Sprintf("would reopen intent %s (%s, %s → %s) and enqueue it now", r.Key, fx.Kind, before.State, fx.State)), nil
 	}
 	return Result{}, fmt.Errorf("%w: %s", ErrBadRequest, r.Action)
 }
