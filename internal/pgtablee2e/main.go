@@ -1,0 +1,565 @@
+// Command pgtablee2e measures inorder end to end from a PostgreSQL events
+// table: a ledger workload in inorder's own events table (migration 008)
+// and one or more 'inorder run --source postgres' processes sharing its
+// partitions, into a fresh schema. Two modes:
+//
+//   - throughput (the default): the workload is written to the table first
+//     (COPY, in the table's order), then the processes start; it reports
+//     the time from their start until every event is applied, events per
+//     second and the peak RSS of each process (VmHWM);
+//   - -latency: the processes start on an empty table; once they hold
+//     every partition, -writers writers append the workload with
+//     Writer.Append at -rate events/s in all (-batch events per
+//     transaction; each writer its share of the aggregates) for -duration,
+//     and the time from each append's commit until the read model shows
+//     its version (polled every -poll) is reported as p50/p90/p99/max.
+//
+// Both then check that the read model equals the in-order fold of the
+// workload (exit status 1 if not).
+//
+//	go build -o /tmp/inorder ./cmd/inorder
+//	go run ./internal/pgtablee2e -inorder /tmp/inorder -events 100000 -consumers 3
+//	go run ./internal/pgtablee2e -inorder /tmp/inorder -latency -rate 2000 -duration 30s
+//
+// The schema is dropped at the end (-keep keeps it). Progress is read from
+// the gate's status every 100 ms (the sum of the applied versions). See
+// docs/benchmarks.md.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source/pgtable"
+)
+
+type options struct {
+	inorder, databaseURL, extra string
+	events, versions, consumers int
+	workers, batchSize          int
+	seed                        uint64
+	timeout                     time.Duration
+	keep                        bool
+	// -latency
+	latency              bool
+	rate, batch, writers int
+	duration, pollPeriod time.Duration
+}
+
+func main() {
+	var o options
+	fs := flag.NewFlagSet("pgtablee2e", flag.ExitOnError)
+	fs.StringVar(&o.inorder, "inorder", "", "the inorder binary (go build -o … ./cmd/inorder); required")
+	fs.StringVar(&o.databaseURL, "database-url", cmpOr(os.Getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL")
+	fs.IntVar(&o.consumers, "consumers", 1, "inorder run processes sharing the partitions")
+	fs.IntVar(&o.events, "events", 100000, "events (payments × versions); with -latency, rate × duration")
+	fs.IntVar(&o.versions, "versions", 8, "versions per payment")
+	fs.IntVar(&o.workers, "workers", 4, "--workers of each process")
+	fs.IntVar(&o.batchSize, "batch-size", 500, "--batch-size of each process")
+	fs.StringVar(&o.extra, "args", "", "more flags for 'inorder run', space separated")
+	fs.Uint64Var(&o.seed, "seed", 1, "workload seed")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up after")
+	fs.BoolVar(&o.keep, "keep", false, "keep the schema")
+	fs.BoolVar(&o.latency, "latency", false, "measure commit-to-read-model latency under a writer appending at -rate")
+	fs.IntVar(&o.rate, "rate", 2000, "-latency: events appended per second")
+	fs.IntVar(&o.batch, "batch", 10, "-latency: events per append (one transaction)")
+	fs.IntVar(&o.writers, "writers", 4, "-latency: concurrent writers, each appending its share of the aggregates")
+	fs.DurationVar(&o.duration, "duration", 30*time.Second, "-latency: how long the writer appends")
+	fs.DurationVar(&o.pollPeriod, "poll", 2*time.Millisecond, "-latency: how often the read model is polled")
+	_ = fs.Parse(os.Args[1:])
+	if o.inorder == "" {
+		fmt.Fprintln(os.Stderr, "pgtablee2e: -inorder is required")
+		os.Exit(2)
+	}
+	if o.latency {
+		o.events = max(o.rate*int(o.duration/time.Second), o.batch)
+	}
+	if err := run(&o); err != nil {
+		fmt.Fprintln(os.Stderr, "pgtablee2e:", err)
+		os.Exit(1)
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func workload(seed uint64, events, versions int) []aggregate.Event {
+	return ledger.Generate(rand.New(rand.NewPCG(seed, seed*7+1)), max(events/versions, 1), versions)
+}
+
+type proc struct {
+	name    string
+	cmd     *exec.Cmd
+	done    chan error
+	metrics string
+}
+
+func start(name string, cmd *exec.Cmd) (*proc, error) {
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	return p, nil
+}
+
+// vmHWM returns the process's peak resident set (VmHWM) in MiB, 0 if
+// unknown.
+func vmHWM(pid int) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// stop reads the process's VmHWM, sends SIGTERM (a graceful drain), waits,
+// and returns its peak RSS in MiB: the larger of VmHWM before the stop and
+// the maximum resident set the kernel reports at exit.
+func (p *proc) stop() (float64, error) {
+	hwm := vmHWM(p.cmd.Process.Pid)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		if err != nil {
+			return hwm, fmt.Errorf("%s: %w", p.name, err)
+		}
+	case <-time.After(time.Minute):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return hwm, fmt.Errorf("%s did not stop", p.name)
+	}
+	if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		hwm = max(hwm, float64(ru.Maxrss)/1024) // KiB on Linux
+	}
+	return hwm, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func run(o *options) error {
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	defer cancel()
+	schema := fmt.Sprintf("pgtablee2e_%d", time.Now().UnixNano())
+	admin, err := pgxpool.New(ctx, o.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return err
+	}
+	if !o.keep {
+		defer func() {
+			_, _ = admin.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		}()
+	}
+	u, err := url.Parse(o.databaseURL)
+	if err != nil {
+		return err
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	dbURL := u.String()
+
+	env := append(os.Environ(), "DATABASE_URL="+dbURL, "INORDER_SCHEMA="+schema, "INORDER_SOURCE=postgres", "INORDER_LOG_LEVEL=warn")
+	migrate := exec.Command(o.inorder, "migrate")
+	migrate.Env, migrate.Stdout, migrate.Stderr = env, io.Discard, os.Stderr
+	if err := migrate.Run(); err != nil {
+		return fmt.Errorf("inorder migrate: %w", err)
+	}
+	pool, err := pgxpool.New(ctx, dbURL) // search_path: the schema's tables
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	events := workload(o.seed, o.events, o.versions)
+	if !o.latency {
+		fmt.Fprintf(os.Stderr, "pgtablee2e: writing %d events to %s.events…\n", len(events), schema)
+		if err := load(ctx, pool, schema, events); err != nil {
+			return err
+		}
+	}
+
+	spawn := func(i int) (*proc, error) {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		args := []string{"run", "--workers", strconv.Itoa(o.workers), "--batch-size", strconv.Itoa(o.batchSize),
+			"--http-addr", fmt.Sprintf("127.0.0.1:%d", port)}
+		args = append(args, strings.Fields(o.extra)...)
+		cmd := exec.Command(o.inorder, args...)
+		cmd.Env, cmd.Stdout = env, io.Discard
+		p, err := start(fmt.Sprintf("inorder run %d", i), cmd)
+		if err != nil {
+			return nil, err
+		}
+		p.metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+		return p, nil
+	}
+	var workers []*proc
+	stopAll := func() ([]float64, error) {
+		var rss []float64
+		var errs []error
+		for _, p := range workers {
+			r, err := p.stop()
+			rss = append(rss, r)
+			errs = append(errs, err)
+		}
+		return rss, errors.Join(errs...)
+	}
+	began := time.Now()
+	for i := range o.consumers {
+		p, err := spawn(i)
+		if err != nil {
+			_, _ = stopAll()
+			return err
+		}
+		workers = append(workers, p)
+	}
+	exited := func() error {
+		for _, p := range workers {
+			select {
+			case err := <-p.done:
+				return fmt.Errorf("%s exited: %v", p.name, err)
+			default:
+			}
+		}
+		return nil
+	}
+
+	gate, err := projection.New(pool, &projection.Config{Schema: schema}, ledger.New(nil))
+	if err != nil {
+		_, _ = stopAll()
+		return err
+	}
+	appliedNow := func() int64 {
+		st, err := gate.Status(ctx, nil)
+		if err != nil || len(st.Projections) == 0 {
+			return 0
+		}
+		return st.Projections[0].Events
+	}
+	var lat *latencies
+	if o.latency {
+		// The writer starts once the processes hold every partition.
+		for held(workers) < pgtable.DefaultPartitions {
+			if err := exited(); err != nil {
+				_, _ = stopAll()
+				return err
+			}
+			if ctx.Err() != nil {
+				_, _ = stopAll()
+				return errors.New("timed out waiting for the partitions to be held")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		fmt.Fprintf(os.Stderr, "pgtablee2e: appending %d events at %d/s in transactions of %d…\n", len(events), o.rate, o.batch)
+		began = time.Now()
+		if lat, err = appendAndMeasure(ctx, pool, schema, events, o); err != nil {
+			_, _ = stopAll()
+			return err
+		}
+	}
+	want := int64(len(events))
+	var took time.Duration
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for took == 0 {
+		select {
+		case <-ctx.Done():
+			_, _ = stopAll()
+			return errors.New("timed out")
+		case <-tick.C:
+		}
+		if err := exited(); err != nil {
+			_, _ = stopAll()
+			return err
+		}
+		if appliedNow() >= want {
+			took = time.Since(began)
+		}
+	}
+	parked := parkedOf(workers)
+	rss, err := stopAll()
+	if err != nil {
+		return err
+	}
+	wantModel, err := ledger.Fold(events)
+	if err != nil {
+		return err
+	}
+	got, err := ledger.New(nil).Load(ctx, pool)
+	if err != nil {
+		return err
+	}
+	verified := reflect.DeepEqual(wantModel, got)
+	rssText := make([]string, len(rss))
+	for i, r := range rss {
+		rssText[i] = fmt.Sprintf("%.0f", r)
+	}
+	if o.latency {
+		fmt.Printf("mode=latency consumers=%d workers=%d batch=%d events=%d rate=%d/s writers=%d append-batch=%d appended-in=%.2fs samples=%d p50=%s p90=%s p99=%s max=%s poll=%s peak-rss-MiB=%s parked=%.0f verified=%v\n",
+			o.consumers, o.workers, o.batchSize, len(events), o.rate, o.writers, o.batch, lat.appended.Seconds(), len(lat.d),
+			lat.q(0.50), lat.q(0.90), lat.q(0.99), lat.q(1), o.pollPeriod, strings.Join(rssText, "/"), parked, verified)
+	} else {
+		fmt.Printf("mode=throughput consumers=%d workers=%d batch=%d events=%d seconds=%.2f events/s=%.0f peak-rss-MiB=%s parked=%.0f verified=%v\n",
+			o.consumers, o.workers, o.batchSize, len(events), took.Seconds(), float64(len(events))/took.Seconds(),
+			strings.Join(rssText, "/"), parked, verified)
+	}
+	if !verified {
+		return errors.New("the read model differs from the in-order fold")
+	}
+	return nil
+}
+
+// load writes events to the schema's events table in their order, with
+// COPY, 5000 rows per transaction.
+func load(ctx context.Context, pool *pgxpool.Pool, schema string, events []aggregate.Event) error {
+	for chunk := range slices.Chunk(events, 5000) {
+		rows := make([][]any, len(chunk))
+		for i, e := range chunk {
+			rows[i] = []any{e.Aggregate, e.Version, e.StableID(), e.Type, string(e.Data)}
+		}
+		if _, err := pool.CopyFrom(ctx, pgx.Identifier{schema, "events"}, []string{"aggregate", "version", "id", "type", "data"}, pgx.CopyFromRows(rows)); err != nil {
+			return fmt.Errorf("load: %w", err)
+		}
+	}
+	return nil
+}
+
+// latencies are the commit-to-read-model times of the appended events.
+type latencies struct {
+	d        []time.Duration
+	appended time.Duration // how long the appends took
+}
+
+// q returns the p-quantile (nearest rank).
+func (l *latencies) q(p float64) time.Duration {
+	if len(l.d) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(l.d))+0.5) - 1
+	return l.d[min(max(i, 0), len(l.d)-1)].Round(100 * time.Microsecond)
+}
+
+// appendAndMeasure appends events with Writer.Append at o.rate, o.batch per
+// transaction, noting when each commit returned, while a poller reads the
+// versions of the aggregates with events in flight from the read model
+// (ledger_payments.version, the inline ledger's gate) every o.pollPeriod:
+// an event's latency runs from its append's commit to the first poll that
+// sees its version. It returns once every event was seen.
+func appendAndMeasure(ctx context.Context, pool *pgxpool.Pool, schema string, events []aggregate.Event, o *options) (*latencies, error) {
+	type key struct {
+		agg string
+		v   int64
+	}
+	var mu sync.Mutex
+	pending := map[key]time.Time{} // committed, not yet seen
+	lat := &latencies{d: make([]time.Duration, 0, len(events))}
+	w := pgtable.NewWriter(schema, nil)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// o.writers writers, each appending the aggregates of its own share
+	// in order, at o.rate/o.writers: appends of one aggregate never race.
+	shares := make([][]aggregate.Event, o.writers)
+	for _, e := range events {
+		h := fnv.New32a()
+		h.Write([]byte(e.Aggregate))
+		k := h.Sum32() % uint32(o.writers)
+		shares[k] = append(shares[k], e)
+	}
+	began := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, o.writers)
+	for _, share := range shares {
+		wg.Go(func() {
+			every := time.Duration(float64(time.Second) * float64(o.batch*o.writers) / float64(o.rate))
+			for i := 0; len(share) > 0; i++ {
+				n := min(o.batch, len(share))
+				var chunk []aggregate.Event
+				chunk, share = share[:n], share[n:]
+				if d := time.Until(began.Add(time.Duration(i) * every)); d > 0 {
+					time.Sleep(d)
+				}
+				if err := w.Append(wctx, pool, chunk...); err != nil {
+					errs <- fmt.Errorf("append: %w", err)
+					return
+				}
+				at := time.Now()
+				mu.Lock()
+				for _, e := range chunk {
+					pending[key{e.Aggregate, e.Version}] = at
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	writeErr := make(chan error, 1)
+	go func() {
+		wg.Wait()
+		lat.appended = time.Since(began)
+		close(errs)
+		writeErr <- <-errs // nil once closed and empty
+	}()
+	table := pgx.Identifier{schema, "ledger_payments"}.Sanitize()
+	writing := true
+	tick := time.NewTicker(o.pollPeriod)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-writeErr:
+			if err != nil {
+				return nil, err
+			}
+			writing = false
+		case <-tick.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		mu.Lock()
+		aggs := make([]string, 0, len(pending))
+		seen := map[string]bool{}
+		for k := range pending {
+			if !seen[k.agg] {
+				seen[k.agg] = true
+				aggs = append(aggs, k.agg)
+			}
+		}
+		mu.Unlock()
+		if len(aggs) == 0 {
+			if !writing {
+				break
+			}
+			continue
+		}
+		rows, err := pool.Query(ctx, `SELECT payment_id, version FROM `+table+` WHERE payment_id = ANY($1)`, aggs)
+		if err != nil {
+			return nil, fmt.Errorf("poll: %w", err)
+		}
+		now := time.Now()
+		at := map[string]int64{}
+		for rows.Next() {
+			var agg string
+			var v int64
+			if err := rows.Scan(&agg, &v); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("poll: %w", err)
+			}
+			at[agg] = v
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("poll: %w", err)
+		}
+		mu.Lock()
+		for k, t := range pending {
+			if v, ok := at[k.agg]; ok && v >= k.v {
+				lat.d = append(lat.d, now.Sub(t))
+				delete(pending, k)
+			}
+		}
+		mu.Unlock()
+	}
+	slices.Sort(lat.d)
+	return lat, nil
+}
+
+// held sums the partitions the processes hold, from their /metrics.
+func held(ps []*proc) int {
+	n := 0
+	for _, p := range ps {
+		n += int(scrape(p.metrics, "inorder_source_partitions_held", ""))
+	}
+	return n
+}
+
+func parkedOf(ps []*proc) float64 {
+	var n float64
+	for _, p := range ps {
+		n += scrape(p.metrics, "inorder_events_total", "parked")
+	}
+	return n
+}
+
+// scrape sums a metric family from a worker's /metrics (only the series
+// with outcome=outcome if outcome is set); 0 while it does not answer.
+func scrape(u, family, outcome string) float64 {
+	resp, err := http.Get(u)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, m := range fams[family].GetMetric() {
+		ok := outcome == ""
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "outcome" && l.GetValue() == outcome {
+				ok = true
+			}
+		}
+		if !ok {
+			continue
+		}
+		switch {
+		case m.GetGauge() != nil:
+			sum += m.GetGauge().GetValue()
+		case m.GetCounter() != nil:
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
