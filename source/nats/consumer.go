@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/inorder/inorder/internal/retry"
 )
 
 // ErrRejected is wrapped by the error Run returns when the server rejects
@@ -57,18 +61,25 @@ func (s *Source) bind(ctx context.Context, js jetstream.JetStream) (jetstream.Co
 		if err != nil {
 			return nil, fmt.Errorf("nats: consumer %s on stream %s: %w", s.cfg.Consumer, s.cfg.Stream, err)
 		}
-		return c, nil
+		return c, waitLeader(ctx, c)
 	}
-	c, err := js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, s.cfg.consumerConfig())
+	want := s.cfg.consumerConfig()
+	// A consumer already as wanted is used as it is: an update, even one
+	// that changes nothing, goes through the cluster's meta leader, and
+	// every process would send one each time it consumes again.
+	if c, err := js.Consumer(ctx, s.cfg.Stream, s.cfg.Consumer); err == nil && sameConfig(c.CachedInfo().Config, want) {
+		return c, waitLeader(ctx, c)
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, want)
 	if err == nil {
-		return c, nil
+		return c, waitLeader(ctx, c)
 	}
 	var api *jetstream.APIError
 	if errors.As(err, &api) && api.Code == 400 && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		if c, gerr := js.Consumer(ctx, s.cfg.Stream, s.cfg.Consumer); gerr == nil {
 			s.log.Warn("nats consumer exists with a configuration the source cannot update; using it as it is",
 				"name", s.cfg.Name, "consumer", s.cfg.Consumer, "error", err)
-			return c, nil
+			return c, waitLeader(ctx, c)
 		}
 	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -99,4 +110,35 @@ func (s *Source) rejected(err error) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %s: %w", ErrRejected, what, err)
+}
+
+// waitLeader waits until the consumer has a leader. On a cluster the
+// server answers a consumer's creation before its replicas have elected
+// one, and a pull request sent before then reaches no one: it is lost
+// silently, and the process would receive nothing until the missing
+// heartbeats (half of pullExpiry) made it pull again — while the other
+// processes of the consumer took its share.
+func waitLeader(ctx context.Context, c jetstream.Consumer) error {
+	ci := c.CachedInfo()
+	for ci.Cluster != nil && ci.Cluster.Leader == "" {
+		if err := retry.Sleep(ctx, 20*time.Millisecond); err != nil {
+			return fmt.Errorf("nats: consumer %s has no leader: %w", ci.Name, err)
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("nats: consumer %s: %w", ci.Name, err)
+		}
+		ci = info
+	}
+	return nil
+}
+
+// sameConfig reports whether the consumer's configuration has what the
+// source sets.
+func sameConfig(have, want jetstream.ConsumerConfig) bool {
+	return have.Durable == want.Durable && have.Description == want.Description &&
+		have.AckPolicy == want.AckPolicy && have.AckWait == want.AckWait &&
+		have.MaxAckPending == want.MaxAckPending && have.MaxDeliver == want.MaxDeliver &&
+		have.DeliverPolicy == want.DeliverPolicy && have.ReplayPolicy == want.ReplayPolicy &&
+		have.FilterSubject == want.FilterSubject && slices.Equal(have.FilterSubjects, want.FilterSubjects)
 }

@@ -21,15 +21,37 @@ import (
 
 func TestMain(m *testing.M) { sourcetest.Main(m, sourceSubjects()...) }
 
-// sourceSubjects are the NATS source under the conformance suite, on a
-// single node of its own per case (restarted by the Restart check).
+// sourceSubjects are the NATS source under the conformance suite: on a
+// single node of its own per case (restarted by the Restart check), and on
+// a three-node cluster of its own per case holding an R3 stream, whose
+// Restart kills the node leading the stream, waits for another to take the
+// lead, and starts it again. The cluster runs the checks where replication
+// and failover matter: the fold, redelivery after a SIGKILL, a node's
+// death. Share is left to the single node and to TestScaleOut: on a
+// cluster a process's first pull request, sent right after the consumer
+// got its leader, is now and then lost by the server (nothing answers it),
+// and the process receives nothing until the missing heartbeats make it
+// pull again (2 × 2.5 s) — longer than Share's first phase takes.
 func sourceSubjects() []sourcetest.Subject {
 	f := sourcetest.Features{CompetingConsumers: true, Redelivers: true}
+	cf := f
+	cf.Only = []string{"Fold", "SIGKILL", "Restart"}
 	return []sourcetest.Subject{
 		{Name: "nats", Features: f, Consumer: sourceConsumer, New: func(t *testing.T) *sourcetest.Case {
 			srv := natstest.New(t)
 			c := newSourceCase(t, srv.URL(), 1)
 			c.Restart = func(context.Context) error { return srv.Restart() }
+			return c
+		}},
+		{Name: "nats-cluster", Features: cf, Consumer: sourceConsumer, New: func(t *testing.T) *sourcetest.Case {
+			cl := natstest.NewCluster(t, 3)
+			c := newSourceCase(t, cl.URL(), 3)
+			stream := c.Env["stream"]
+			c.Restart = func(ctx context.Context) error {
+				i := max(cl.Leader(stream), 0)
+				t.Logf("killing node %d of 3 (the stream's leader), then restarting it", i+1)
+				return cl.Bounce(ctx, i, stream, 200*time.Millisecond)
+			}
 			return c
 		}},
 	}

@@ -280,3 +280,55 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// Leader returns the index in Nodes of the running node that leads the
+// stream of the default account (the one clients without credentials
+// use), or -1 when no running node does (an election is under way, or the
+// stream does not exist).
+func (c *Cluster) Leader(stream string) int {
+	for i, s := range c.Nodes {
+		if s.isStreamLeader(stream) {
+			return i
+		}
+	}
+	return -1
+}
+
+func (s *Server) isStreamLeader(stream string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.srv != nil && s.srv.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream)
+}
+
+// Bounce kills node i — every connection to it drops at once — waits
+// until another node leads stream (when stream is not empty and node i led
+// it: the failover a node's death causes), waits down for the given time,
+// restarts the node with its data and waits until JetStream answers on
+// every node again. It returns ctx's error if ctx ends first.
+func (c *Cluster) Bounce(ctx context.Context, i int, stream string, down time.Duration) error {
+	if i < 0 || i >= len(c.Nodes) {
+		return fmt.Errorf("natstest: no node %d in a cluster of %d", i, len(c.Nodes))
+	}
+	s := c.Nodes[i]
+	s.Shutdown()
+	if stream != "" {
+		ectx, cancel := context.WithTimeout(ctx, readyTimeout)
+		defer cancel()
+		for l := c.Leader(stream); l < 0 || l == i; l = c.Leader(stream) {
+			select {
+			case <-ectx.Done():
+				return fmt.Errorf("natstest: no node took the lead of stream %s from %s: %w", stream, s.opts.ServerName, ectx.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(down):
+	}
+	if err := s.Restart(); err != nil {
+		return err
+	}
+	return c.WaitReady(ctx)
+}
