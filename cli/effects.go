@@ -15,6 +15,7 @@ import (
 
 	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/internal/clikit"
+	"github.com/inorder/inorder/migrations"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -618,6 +619,11 @@ func (c *effectsWorkCmd) Run(ctx context.Context, o *effectsWorkOptions) error {
 	if err := c.a.prepareSchema(ctx, pool, &o.db, false, false, logger); err != nil {
 		return err
 	}
+	presence, err := migrations.Announce(ctx, pool, o.db.Schema, logger)
+	if err != nil {
+		return err
+	}
+	defer presence.Close()
 	proc, m, closeMetrics, err := clikit.InstrumentedProcessor(ctx, pool, &o.db, c.a.cfg.Processor, c.a.cfg.Projections, c.a.version(), false, logger)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ type migrateOptions struct {
 	db     clikit.DBOptions
 	out    clikit.OutputOptions
 	DryRun bool
+	Force  bool
 }
 
 func (o *migrateOptions) validate(args []string) error {
@@ -47,6 +48,13 @@ Changes: creates the schema and tables; never drops or rewrites data. With
 Several processes may migrate at once: an advisory lock lets one apply the
 steps while the others wait and then find nothing to do.
 
+Online migrations run while workers of the previous release keep
+processing events (a rolling upgrade). An offline one is refused, and
+nothing applied, while other inorder workers are connected to --schema
+('run' and 'effects work' processes, and older releases' sessions named
+"inorder"): stop them first, or pass --force and let them fail or block
+until it is done. 'migrate status' says which migrations are online.
+
 Subcommand: 'migrate status' lists the migrations and whether they are applied.`,
 		func(fs *pflag.FlagSet) *migrateOptions {
 			o := &migrateOptions{}
@@ -54,6 +62,7 @@ Subcommand: 'migrate status' lists the migrations and whether they are applied.`
 			clikit.BindDB(fs, &o.db)
 			clikit.BindOutput(fs, &o.out)
 			fs.BoolVar(&o.DryRun, "dry-run", false, "print the migrations that would be applied; change nothing")
+			fs.BoolVar(&o.Force, "force", false, "apply offline migrations even while other inorder workers are connected")
 			return o
 		}, c.Run)
 }
@@ -66,13 +75,19 @@ func (c *migrateCmd) Run(ctx context.Context, o *migrateOptions) error {
 		return err
 	}
 	defer pool.Close()
-	m, err := migrations.New(pool, &migrations.Options{Schema: o.db.Schema, Logger: logger, DryRun: o.DryRun})
+	m, err := migrations.New(pool, &migrations.Options{Schema: o.db.Schema, Logger: logger, DryRun: o.DryRun, Force: o.Force})
 	if err != nil {
 		return err
 	}
 	res, err := m.Migrate(ctx)
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
+	}
+	var workers []migrations.Worker
+	if res.DryRun {
+		if workers, err = m.Workers(ctx); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
 	}
 	river, err := effects.MigrateRiver(ctx, pool, &effects.RiverMigrateOptions{Schema: o.db.River(), DryRun: o.DryRun, Logger: logger})
 	if err != nil {
@@ -93,20 +108,25 @@ func (c *migrateCmd) Run(ctx context.Context, o *migrateOptions) error {
 		type step struct {
 			Version    int     `json:"version"`
 			Name       string  `json:"name"`
+			Online     bool    `json:"online"`
 			DurationMS float64 `json:"duration_ms"`
 		}
 		steps := make([]step, 0, len(res.Steps))
 		for _, s := range res.Steps {
-			steps = append(steps, step{s.Version, s.Name, float64(s.Duration.Microseconds()) / 1000})
+			steps = append(steps, step{s.Version, s.Name, s.Online, float64(s.Duration.Microseconds()) / 1000})
 		}
 		if river == nil {
 			river = []int{}
 		}
-		return clikit.WriteJSON(c.a.stdout, map[string]any{
+		out := map[string]any{
 			"schema": o.db.Schema, "dry_run": res.DryRun, "steps": steps,
 			"river_schema": o.db.River(), "river_versions": river,
 			"projections_setup": setup, "projections": c.a.projectionNames(),
-		})
+		}
+		if res.DryRun {
+			out["workers_connected"] = len(workers)
+		}
+		return clikit.WriteJSON(c.a.stdout, out)
 	}
 	verb := "applied"
 	if res.DryRun {
@@ -115,12 +135,20 @@ func (c *migrateCmd) Run(ctx context.Context, o *migrateOptions) error {
 	if len(res.Steps) == 0 {
 		fmt.Fprintf(c.a.stdout, "schema %s is up to date\n", o.db.Schema)
 	}
+	offline := 0
 	for _, s := range res.Steps {
+		kind := "online"
+		if !s.Online {
+			kind, offline = "offline", offline+1
+		}
 		fmt.Fprintf(c.a.stdout, "%s %03d_%s to schema %s", verb, s.Version, s.Name, o.db.Schema)
 		if !res.DryRun {
 			fmt.Fprintf(c.a.stdout, " in %s", clikit.Age(s.Duration))
 		}
-		fmt.Fprintln(c.a.stdout)
+		fmt.Fprintf(c.a.stdout, " (%s)\n", kind)
+	}
+	if res.DryRun && offline > 0 && len(workers) > 0 && !o.Force {
+		fmt.Fprintf(c.a.stdout, "%d inorder worker session(s) connected: the offline migrations would be refused (stop the workers, or --force)\n", len(workers))
 	}
 	switch {
 	case len(river) > 0:
@@ -157,7 +185,9 @@ type migrateStatusCmd struct{ a *App }
 func (c *migrateStatusCmd) command() *cobra.Command {
 	return leaf("status", "list the migrations and whether they are applied",
 		`Lists every migration embedded in this binary with whether and when it was
-applied to --schema, plus any applied version this binary does not know (the
+applied to --schema and whether it is online (runs while the previous
+release's workers keep working) or offline (refused while workers are
+connected), plus any applied version this binary does not know (the
 database was migrated by a newer release); then River's migrations and
 whether --river-schema has them. Read-only.`,
 		func(fs *pflag.FlagSet) *migrateStatusOptions {
@@ -193,13 +223,14 @@ func (c *migrateStatusCmd) Run(ctx context.Context, o *migrateStatusOptions) err
 		type row struct {
 			Version   int    `json:"version"`
 			Name      string `json:"name"`
+			Online    bool   `json:"online"`
 			Applied   bool   `json:"applied"`
 			AppliedAt string `json:"applied_at,omitempty"`
 			Unknown   bool   `json:"unknown,omitempty"`
 		}
 		rows := make([]row, 0, len(st))
 		for _, s := range st {
-			r := row{Version: s.Version, Name: s.Name, Applied: s.Applied, Unknown: s.Unknown}
+			r := row{Version: s.Version, Name: s.Name, Online: s.Online, Applied: s.Applied, Unknown: s.Unknown}
 			if s.Applied {
 				r.AppliedAt = s.AppliedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")
 			}
@@ -208,7 +239,7 @@ func (c *migrateStatusCmd) Run(ctx context.Context, o *migrateStatusOptions) err
 		return clikit.WriteJSON(c.a.stdout, map[string]any{"schema": o.db.Schema, "migrations": rows,
 			"river_schema": o.db.River(), "river_migrations": river})
 	}
-	t := clikit.NewTable(c.a.stdout, "VERSION", "NAME", "STATE", "APPLIED AT")
+	t := clikit.NewTable(c.a.stdout, "VERSION", "NAME", "KIND", "STATE", "APPLIED AT")
 	for _, s := range st {
 		state := "pending"
 		switch {
@@ -217,7 +248,14 @@ func (c *migrateStatusCmd) Run(ctx context.Context, o *migrateStatusOptions) err
 		case s.Applied:
 			state = "applied"
 		}
-		t.Row(fmt.Sprintf("%03d", s.Version), s.Name, state, s.AppliedAt)
+		kind := "offline"
+		switch {
+		case s.Unknown:
+			kind = "?"
+		case s.Online:
+			kind = "online"
+		}
+		t.Row(fmt.Sprintf("%03d", s.Version), s.Name, kind, state, s.AppliedAt)
 	}
 	if err := t.Flush(); err != nil {
 		return err

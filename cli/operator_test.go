@@ -17,6 +17,7 @@ import (
 	"github.com/inorder/inorder/cli"
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/migrations"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
 	"github.com/inorder/inorder/source/esdb"
@@ -376,6 +377,41 @@ func TestOperatorCommands(t *testing.T) {
 		require.Empty(t, rs)
 	})
 
+	t.Run("MigrateOfflineRefused", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		b := &bundle{db: db, cfg: cli.Config{Projections: []projection.Projection{ledger.New(nil)}, Sources: []source.Driver{esdb.Driver()}},
+			env: map[string]string{"DATABASE_URL": db.URL, "INORDER_SCHEMA": db.Schema}}
+		b.runOK(t, "migrate")
+		// Back to before 007_operator, the newest offline migration.
+		m, err := migrations.New(db.Pool, &migrations.Options{Schema: db.Schema})
+		require.NoError(t, err)
+		st, err := m.Status(t.Context())
+		require.NoError(t, err)
+		require.False(t, st[6].Online)
+		_, err = m.Rollback(t.Context(), len(st)-6)
+		require.NoError(t, err)
+
+		worker, err := migrations.Announce(t.Context(), db.Pool, db.Schema, nil)
+		require.NoError(t, err)
+		defer worker.Close()
+		out := b.runOK(t, "migrate", "--dry-run")
+		require.Contains(t, out, "would apply 007_operator to schema "+db.Schema+" (offline)")
+		require.Contains(t, out, "1 inorder worker session(s) connected: the offline migrations would be refused")
+		_, _, err = b.run(t, "migrate")
+		require.ErrorIs(t, err, migrations.ErrWorkersConnected)
+		require.ErrorContains(t, err, "007_operator is offline and 1 inorder worker session(s) are connected")
+		_, _, err = b.run(t, "run", "--migrate", "--source", "esdb://127.0.0.1:1")
+		require.ErrorIs(t, err, migrations.ErrWorkersConnected)
+		require.ErrorContains(t, err, "migrate --force")
+		out = b.runOK(t, "migrate", "status")
+		require.Regexp(t, `(?m)^007\s+operator\s+offline\s+pending\s+-\s*$`, out, "the refusal applied nothing")
+
+		out = b.runOK(t, "migrate", "--force")
+		require.Contains(t, out, "applied 007_operator to schema "+db.Schema)
+		require.Contains(t, out, "(offline)")
+	})
+
 	t.Run("Migrate", func(t *testing.T) {
 		t.Parallel()
 		db := pgtest.New(t)
@@ -420,7 +456,8 @@ func TestOperatorCommands(t *testing.T) {
 		out = b.runOK(t, "migrate")
 		require.Contains(t, out, "is up to date")
 		out = b.runOK(t, "migrate", "status")
-		require.Regexp(t, `(?m)^001\s+init\s+applied\s+\d{4}-`, out)
+		require.Regexp(t, `(?m)^001\s+init\s+online\s+applied\s+\d{4}-`, out)
+		require.Regexp(t, `(?m)^006\s+effects_pending\s+offline\s+applied\s+\d{4}-`, out)
 	})
 }
 

@@ -187,6 +187,13 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	if err := c.a.prepareSchema(ctx, pool, &o.db, o.Migrate, true, logger); err != nil {
 		return err
 	}
+	// After migrating: a migrator refuses offline migrations while workers
+	// have announced themselves, until the drain is over.
+	presence, err := migrations.Announce(ctx, pool, o.db.Schema, logger)
+	if err != nil {
+		return err
+	}
+	defer presence.Close()
 	// The effects client first: the projections that record intents get it
 	// before any batch runs.
 	fx, err := c.a.effectsClient(pool, &o.db, logger, &o.fx)
@@ -345,7 +352,9 @@ func (a *App) prepareSchema(ctx context.Context, pool *pgxpool.Pool, db *clikit.
 		if err != nil {
 			return err
 		}
-		if _, err := m.Migrate(ctx); err != nil {
+		if _, err := m.Migrate(ctx); errors.Is(err, migrations.ErrWorkersConnected) {
+			return fmt.Errorf("migrate: %w (run '%s migrate --force' to apply it anyway)", err, a.name)
+		} else if err != nil {
 			return fmt.Errorf("migrate: %w", err)
 		}
 		if len(a.cfg.Effects) > 0 {

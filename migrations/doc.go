@@ -14,6 +14,18 @@
 // one applies the pending steps, the others wait and then find nothing to
 // do.
 //
+// The first line of every up migration is a directive: "-- inorder:online"
+// for a migration that may run while the previous release's workers keep
+// processing events (additive: new tables, columns with a constant default,
+// indexes on new tables), "-- inorder:offline" for one that may not; text
+// may follow after a space. New rejects a file without one. Migrate and
+// MigrateTx refuse to apply anything, with an *OfflineError wrapping
+// ErrWorkersConnected, when a pending migration is offline and other
+// workers of the schema are connected (Migrator.Workers: those that
+// Announce themselves, and older releases' sessions), unless
+// Options.Force is set. Online steps wait a bounded time for their locks
+// (Options.LockTimeout).
+//
 // A database that has applied a version this binary does not know (it was
 // migrated by a newer release) is refused with ErrUnknownVersion rather
 // than silently used.

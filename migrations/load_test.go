@@ -21,6 +21,35 @@ func TestEmbeddedMigrationsAreValid(t *testing.T) {
 	require.Equal(t, "init", migs[0].name)
 }
 
+// TestMigrationDirectives holds the review of the directives of the
+// migrations up to 009 (docs/operations.md, "Online and offline
+// migrations"), so that none changes unnoticed; a new migration without a
+// directive fails to load (TestLoad).
+func TestMigrationDirectives(t *testing.T) {
+	sub, err := fs.Sub(embedded, "sql")
+	require.NoError(t, err)
+	migs, err := load(sub)
+	require.NoError(t, err)
+	reviewed := map[string]bool{
+		"init":                true,  // new tables in an empty schema
+		"applied_in_versions": false, // UPDATE of every versions row; old workers write the log elsewhere
+		"operations":          false, // checkpoints' columns replaced under old workers
+		"effects":             true,  // new table, index on it, sequence
+		"generations":         true,  // new tables
+		"effects_pending":     false, // CREATE INDEX (not CONCURRENTLY) + DROP INDEX on effects
+		"operator":            false, // rejected rewritten and indexed; fingerprints change
+		"events":              true,  // new table, indexes, function, trigger
+		"effects_recoveries":  true,  // ADD COLUMN with a constant default
+	}
+	got := map[string]bool{}
+	for _, mig := range migs {
+		if _, ok := reviewed[mig.name]; ok {
+			got[mig.name] = mig.online
+		}
+	}
+	require.Equal(t, reviewed, got, "the directives of the reviewed migrations")
+}
+
 func TestNewRequiresPool(t *testing.T) {
 	_, err := New(nil, nil)
 	require.ErrorContains(t, err, "pool is required")
@@ -51,7 +80,11 @@ func TestLoad(t *testing.T) {
 	}{
 		{name: "valid", fsys: files("001_a.up.sql", "001_a.down.sql", "002_b.up.sql", "002_b.down.sql", "003_c.up.sql", "003_c.down.sql"), versions: 3},
 		{name: "unpadded numbers", fsys: files("1_a.up.sql", "1_a.down.sql", "2_b.up.sql", "2_b.down.sql"), versions: 2},
-		{name: "empty down is allowed", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte("SELECT 1;")}, "001_a.down.sql": {}}, versions: 1},
+		{name: "empty down is allowed", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte("-- inorder:offline\nSELECT 1;")}, "001_a.down.sql": {}}, versions: 1},
+		{name: "no directive", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte("SELECT 1;")}, "001_a.down.sql": {}}, wantErr: `001_a.up.sql: first line must be "-- inorder:online" or "-- inorder:offline"`},
+		{name: "directive not first", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte("-- a comment\n-- inorder:online\nSELECT 1;")}, "001_a.down.sql": {}}, wantErr: `001_a.up.sql: first line must be`},
+		{name: "misspelt directive", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte("-- inorder:onlin\nSELECT 1;")}, "001_a.down.sql": {}}, wantErr: `001_a.up.sql: first line must be`},
+		{name: "directive glued to text", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte("-- inorder:onlineish\nSELECT 1;")}, "001_a.down.sql": {}}, wantErr: `001_a.up.sql: first line must be`},
 		{name: "no files", fsys: fstest.MapFS{}, wantErr: "no migration files"},
 		{name: "gap", fsys: files("001_a.up.sql", "001_a.down.sql", "003_c.up.sql", "003_c.down.sql"), wantErr: "gap: version 3 follows 1"},
 		{name: "does not start at 1", fsys: files("002_b.up.sql", "002_b.down.sql"), wantErr: "versions start at 2, not 1"},
@@ -63,7 +96,7 @@ func TestLoad(t *testing.T) {
 		{name: "bad name", fsys: files("001_a.up.sql", "001_a.down.sql", "002-b.up.sql"), wantErr: "002-b.up.sql: name is not NNN_name"},
 		{name: "no direction", fsys: files("001_a.sql"), wantErr: "001_a.sql: name is not NNN_name"},
 		{name: "empty up", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte(" \n")}, "001_a.down.sql": {Data: []byte("x")}}, wantErr: "001_a.up.sql: empty up migration"},
-		{name: "directory", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte("x")}, "001_a.down.sql": {Data: []byte("x")}, "sub/x.sql": {Data: []byte("x")}}, wantErr: "unexpected directory sub"},
+		{name: "directory", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte("-- inorder:online\nx")}, "001_a.down.sql": {Data: []byte("x")}, "sub/x.sql": {Data: []byte("x")}}, wantErr: "unexpected directory sub"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			migs, err := load(tc.fsys)
@@ -94,7 +127,7 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 func files(names ...string) fstest.MapFS {
 	fsys := fstest.MapFS{}
 	for _, name := range names {
-		fsys[name] = &fstest.MapFile{Data: []byte("SELECT 1;")}
+		fsys[name] = &fstest.MapFile{Data: []byte("-- inorder:online\nSELECT 1;")}
 	}
 	return fsys
 }

@@ -35,6 +35,12 @@ var (
 	// a migration version this binary does not contain: it was migrated by
 	// a newer release.
 	ErrUnknownVersion = errors.New("migrations: database has an applied migration unknown to this binary")
+
+	// ErrWorkersConnected is returned, wrapped in an *OfflineError, by
+	// Migrate and MigrateTx when a pending migration is offline and other
+	// inorder workers are connected to the schema (see Migrator.Workers).
+	// Nothing was applied. Stop the workers, or set Options.Force.
+	ErrWorkersConnected = errors.New("migrations: offline migration refused while inorder workers are connected")
 )
 
 // Options configures a Migrator. The zero value is valid.
@@ -48,6 +54,20 @@ type Options struct {
 	// would take without changing the database (not even creating the
 	// schema).
 	DryRun bool
+	// Force makes Migrate and MigrateTx apply offline migrations even while
+	// other inorder workers are connected (see ErrWorkersConnected). Those
+	// workers may then fail or block until the step is done.
+	Force bool
+	// LockTimeout bounds how long an online step waits for a table lock
+	// (PostgreSQL's lock_timeout, set for the step's transaction): a brief
+	// ACCESS EXCLUSIVE lock queued behind a long transaction would otherwise
+	// hold every writer of the table behind it. A step that times out is
+	// tried again, up to five times, after a pause that grows by LockTimeout
+	// each time, before Migrate returns the error. MigrateTx sets no
+	// lock_timeout (the transaction is the caller's).
+	// Zero means 5s; negative disables it. Offline steps wait as long as
+	// they need.
+	LockTimeout time.Duration
 }
 
 // Direction tells whether a Result applied (Up) or reverted (Down)
@@ -68,6 +88,10 @@ type Step struct {
 	// Name is the migration's name, the part of its file name between the
 	// number and the direction.
 	Name string
+	// Online tells whether the migration may run while workers of the
+	// previous schema version process events (its file's first line is
+	// "-- inorder:online"), or must not ("-- inorder:offline").
+	Online bool
 	// Duration is how long the step took; zero in a dry run.
 	Duration time.Duration
 }
@@ -98,6 +122,9 @@ type Status struct {
 	Version int
 	// Name is the migration's name.
 	Name string
+	// Online is the migration's directive (see Step.Online); false for an
+	// Unknown version.
+	Online bool
 	// Applied is true when the migration is recorded as applied.
 	Applied bool
 	// AppliedAt is when it was applied; zero if it was not.
@@ -116,12 +143,15 @@ type Migrator struct {
 	lockKey    int64
 	logger     *slog.Logger
 	dryRun     bool
-	migrations []migration // migrations[i].version == i+1
+	force      bool
+	lockWait   time.Duration // lock_timeout of online steps; 0: none
+	migrations []migration   // migrations[i].version == i+1
 }
 
 type migration struct {
 	version  int
 	name     string
+	online   bool
 	up, down string
 }
 
@@ -171,7 +201,16 @@ func newWithFS(pool *pgxpool.Pool, opts *Options, fsys fs.FS) (*Migrator, error)
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	lockWait := opts.LockTimeout
+	switch {
+	case lockWait == 0:
+		lockWait = 5 * time.Second
+	case lockWait < 0:
+		lockWait = 0
+	}
 	return &Migrator{
+		force:      opts.Force,
+		lockWait:   lockWait,
 		pool:       pool,
 		schema:     schema,
 		ident:      pgx.Identifier{schema}.Sanitize(),
@@ -185,6 +224,10 @@ func newWithFS(pool *pgxpool.Pool, opts *Options, fsys fs.FS) (*Migrator, error)
 
 var fileRE = regexp.MustCompile(`^([0-9]+)_([A-Za-z0-9_]+)\.(up|down)\.sql$`)
 
+// directiveRE matches the first line of an up migration: whether it is
+// online, then optionally why.
+var directiveRE = regexp.MustCompile(`^-- inorder:(online|offline)(?:$|[ \t])`)
+
 // load reads and validates every file at the root of fsys.
 func load(fsys fs.FS) ([]migration, error) {
 	entries, err := fs.ReadDir(fsys, ".")
@@ -196,6 +239,7 @@ func load(fsys fs.FS) ([]migration, error) {
 		upFile, downFile string
 		up, down         string
 		hasUp, hasDown   bool
+		online           bool
 	}
 	byVersion := map[int]*pair{}
 	var errs []error
@@ -236,6 +280,13 @@ func load(fsys fs.FS) ([]migration, error) {
 			}
 			if strings.TrimSpace(string(body)) == "" {
 				errs = append(errs, fmt.Errorf("%s: empty up migration", file))
+			} else {
+				first, _, _ := strings.Cut(string(body), "\n")
+				d := directiveRE.FindStringSubmatch(strings.TrimSuffix(first, "\r"))
+				if d == nil {
+					errs = append(errs, fmt.Errorf("%s: first line must be \"-- inorder:online\" or \"-- inorder:offline\" (may its old and new workers run while it does?), not %q", file, first))
+				}
+				p.online = d != nil && d[1] == "online"
 			}
 			p.hasUp, p.upFile, p.up = true, file, string(body)
 		case "down":
@@ -266,7 +317,7 @@ func load(fsys fs.FS) ([]migration, error) {
 		case i > 0 && v != versions[i-1]+1:
 			errs = append(errs, fmt.Errorf("gap: version %d follows %d", v, versions[i-1]))
 		}
-		migs = append(migs, migration{version: v, name: p.name, up: p.up, down: p.down})
+		migs = append(migs, migration{version: v, name: p.name, online: p.online, up: p.up, down: p.down})
 	}
 	if len(entries) == 0 {
 		errs = append(errs, errors.New("no migration files"))
@@ -297,10 +348,14 @@ func (m *Migrator) Migrate(ctx context.Context) (*Result, error) {
 		if err != nil {
 			return err
 		}
-		for _, mig := range m.pending(applied) {
+		pending := m.pending(applied)
+		if err := m.refuseOffline(ctx, conn, applied, pending); err != nil {
+			return err
+		}
+		for _, mig := range pending {
 			began := time.Now()
 			if !m.dryRun {
-				if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return m.up(ctx, tx, mig) }); err != nil {
+				if err := m.apply(ctx, conn, mig); err != nil {
 					return fmt.Errorf("migrations: apply %03d_%s: %w", mig.version, mig.name, err)
 				}
 			}
@@ -324,6 +379,9 @@ func (m *Migrator) MigrateTx(ctx context.Context, tx pgx.Tx) (*Result, error) {
 		return res, err
 	}
 	pending := m.pending(applied)
+	if err := m.refuseOffline(ctx, tx, applied, pending); err != nil {
+		return res, err
+	}
 	if len(pending) == 0 || m.dryRun {
 		for _, mig := range pending {
 			m.record(res, mig, time.Now())
@@ -399,7 +457,7 @@ func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 	}
 	statuses := make([]Status, 0, len(m.migrations))
 	for _, mig := range m.migrations {
-		s := Status{Version: mig.version, Name: mig.name}
+		s := Status{Version: mig.version, Name: mig.name, Online: mig.online}
 		if row, ok := applied[mig.version]; ok {
 			s.Applied, s.AppliedAt = true, row.at
 		}
@@ -538,6 +596,37 @@ func (m *Migrator) pending(applied map[int]appliedRow) []migration {
 	return pending
 }
 
+// apply runs one up migration in its own transaction on conn. An online
+// step waits at most lockWait for each lock and is tried again, up to
+// five times, when that wait times out (lock_not_available): its brief
+// exclusive lock must not queue every writer of the table behind a long
+// transaction.
+func (m *Migrator) apply(ctx context.Context, conn *pgx.Conn, mig migration) error {
+	const attempts = 5
+	for attempt := 1; ; attempt++ {
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if mig.online && m.lockWait > 0 {
+				if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprintf("%dms", m.lockWait.Milliseconds())); err != nil {
+					return fmt.Errorf("set lock_timeout: %w", err)
+				}
+			}
+			return m.up(ctx, tx, mig)
+		})
+		var pgErr *pgconn.PgError
+		if err == nil || !mig.online || m.lockWait == 0 || attempt == attempts ||
+			!errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+			return err
+		}
+		m.logger.Warn("migrations: online step waited too long for a lock, trying again",
+			"version", mig.version, "name", mig.name, "lock_timeout", m.lockWait, "attempt", attempt, "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(min(time.Duration(attempt)*m.lockWait, 10*time.Second)):
+		}
+	}
+}
+
 // up runs one up migration in tx with search_path set to the schema, and
 // records it.
 func (m *Migrator) up(ctx context.Context, tx pgx.Tx, mig migration) error {
@@ -571,7 +660,7 @@ func (m *Migrator) down(ctx context.Context, tx pgx.Tx, mig migration) error {
 // record appends a finished (or, in a dry run, planned) step to res and
 // logs it.
 func (m *Migrator) record(res *Result, mig migration, began time.Time) {
-	step := Step{Version: mig.version, Name: mig.name}
+	step := Step{Version: mig.version, Name: mig.name, Online: mig.online}
 	var msg string
 	switch {
 	case m.dryRun && res.Direction == Down:
@@ -587,7 +676,7 @@ func (m *Migrator) record(res *Result, mig migration, began time.Time) {
 		step.Duration = time.Since(began)
 	}
 	res.Steps = append(res.Steps, step)
-	m.logger.Info(msg, "version", mig.version, "name", mig.name, "elapsed", step.Duration)
+	m.logger.Info(msg, "version", mig.version, "name", mig.name, "online", mig.online, "elapsed", step.Duration)
 }
 
 func sortedVersions(applied map[int]appliedRow) []int {

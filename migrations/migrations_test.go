@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -307,9 +308,9 @@ func TestFailedStepRollsBackAlone(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
 	fsys := fstest.MapFS{
-		"001_one.up.sql":   {Data: []byte("CREATE TABLE one (id int);")},
+		"001_one.up.sql":   {Data: []byte("-- inorder:online\nCREATE TABLE one (id int);")},
 		"001_one.down.sql": {Data: []byte("DROP TABLE one;")},
-		"002_two.up.sql":   {Data: []byte("CREATE TABLE two (id int);\nSELECT 1/0;")},
+		"002_two.up.sql":   {Data: []byte("-- inorder:online\nCREATE TABLE two (id int);\nSELECT 1/0;")},
 		"002_two.down.sql": {Data: []byte("DROP TABLE two;")},
 	}
 	m, err := migrations.NewWithFS(db.Pool, &migrations.Options{Schema: db.Schema}, fsys)
@@ -477,4 +478,232 @@ SELECT raw_event_id, raw_aggregate, raw_type FROM rejected`)
 	_, err = pgx.ForEachRow(rows, []any{&c.name, &c.commit, &c.prepare}, func() error { got = append(got, c); return nil })
 	require.NoError(t, err)
 	require.Equal(t, []cp{{"a", 1234, 1230}, {"b", 9000000000000000000, 7}, {"other", 0, 0}}, got)
+}
+
+// rollbackToOffline migrates db's schema, then rolls back to just before
+// the newest offline migration, and returns that migration's version.
+func rollbackToOffline(t *testing.T, m *migrations.Migrator) int {
+	t.Helper()
+	ctx := context.Background()
+	_, err := m.Migrate(ctx)
+	require.NoError(t, err)
+	st, err := m.Status(ctx)
+	require.NoError(t, err)
+	offline := 0
+	for _, s := range st {
+		if !s.Online {
+			offline = s.Version
+		}
+	}
+	require.NotZero(t, offline, "some migration is offline")
+	_, err = m.Rollback(ctx, len(st)-offline+1)
+	require.NoError(t, err)
+	return offline
+}
+
+// legacySession opens a connection named as inorder's command line named
+// its connections before workers announced themselves, and runs a
+// statement on schema's versions table, as an older release's worker does
+// (on another table when schema is "", as a worker of another schema).
+func legacySession(t *testing.T, db *pgtest.DB, schema string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	cfg := db.Pool.Config().ConnConfig.Copy()
+	cfg.RuntimeParams["application_name"] = migrations.LegacyApplicationName
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	table := pgx.Identifier{schema, "versions"}.Sanitize()
+	if schema == "" {
+		table = `"pg_catalog"."pg_class"`
+	}
+	_, err = conn.Exec(ctx, "SELECT count(*) FROM "+table)
+	require.NoError(t, err)
+	return conn
+}
+
+func TestOfflineMigrationRefusedWhileWorkersConnected(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	m := newMigrator(t, db.Pool, db.Schema, false)
+	offline := rollbackToOffline(t, m)
+
+	workers, err := m.Workers(ctx)
+	require.NoError(t, err)
+	require.Empty(t, workers)
+
+	// A worker of another schema is not one of ours.
+	other, err := migrations.Announce(ctx, db.Pool, db.Schema+"_other", nil)
+	require.NoError(t, err)
+	defer other.Close()
+	workers, err = m.Workers(ctx)
+	require.NoError(t, err)
+	require.Empty(t, workers, "another schema's worker")
+
+	p, err := migrations.Announce(ctx, db.Pool, db.Schema, nil)
+	require.NoError(t, err)
+	defer p.Close()
+	require.True(t, p.Held())
+	workers, err = m.Workers(ctx)
+	require.NoError(t, err)
+	require.Len(t, workers, 1)
+	require.True(t, workers[0].Announced)
+
+	res, err := m.Migrate(ctx)
+	require.ErrorIs(t, err, migrations.ErrWorkersConnected)
+	var oe *migrations.OfflineError
+	require.ErrorAs(t, err, &oe)
+	require.Equal(t, db.Schema, oe.Schema)
+	require.Equal(t, offline, oe.Offline[0].Version)
+	require.Len(t, oe.Workers, 1)
+	require.ErrorContains(t, err, fmt.Sprintf("pid %d", workers[0].PID))
+	require.ErrorContains(t, err, "--force")
+	require.Empty(t, res.Steps, "nothing applied")
+	st, err := m.Status(ctx)
+	require.NoError(t, err)
+	require.False(t, st[offline-1].Applied, "the offline migration was not applied")
+	require.True(t, st[offline-2].Applied)
+
+	// The same refusal inside a caller's transaction.
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = m.MigrateTx(ctx, tx)
+	require.ErrorIs(t, err, migrations.ErrWorkersConnected)
+	require.NoError(t, tx.Rollback(ctx))
+
+	// A dry run says what it would do.
+	dry := newMigrator(t, db.Pool, db.Schema, true)
+	res, err = dry.Migrate(ctx)
+	require.NoError(t, err)
+	require.Equal(t, offline, res.Steps[0].Version)
+	require.False(t, res.Steps[0].Online)
+
+	// An older release's worker counts too, recognised by its
+	// application_name and a statement on the schema; one working on
+	// another schema does not.
+	p.Close()
+	p.Close() // twice is fine
+	legacy := legacySession(t, db, db.Schema)
+	legacySession(t, db, "")
+	workers, err = m.Workers(ctx)
+	require.NoError(t, err)
+	require.Len(t, workers, 1)
+	require.False(t, workers[0].Announced)
+	require.Equal(t, int(legacy.PgConn().PID()), workers[0].PID)
+	_, err = m.Migrate(ctx)
+	require.ErrorIs(t, err, migrations.ErrWorkersConnected)
+	require.ErrorContains(t, err, "an older release's")
+
+	// Forced, it applies everything.
+	forced, err := migrations.New(db.Pool, &migrations.Options{Schema: db.Schema, Force: true, Logger: testLogger(t)})
+	require.NoError(t, err)
+	res, err = forced.Migrate(ctx)
+	require.NoError(t, err)
+	require.Equal(t, allVersions(t)[offline-1:], res.Versions())
+}
+
+func TestOnlineMigrationRunsWhileWorkersConnected(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	m := newMigrator(t, db.Pool, db.Schema, false)
+	_, err := m.Migrate(ctx)
+	require.NoError(t, err)
+	st, err := m.Status(ctx)
+	require.NoError(t, err)
+	online := 0 // the online migrations after the newest offline one
+	for i := len(st) - 1; i >= 0 && st[i].Online; i-- {
+		online++
+	}
+	if online == 0 {
+		t.Fatalf("the newest migration, %03d_%s, is offline: no online step to run under workers", st[len(st)-1].Version, st[len(st)-1].Name)
+	}
+	_, err = m.Rollback(ctx, online)
+	require.NoError(t, err)
+	p, err := migrations.Announce(ctx, db.Pool, db.Schema, nil)
+	require.NoError(t, err)
+	defer p.Close()
+	legacySession(t, db, db.Schema)
+	workers, err := m.Workers(ctx)
+	require.NoError(t, err)
+	require.Len(t, workers, 2)
+
+	res, err := m.Migrate(ctx)
+	require.NoError(t, err)
+	require.Len(t, res.Steps, online)
+	for _, s := range res.Steps {
+		require.True(t, s.Online)
+	}
+}
+
+func TestAnnouncementSurvivesALostConnection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	m := newMigrator(t, db.Pool, db.Schema, false)
+	p, err := migrations.Announce(ctx, db.Pool, db.Schema, testLogger(t))
+	require.NoError(t, err)
+	defer p.Close()
+	workers, err := m.Workers(ctx)
+	require.NoError(t, err)
+	require.Len(t, workers, 1)
+	var killed bool
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT pg_terminate_backend($1)", workers[0].PID).Scan(&killed))
+	require.True(t, killed)
+	require.Eventually(t, func() bool {
+		ws, err := m.Workers(ctx)
+		return err == nil && len(ws) == 1 && ws[0].PID != workers[0].PID && ws[0].Announced
+	}, 20*time.Second, 50*time.Millisecond, "the announcement comes back on a new connection")
+
+	p.Close()
+	require.Eventually(t, func() bool {
+		ws, err := m.Workers(ctx)
+		return err == nil && len(ws) == 0
+	}, 10*time.Second, 20*time.Millisecond, "closed, the announcement is gone")
+}
+
+func TestOnlineStepWaitsBoundedForItsLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	m := newMigrator(t, db.Pool, db.Schema, false)
+	_, err := m.Migrate(ctx)
+	require.NoError(t, err)
+	st, err := m.Status(ctx)
+	require.NoError(t, err)
+	last := st[len(st)-1]
+	if !last.Online {
+		t.Fatalf("the newest migration, %03d_%s, is offline", last.Version, last.Name)
+	}
+	_, err = m.Rollback(ctx, 1)
+	require.NoError(t, err)
+
+	// A long transaction holds a lock on every table of the schema; the
+	// online step gives up within its bounded waits instead of queueing
+	// writers behind it for as long as that transaction lasts.
+	holder, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	rows, err := holder.Query(ctx, "SELECT tablename FROM pg_tables WHERE schemaname = $1 AND tablename <> 'schema_migrations'", db.Schema)
+	require.NoError(t, err)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	for _, n := range names {
+		_, err := holder.Exec(ctx, "LOCK TABLE "+pgx.Identifier{db.Schema, n}.Sanitize()+" IN ACCESS SHARE MODE")
+		require.NoError(t, err)
+	}
+	short, err := migrations.New(db.Pool, &migrations.Options{Schema: db.Schema, LockTimeout: 50 * time.Millisecond, Logger: testLogger(t)})
+	require.NoError(t, err)
+	stepCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = short.Migrate(stepCtx)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "55P03", pgErr.Code, "lock_not_available after the retries")
+
+	require.NoError(t, holder.Rollback(ctx))
+	res, err := short.Migrate(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{last.Version}, res.Versions())
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"regexp"
 	"strings"
 
@@ -83,7 +84,9 @@ func Connect(ctx context.Context, o *DBOptions, maxConns int32, logger *slog.Log
 		cfg.MaxConns = maxConns
 	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
-		cfg.ConnConfig.RuntimeParams["application_name"] = "inorder"
+		// Not migrations.LegacyApplicationName alone: a migrator counts
+		// sessions of that name as an older release's workers.
+		cfg.ConnConfig.RuntimeParams["application_name"] = fmt.Sprintf("inorder pid %d", os.Getpid())
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

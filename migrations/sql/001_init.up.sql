@@ -1,3 +1,4 @@
+-- inorder:online — new tables in an empty schema
 -- inorder core tables. The migrator runs this with search_path set to the
 -- configured schema (default "inorder"), so names are unqualified.
 

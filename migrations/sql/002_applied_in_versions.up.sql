@@ -1,3 +1,4 @@
+-- inorder:offline — rewrites every versions row (UPDATE), and old workers write the applied log where new ones do not read it
 -- The applied log of an aggregate's recent versions moves into its version
 -- row, so applying a run writes one row per aggregate instead of one row per
 -- aggregate plus one per event.

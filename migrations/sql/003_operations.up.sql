@@ -1,3 +1,4 @@
+-- inorder:offline — replaces the checkpoints' position columns that old workers write
 -- Sources' positions become opaque to the core: a source encodes its
 -- position as bytes whose byte order is the stream's order, and decodes it
 -- itself. The only source that wrote checkpoints before, EventStoreDB,

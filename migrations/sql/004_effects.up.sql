@@ -1,3 +1,4 @@
+-- inorder:online — a new table, its index and a sequence
 -- Effects that leave PostgreSQL (package effects): one row per intent, the
 -- exactly-once arbiter of external calls. key is the idempotency key: a
 -- name-based UUID of the fact (effects.Intent.Key).

@@ -1,3 +1,4 @@
+-- inorder:online — new tables
 -- Generations of projections (package projection, generations.go): a
 -- generation is a projection's read model built by one version of its code,
 -- with read-model tables of its own (in schema, or in the connection's

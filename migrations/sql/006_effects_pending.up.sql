@@ -1,3 +1,4 @@
+-- inorder:offline — CREATE INDEX without CONCURRENTLY and DROP INDEX on effects block its writers while the index is built
 -- Pending intents leave effects_open for effects_pending, an index on their
 -- batch number: recording a batch's intents appends its entries at the end
 -- of a small bigint index (effects_batch_seq only grows; one key per batch)

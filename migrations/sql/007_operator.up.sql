@@ -1,3 +1,4 @@
+-- inorder:offline — rewrites rejected (new fingerprints, merged rows) and indexes it without CONCURRENTLY; old workers would write old fingerprints
 -- Operator tools that never mislead (issue 25).
 
 -- A rejected delivery is one row per bad event, however often and by

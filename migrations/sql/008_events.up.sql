@@ -1,3 +1,4 @@
+-- inorder:online — a new table, its indexes, function and trigger
 -- events is inorder's own event store, for applications that want their
 -- events in their own PostgreSQL (package source/pgtable writes it with
 -- Append and reads it as a source). One row per event; (aggregate, version)
