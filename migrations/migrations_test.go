@@ -142,7 +142,10 @@ func TestStatus(t *testing.T) {
 	_, versions, names := embedded(t, 0)
 	var want []migrations.Status
 	for i, v := range versions {
-		want = append(want, migrations.Status{Version: v, Name: names[i]})
+		body, err := os.ReadFile(fmt.Sprintf("sql/%03d_%s.up.sql", v, names[i]))
+		require.NoError(t, err)
+		online := strings.HasPrefix(string(body), "-- inorder:online")
+		want = append(want, migrations.Status{Version: v, Name: names[i], Online: online})
 	}
 	require.Equal(t, want, st)
 
