@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	natsc "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/inorder/inorder/internal/proctest"
 	"github.com/inorder/inorder/internal/retry"
 	"github.com/inorder/inorder/source"
 	"github.com/inorder/inorder/source/nats"
@@ -19,7 +21,12 @@ import (
 	"github.com/inorder/inorder/source/sourcetest"
 )
 
-func TestMain(m *testing.M) { sourcetest.Main(m, sourceSubjects()...) }
+func TestMain(m *testing.M) {
+	if os.Getenv(proctest.EnvRole) == scaleRole {
+		proctest.Main(m, map[string]proctest.Role{scaleRole: scaleWorker})
+	}
+	sourcetest.Main(m, sourceSubjects()...)
+}
 
 // sourceSubjects are the NATS source under the conformance suite: on a
 // single node of its own per case (restarted by the Restart check), and on
