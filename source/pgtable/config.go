@@ -126,9 +126,15 @@ type Config struct {
 	// moved past what its batches wrote (batches committing out of
 	// order). Default 1 s.
 	CheckpointEvery time.Duration
-	// LagEvery is how often Run measures the lag; negative disables it.
-	// Default 5 s.
+	// LagEvery is how often Run measures the lag, and looks for a
+	// transaction holding back the snapshot horizon; negative disables
+	// both. Default 5 s.
 	LagEvery time.Duration
+	// HorizonWarnAfter is how long a transaction may hold back the
+	// snapshot horizon, while committed events wait behind it, before the
+	// source reports it: a warning naming its pid, Source.Blocker, and
+	// inorder_source_horizon_blocked_seconds. Default 10 s.
+	HorizonWarnAfter time.Duration
 	// FromEnd starts partitions without a checkpoint at the end of the
 	// table instead of its start.
 	FromEnd bool
@@ -155,6 +161,8 @@ type config struct {
 	schema  string // the table's schema, for notifications
 	cols    columns
 	readSQL string
+	// order is the read order, (TxID, Seq), by qualified columns.
+	order string
 	// pendingSQL tells whether a partition has committed rows after a
 	// position that readers do not see yet: rows of transactions younger
 	// than one still running.
@@ -179,7 +187,7 @@ func newConfig(cfg *Config, needProcessor bool) (*config, error) {
 	if c.Pool == nil && c.URL == "" {
 		return nil, errors.New("pgtable: Config.Pool or URL is required")
 	}
-	if c.Partitions < 0 || c.Workers < 0 || c.BatchSize < 0 || c.ReadBatch < 0 || c.PollInterval < 0 || c.LeaseEvery < 0 || c.CheckpointEvery < 0 || c.DrainTimeout < 0 {
+	if c.Partitions < 0 || c.Workers < 0 || c.BatchSize < 0 || c.ReadBatch < 0 || c.PollInterval < 0 || c.LeaseEvery < 0 || c.CheckpointEvery < 0 || c.DrainTimeout < 0 || c.HorizonWarnAfter < 0 {
 		return nil, errors.New("pgtable: negative Partitions, Workers, BatchSize, ReadBatch or interval")
 	}
 	c.Name = cmp.Or(c.Name, DefaultName)
@@ -195,6 +203,7 @@ func newConfig(cfg *Config, needProcessor bool) (*config, error) {
 	c.CheckpointEvery = cmp.Or(c.CheckpointEvery, DefaultCheckpointEvery)
 	c.LagEvery = cmp.Or(c.LagEvery, DefaultLagEvery)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultDrainTimeout)
+	c.HorizonWarnAfter = cmp.Or(c.HorizonWarnAfter, DefaultHorizonWarnAfter)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -266,14 +275,20 @@ func (c *config) buildSQL() {
 	if c.Partitions > 1 {
 		where = k.part + ` = $4 AND ` + where
 	}
-	order := k.txid + ", " + k.seq
+	// The read order, by the table's own columns: a bare name in ORDER BY
+	// would name the output column of that name first — fields' txid::text
+	// — and rows would come in text order, where "100002" sorts before
+	// "99965": the reader would pass (and skip for ever) every row of a
+	// transaction whose id has fewer digits.
+	c.order = c.table + "." + k.txid + ", " + c.table + "." + k.seq
+	order := c.order
 	if c.sequenceOnly {
 		// By position alone, as a poller of "seq > last" does.
 		where = fmt.Sprintf(`%s > $2::bigint AND $1::text IS NOT NULL`, k.seq)
 		if c.Partitions > 1 {
 			where = k.part + ` = $4 AND ` + where
 		}
-		order = k.seq
+		order = c.table + "." + k.seq
 	} else {
 		where += fmt.Sprintf(` AND %s < pg_snapshot_xmin(pg_current_snapshot())`, k.txid)
 	}
@@ -288,7 +303,7 @@ func (c *config) buildSQL() {
 	if c.Partitions > 1 {
 		endWhere = k.part + ` = $1 AND ` + endWhere
 	}
-	c.endSQL = fmt.Sprintf(`SELECT %s::text, %s FROM %s WHERE %s ORDER BY %s DESC, %s DESC LIMIT 1`, k.txid, k.seq, c.table, endWhere, k.txid, k.seq)
-	c.byAggSQL = fmt.Sprintf(`SELECT %s FROM %s WHERE %s = $1 AND %s BETWEEN $2 AND $3 AND %s < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY %s, %s`,
-		fields, c.table, k.agg, k.version, k.txid, k.txid, k.seq)
+	c.endSQL = fmt.Sprintf(`SELECT %s::text, %s FROM %s WHERE %s ORDER BY %s.%s DESC, %s.%s DESC LIMIT 1`, k.txid, k.seq, c.table, endWhere, c.table, k.txid, c.table, k.seq)
+	c.byAggSQL = fmt.Sprintf(`SELECT %s FROM %s WHERE %s = $1 AND %s BETWEEN $2 AND $3 AND %s < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY %s`,
+		fields, c.table, k.agg, k.version, k.txid, c.order)
 }

@@ -31,6 +31,15 @@
 // holding an xid stalls the source (idle_in_transaction_session_timeout
 // bounds it). The reader then looks again every few milliseconds, backing
 // off to PollInterval, until the rows come into sight.
+// Run looks for such a transaction every LagEvery: once one older than
+// Config.HorizonWarnAfter holds rows back, it logs a warning naming its
+// pid, [Source.Blocker] returns it and
+// inorder_source_horizon_blocked_seconds is its age, while the lag in
+// seconds keeps growing.
+//
+// Rows are ordered by the TxID column's value, never by its text (a text
+// order puts "100002" before "99965", and a reader going by it would pass
+// the shorter id and skip its rows).
 //
 // # Partitions and leases
 //

@@ -113,6 +113,9 @@ func (s *Source) committed(ctx context.Context, k int) (pos, error) {
 //	inorder_source_partitions_held         partitions this process holds
 //	inorder_source_lease_changes_total     partitions taken and given up
 //	inorder_source_reconnects_total        lease connections made again
+//	inorder_source_horizon_blocked_seconds age of the transaction holding
+//	                                       back the snapshot horizon while
+//	                                       events wait behind it (0: none)
 func (s *Source) RegisterMetrics(reg prometheus.Registerer) error {
 	c := source.NewCollector(s.cfg.Name, s.disp, s.Lag,
 		source.Counter{Name: "source_read_total", Help: "Rows read from the events table.", Value: func() float64 { return float64(s.stats.read.Load()) }},
@@ -127,6 +130,17 @@ func (s *Source) RegisterMetrics(reg prometheus.Registerer) error {
 	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "inorder_source_partitions_held", Help: "Partitions of the events table this process holds and reads.",
 		ConstLabels: prometheus.Labels{"source": s.cfg.Name}}, func() float64 { return float64(s.held()) })
 	if err := reg.Register(g); err != nil {
+		return fmt.Errorf("pgtable: register metrics: %w", err)
+	}
+	h := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "inorder_source_horizon_blocked_seconds",
+		Help:        "Age of the transaction that holds back the snapshot horizon while committed events wait behind it (see the log for its pid); 0 when none.",
+		ConstLabels: prometheus.Labels{"source": s.cfg.Name}}, func() float64 {
+		if b, ok := s.Blocker(); ok {
+			return b.AgeSeconds
+		}
+		return 0
+	})
+	if err := reg.Register(h); err != nil {
 		return fmt.Errorf("pgtable: register metrics: %w", err)
 	}
 	return nil

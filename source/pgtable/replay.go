@@ -101,7 +101,7 @@ func (r *Replayer) scan(ctx context.Context, at pos, page func([]row) error) err
 	}
 	r.total.Store(total)
 	r.read.Store(0)
-	q := `SELECT ` + c.fields() + ` FROM ` + c.table + ` WHERE ` + after + fmt.Sprintf(` ORDER BY %s, %s LIMIT %d`, c.cols.txid, c.cols.seq, replayPage)
+	q := `SELECT ` + c.fields() + ` FROM ` + c.table + ` WHERE ` + after + fmt.Sprintf(` ORDER BY %s LIMIT %d`, c.order, replayPage)
 	var rows []row
 	for {
 		res, err := r.pool.Query(ctx, q, strconv.FormatUint(at.tx, 10), at.seq, horizon)

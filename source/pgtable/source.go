@@ -39,6 +39,10 @@ type Source struct {
 
 	lagMu sync.Mutex
 	lag   source.Lag
+	// The transaction holding back the snapshot horizon (horizon.go).
+	blocker       Blocker
+	blocked       bool
+	blockerLogged time.Time
 
 	stats struct {
 		read, batches, leases, released, reconnects atomic.Int64
@@ -171,7 +175,7 @@ func (s *Source) Run(ctx context.Context) error {
 				if _, err := s.MeasureLag(ctx); err != nil {
 					s.log.Debug("pgtable lag not measured", "error", err) // Lag().Err says so too
 				}
-				return nil
+				return s.checkHorizon(ctx)
 			})
 		})
 	}
