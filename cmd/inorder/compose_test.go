@@ -39,14 +39,16 @@ type compose struct {
 // image, health checks on every service (inorder's through its own
 // healthcheck command, which must accept the arguments), secrets in the
 // environment, ports on 127.0.0.1 by default, the version stamped; a pinned
-// single-node Kafka (KRaft), and the source chosen by INORDER_SOURCE.
+// single-node Kafka (KRaft), a pinned NATS server with JetStream whose
+// health check waits for JetStream, and the source chosen by
+// INORDER_SOURCE.
 func TestComposeFile(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile("../../docker-compose.yml")
 	require.NoError(t, err)
 	var c compose
 	require.NoError(t, yaml.Unmarshal(raw, &c))
-	require.Len(t, c.Services, 4)
+	require.Len(t, c.Services, 5)
 
 	kdb := c.Services["kurrentdb"]
 	require.Regexp(t, `^\$\{KURRENTDB_IMAGE:-docker\.kurrent\.io/kurrent-latest/kurrentdb:\d+\.\d+\.\d+\}$`, kdb.Image, "a pinned tag")
@@ -59,6 +61,12 @@ func TestComposeFile(t *testing.T) {
 	require.Regexp(t, `^\$\{KAFKA_IMAGE:-apache/kafka:\d+\.\d+\.\d+\}$`, kafka.Image, "a pinned tag")
 	require.Equal(t, "broker,controller", kafka.Environment["KAFKA_PROCESS_ROLES"], "KRaft: no ZooKeeper")
 	require.Equal(t, "-1", kafka.Environment["KAFKA_LOG_RETENTION_MS"], "topics keep what a rebuild replays")
+
+	nats := c.Services["nats"]
+	require.Regexp(t, `^\$\{NATS_IMAGE:-nats:\d+\.\d+\.\d+-alpine\}$`, nats.Image, "a pinned tag")
+	require.Contains(t, nats.Command, "--jetstream")
+	require.Contains(t, strings.Join(nats.Healthcheck.Test, " "), "js-enabled-only=true", "healthy once JetStream is")
+	require.Contains(t, nats.Ports, "${INORDER_BIND:-127.0.0.1}:${NATS_PORT:-4223}:4222", "not the host's 4222")
 
 	bind := regexp.MustCompile(`^\$\{INORDER_BIND:-127\.0\.0\.1\}:`)
 	for name, s := range c.Services {

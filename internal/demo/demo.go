@@ -131,8 +131,8 @@ func (o *options) validate(args []string) error {
 		return clikit.Usagef("--buffer must be at least 1")
 	case o.Timeout <= 0:
 		return clikit.Usagef("--timeout must be positive")
-	case o.Source != sourceESDB && o.Source != sourcePostgres:
-		return clikit.Usagef("--source must be %s or %s, not %q", sourceESDB, sourcePostgres, o.Source)
+	case o.Source != sourceESDB && o.Source != sourcePostgres && o.Source != sourceNATS:
+		return clikit.Usagef("--source must be %s, %s or %s, not %q", sourceESDB, sourcePostgres, sourceNATS, o.Source)
 	}
 	return nil
 }
@@ -189,11 +189,17 @@ func Command(w *Workload) func(*cli.App) *cobra.Command {
     (--` + noun + ` × --versions events); with --source postgres, appends it
     to inorder's own events table in the demo schema, from 4 concurrent
     writers whose transactions commit out of order, while it is consumed;
+    with --source nats, starts an in-process NATS server with JetStream on
+    127.0.0.1 and publishes it to a stream (a third of it twice: the
+    duplicate window absorbs the copies) while it is consumed;
  4. consumes it with --consumers competing consumers — on one persistent
     subscription, deliveries arrive out of order and duplicated (and every
     subscription is dropped twice); on the events table, the consumers
     share its partitions by leases, and one is cut off halfway, the others
-    taking its partitions over — and shows progress on stderr; meanwhile
+    taking its partitions over; on the NATS stream, the consumers share one
+    durable pull consumer and one is cut off halfway, its unacknowledged
+    messages going to the others after AckWait — and shows progress on
+    stderr; meanwhile
     it performs the workload's effects
     that leave Postgres (the ledger's "payment settled" webhooks, package
     effects) against an in-process HTTP receiver that counts deliveries by
@@ -236,7 +242,7 @@ the PostgreSQL cluster in --data-dir when it has to. Nothing else.`,
 		fs.IntVar(&o.Buffer, "buffer", 64, "unacknowledged deliveries per consumer (small values make more redeliveries)")
 		fs.StringVar(&o.HTTPAddr, "http-addr", clikit.DefaultHTTPAddr, "`address` of the HTTP API and /metrics (port 0 picks a free one)")
 		fs.StringVar(&o.HTTPToken, "http-token", "", "bearer `token` the HTTP API requires (default: none)")
-		fs.StringVar(&o.Source, "source", sourceESDB, "where the workload's events live: esdb (an in-process EventStoreDB) or postgres (inorder's events table)")
+		fs.StringVar(&o.Source, "source", sourceESDB, "where the workload's events live: esdb (an in-process EventStoreDB), postgres (inorder's events table) or nats (an in-process NATS JetStream server)")
 		clikit.SetEnv(fs, "source", "")
 		fs.BoolVar(&o.Exit, "exit", false, "exit after the summary instead of serving the HTTP API")
 		fs.BoolVar(&o.Exit, "no-serve", false, "same as --exit")
@@ -279,9 +285,12 @@ func run(ctx context.Context, a *cli.App, o *options) (err error) {
 		return err
 	}
 	var stats demoStats
-	if o.Source == sourcePostgres {
+	switch o.Source {
+	case sourcePostgres:
 		stats, err = d.consumeTable(ctx)
-	} else {
+	case sourceNATS:
+		stats, err = d.consumeNATS(ctx)
+	default:
 		if err := d.eventStore(); err != nil {
 			return err
 		}

@@ -66,6 +66,8 @@ func (driver) Bind(fs *pflag.FlagSet, command string) source.Opener {
 		return o
 	}
 	fs.StringVar(&o.Consumer, "nats-consumer", "", "durable consumer `name` the processes share (default: the URL's ?consumer=, else inorder)")
+	// Replicas of one deployment (docker compose --scale) share it.
+	_ = fs.SetAnnotation("nats-consumer", source.FlagEnvAnnotation, []string{"INORDER_NATS_CONSUMER"})
 	fs.IntVar(&o.ReadAhead, "read-ahead", 0, "messages dispatched ahead of the commits (default 3 × workers × batch size)")
 	fs.IntVar(&o.MaxPending, "nats-max-ack-pending", 0, "the consumer's MaxAckPending over all its processes (default 4 × (read-ahead + batch size))")
 	fs.DurationVar(&o.AckWait, "nats-ack-wait", 0, "the consumer's AckWait: what a killed process costs before its messages go to another (default (read-ahead + batch size) × 1ms, within 5s..30s)")

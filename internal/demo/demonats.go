@@ -1,0 +1,180 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	natsc "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/internal/clikit"
+	"github.com/inorder/inorder/source/nats"
+	"github.com/inorder/inorder/source/nats/natstest"
+)
+
+// sourceNATS is --source nats: the workload goes to an in-process NATS
+// server's JetStream stream.
+const sourceNATS = "nats"
+
+// The demo's stream, its subjects and the durable consumer its consumers
+// share.
+const (
+	demoStream   = "INORDER_DEMO"
+	demoSubject  = "demo"
+	demoConsumer = "inorder-demo"
+	// demoAckWait is how long the messages of the consumer cut off wait
+	// before the server delivers them to the others.
+	demoAckWait = 2 * time.Second
+)
+
+// consumeNATS starts an in-process NATS server with JetStream, publishes
+// the workload to a stream (one subject per aggregate, with Nats-Msg-Id)
+// while --consumers sources share one durable pull consumer, cuts one off
+// halfway (its unacknowledged messages go to the others once AckWait
+// passed), and runs until the whole workload is applied.
+func (d *demoRun) consumeNATS(ctx context.Context) (demoStats, error) {
+	dir, err := os.MkdirTemp("", "inorder-demo-nats-")
+	if err != nil {
+		return demoStats{}, fmt.Errorf("demo: NATS: %w", err)
+	}
+	d.cleanup = append(d.cleanup, func() { _ = os.RemoveAll(dir) })
+	srv, err := natstest.Start(natstest.Options{Dir: dir})
+	if err != nil {
+		return demoStats{}, fmt.Errorf("demo: NATS: %w", err)
+	}
+	d.cleanup = append(d.cleanup, srv.Shutdown)
+	nc, err := natsc.Connect(srv.URL(), natsc.MaxReconnects(-1))
+	if err != nil {
+		return demoStats{}, fmt.Errorf("demo: NATS: %w", err)
+	}
+	d.cleanup = append(d.cleanup, nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return demoStats{}, fmt.Errorf("demo: NATS: %w", err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: demoStream, Subjects: []string{demoSubject + ".>"},
+		Storage: jetstream.FileStorage}); err != nil {
+		return demoStats{}, fmt.Errorf("demo: NATS stream: %w", err)
+	}
+	d.events = d.workload()
+	total := int64(len(d.events))
+	srcs := make([]*nats.Source, d.o.Consumers)
+	for i := range srcs {
+		srcs[i], err = nats.New(&nats.Config{
+			URL: srv.URL(), Stream: demoStream, Consumer: demoConsumer, Processor: d.proc, Name: "demo",
+			Workers: 2, BatchSize: d.o.BatchSize, MaxWait: d.o.MaxWait, AckWait: demoAckWait,
+			ReconnectMin: 20 * time.Millisecond, Logger: d.logger,
+		})
+		if err != nil {
+			return demoStats{}, fmt.Errorf("demo: consumer: %w", err)
+		}
+	}
+	if err := srcs[0].RegisterMetrics(d.metrics.Registry()); err != nil {
+		return demoStats{}, fmt.Errorf("demo: %w", err)
+	}
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make([]error, len(srcs))
+	for i, s := range srcs {
+		wg.Go(func() { errs[i] = s.Run(runCtx) })
+	}
+	stopAll := func() error {
+		stop()
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+	d.con.Printf([]any{"consumers", len(srcs), "url", srv.URL(), "stream", demoStream}, "publishing %d events to stream %s on the in-process NATS server at %s; %d consumers share durable consumer %q",
+		total, demoStream, srv.URL(), len(srcs), demoConsumer)
+	published := make(chan error, 1)
+	go func() { published <- d.publishNATS(runCtx, js) }()
+
+	start := time.Now()
+	bar := clikit.NewProgressBar(d.con, "applied", "events", total)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(d.o.Timeout)
+	defer deadline.Stop()
+	cut := len(srcs) > 1
+	var applied, lastApplied int64
+	lastProgress := time.Now()
+	for applied < total {
+		select {
+		case <-ctx.Done():
+			_ = stopAll()
+			return demoStats{}, ctx.Err()
+		case <-d.a.Drain():
+			_ = stopAll()
+			return demoStats{}, fmt.Errorf("demo: interrupted after %d of %d events", applied, total)
+		case <-deadline.C:
+			_ = stopAll()
+			return demoStats{}, fmt.Errorf("demo: %d of %d events applied after %s (--timeout)", applied, total, d.o.Timeout)
+		case err := <-published:
+			if err != nil {
+				_ = stopAll()
+				return demoStats{}, err
+			}
+		case <-tick.C:
+		}
+		applied = d.proc.Counts()[d.proj].Applied()
+		bar.Update(applied)
+		if cut && applied >= total/2 {
+			cut = false
+			srcs[0].Abort() // its batches in flight roll back; its messages come again after AckWait
+			bar.Note(fmt.Sprintf("consumer 1 cut off at %d events: its batches in flight roll back, its unacknowledged messages go to the others after AckWait (%s)",
+				applied, demoAckWait))
+		}
+		if applied != lastApplied {
+			lastApplied, lastProgress = applied, time.Now()
+		} else if time.Since(lastProgress) > time.Minute {
+			_ = stopAll()
+			return demoStats{}, fmt.Errorf("demo: stuck at %d of %d events applied for a minute; see '%s status' and '%s parked list'", applied, total, d.a.Name(), d.a.Name())
+		}
+	}
+	elapsed := time.Since(start)
+	bar.Finish(applied)
+	err = stopAll()
+	if len(srcs) > 1 && errors.Is(errs[0], nats.ErrAborted) {
+		err = errors.Join(errs[1:]...) // the one cut off says so
+	}
+	if err != nil {
+		return demoStats{}, fmt.Errorf("demo: stop the consumers: %w", err)
+	}
+	var received int64
+	for _, s := range srcs {
+		received += s.Stats().Received
+	}
+	return demoStats{elapsed: elapsed, counts: d.proc.Counts()[d.proj], received: received,
+		consumers: fmt.Sprintf("%d sharing one durable NATS consumer (one cut off halfway)", len(srcs))}, nil
+}
+
+// publishNATS publishes the workload with the source's helper, in chunks,
+// then a third of it again: republished events, which the stream's
+// duplicate window absorbs (same Nats-Msg-Id).
+func (d *demoRun) publishNATS(ctx context.Context, js jetstream.JetStream) error {
+	subject := func(e aggregate.Event) string {
+		return demoSubject + "." + strings.NewReplacer(".", "_", "*", "_", ">", "_", " ", "_").Replace(e.Aggregate)
+	}
+	all := make([]aggregate.Event, len(d.events))
+	for i, e := range d.events {
+		e.ID = demoEventID(e).String()
+		all[i] = e
+	}
+	for events := all; len(events) > 0; {
+		n := min(len(events), 500)
+		if _, err := nats.PublishAll(ctx, js, subject, events[:n]); err != nil {
+			return fmt.Errorf("demo: publish: %w", err)
+		}
+		events = events[n:]
+	}
+	if _, err := nats.PublishAll(ctx, js, subject, all[:len(all)/3]); err != nil {
+		return fmt.Errorf("demo: publish: %w", err)
+	}
+	return nil
+}
