@@ -186,8 +186,8 @@ func (m *Metrics) ObserveHTTP(route string, code int, d time.Duration) {
 
 // countsCollector exposes Processor.Counts at scrape time.
 type countsCollector struct {
-	proc                   *projection.Processor
-	events, drained, batch *prometheus.Desc
+	proc                              *projection.Processor
+	events, drained, batch, deadlocks *prometheus.Desc
 }
 
 func newCountsCollector(proc *projection.Processor, ns string) *countsCollector {
@@ -201,6 +201,9 @@ func newCountsCollector(proc *projection.Processor, ns string) *countsCollector 
 			[]string{"projection"}, nil),
 		batch: prometheus.NewDesc(ns+"_batches_total", "Committed transactions, by projection.",
 			[]string{"projection"}, nil),
+		deadlocks: prometheus.NewDesc(ns+"_deadlocks_total",
+			"Transactions aborted by a PostgreSQL deadlock and retried, by projection (each projection of the processor); the warning logged with each names the table and statement.",
+			[]string{"projection"}, nil),
 	}
 }
 
@@ -209,6 +212,7 @@ func (c *countsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.events
 	ch <- c.drained
 	ch <- c.batch
+	ch <- c.deadlocks
 }
 
 // Collect implements prometheus.Collector.
@@ -221,6 +225,7 @@ func (c *countsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.drained, prometheus.CounterValue, float64(pc.Drained), name)
 		ch <- prometheus.MustNewConstMetric(c.batch, prometheus.CounterValue, float64(pc.Batches), name)
+		ch <- prometheus.MustNewConstMetric(c.deadlocks, prometheus.CounterValue, float64(pc.Deadlocks), name)
 	}
 }
 

@@ -15,6 +15,8 @@ type counters struct {
 	n       [len(outcomeNames)]atomic.Int64
 	drained atomic.Int64
 	batches atomic.Int64
+	// deadlocks counts the attempts that failed by a deadlock.
+	deadlocks atomic.Int64
 }
 
 func (c *counters) add(t counts) {
@@ -35,6 +37,13 @@ type Counts struct {
 	Drained int64
 	// Batches counts committed transactions.
 	Batches int64
+	// Deadlocks counts the transactions that PostgreSQL aborted as part of
+	// a deadlock and the processor retried (each costs deadlock_timeout, 1 s
+	// by default, of waiting first). The processor's own statements take
+	// their locks in one order; a non-zero count points at a handler's
+	// writes to shared rows in different orders: see Sums. The warning
+	// logged with each names the table and the statement.
+	Deadlocks int64
 }
 
 // Applied returns every event applied: deliveries applied directly plus
@@ -45,7 +54,8 @@ func (c Counts) Applied() int64 { return c.Deliveries[Applied] + c.Drained }
 func (p *Processor) Counts() map[string]Counts {
 	out := make(map[string]Counts, len(p.projs))
 	for _, r := range p.projs {
-		c := Counts{Deliveries: map[Outcome]int64{}, Drained: r.stats.drained.Load(), Batches: r.stats.batches.Load()}
+		c := Counts{Deliveries: map[Outcome]int64{}, Drained: r.stats.drained.Load(), Batches: r.stats.batches.Load(),
+			Deadlocks: r.stats.deadlocks.Load()}
 		for _, o := range Outcomes {
 			c.Deliveries[o] = r.stats.n[o].Load()
 		}

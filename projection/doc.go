@@ -72,10 +72,31 @@
 // duplication and any number of concurrent workers give the read model of the
 // stream applied in order, once.
 //
+// # Shared rows
+//
+// Rows that the events of many aggregates update — counters, stock,
+// balances — are written by batches of several workers at once. Batches
+// that lock them in different orders deadlock: PostgreSQL aborts one after
+// deadlock_timeout (1 s by default) and the processor retries it, counting
+// it in [Counts].Deadlocks and logging the table and the statement. [Sums]
+// accumulates a batch's additive changes per key and writes them with one
+// upsert in key order, which cannot deadlock:
+//
+//	sums := projection.NewSums[string](pgx.Identifier{"balances"}, "account", "balance")
+//	for _, e := range events {
+//		sums.Add(account(e), amount(e))
+//	}
+//	sums.Queue(tx)
+//
+// # Handlers without a Processor
+//
+// [Apply] runs a projection's handler on a pgx.Tx of the caller's, without
+// the gate: to test a handler, or to reuse it in a hand-written consumer.
+//
 // # Failures
 //
-// Transient database errors (serialization failures, deadlocks, lost
-// connections; see [IsTransient]) retry the transaction with backoff. A
+// Transient database errors (serialization failures, deadlocks — see
+// "Shared rows" —, lost connections; see [IsTransient]) retry the transaction with backoff. A
 // handler error is retried; if it persists ([Config].MaxAttempts), the batch
 // is applied aggregate by aggregate under savepoints, and the failing event is
 // quarantined: the rest of the batch commits, the aggregate's later versions

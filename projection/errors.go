@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -99,3 +101,68 @@ func IsTransient(err error) bool {
 	var connErr *pgconn.ConnectError
 	return errors.As(err, &connErr)
 }
+
+// StatementError is the error of a statement a handler queued (Tx.Queue):
+// the database's error, with the statement's text.
+type StatementError struct {
+	// SQL is the statement as queued.
+	SQL string
+	// Err is the database's error (a *pgconn.PgError, say).
+	Err error
+}
+
+// Error implements error.
+func (e *StatementError) Error() string {
+	return fmt.Sprintf("statement %q: %v", firstLine(e.SQL, 120), e.Err)
+}
+
+// Unwrap returns the database's error.
+func (e *StatementError) Unwrap() error { return e.Err }
+
+// firstLine returns the first line of sql, at most n bytes of it.
+func firstLine(sql string, n int) string {
+	sql = strings.TrimSpace(sql)
+	if i := strings.IndexByte(sql, '\n'); i >= 0 {
+		sql = sql[:i] + " …"
+	}
+	if len(sql) > n {
+		sql = sql[:n] + "…"
+	}
+	return sql
+}
+
+// deadlock is what the processor logs of a deadlock it retries.
+type deadlock struct {
+	table     string // the relation PostgreSQL names, if any
+	statement string // the handler's statement, if it was one
+	detail    string // PostgreSQL's detail: the processes and locks
+}
+
+// asDeadlock reports whether err is a deadlock (SQLSTATE 40P01) and what
+// it names: the relation comes from the error's context ("while updating
+// tuple (0,5) in relation \"hot\""), its table name field, or the lock in
+// its detail ("relation 16384 of database 5").
+func asDeadlock(err error) (deadlock, bool) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+		return deadlock{}, false
+	}
+	d := deadlock{table: pgErr.TableName, detail: pgErr.Detail}
+	if d.table == "" {
+		for _, s := range []string{pgErr.Where, pgErr.Detail} {
+			if m := relationName.FindStringSubmatch(s); m != nil {
+				d.table = m[1] + m[2]
+				break
+			}
+		}
+	}
+	var se *StatementError
+	if errors.As(err, &se) {
+		d.statement = firstLine(se.SQL, 200)
+	}
+	return d, true
+}
+
+// relationName finds the relation in a deadlock's context or detail: by
+// name, or by OID.
+var relationName = regexp.MustCompile(`relation (?:"([^"]+)"|(\d+) of database)`)

@@ -271,6 +271,15 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 				return fmt.Errorf("projection: process batch: gave up after %d retries of transient failures over %v: %w",
 					transient-1, backoff.Elapsed().Round(time.Millisecond), err)
 			}
+			if d, ok := asDeadlock(err); ok {
+				for _, r := range p.projs {
+					r.stats.deadlocks.Add(1)
+				}
+				p.log.WarnContext(ctx, "deadlock, retrying batch", "table", d.table, "statement", d.statement,
+					"detail", d.detail, "error", err, "retry", transient)
+				retried(ctx, "deadlock", err)
+				continue
+			}
 			p.log.WarnContext(ctx, "transient failure, retrying batch", "error", err, "retry", transient)
 			retried(ctx, "transient", err)
 			continue

@@ -129,7 +129,29 @@ func (t *Tx) Flush(ctx context.Context) error {
 	}
 	b := t.batch
 	t.batch = &pgx.Batch{}
+	// Each statement's result is read through a wrapper that notes the
+	// first that failed: its text goes with the error (a deadlock's log
+	// line names it).
+	failed := -1
+	for i, qq := range b.QueuedQueries {
+		fn := qq.Fn
+		qq.Fn = func(br pgx.BatchResults) error {
+			var err error
+			if fn != nil {
+				err = fn(br)
+			} else {
+				_, err = br.Exec()
+			}
+			if err != nil && failed < 0 {
+				failed = i
+			}
+			return err
+		}
+	}
 	if err := t.tx.SendBatch(ctx, b).Close(); err != nil {
+		if failed >= 0 {
+			err = &StatementError{SQL: b.QueuedQueries[failed].SQL, Err: err}
+		}
 		return fmt.Errorf("projection: pipelined statements: %w", err)
 	}
 	return nil

@@ -208,7 +208,10 @@ type Projection struct {
 	inline *projection.InlineTable
 }
 
-type tables struct{ payments, legs, balances string }
+type tables struct {
+	payments, legs, balances string
+	balancesID               pgx.Identifier // balances, for projection.Sums
+}
 
 // Options configures New. The zero value is valid.
 type Options struct {
@@ -237,13 +240,15 @@ func New(opts *Options) *Projection {
 	if p.name == "" {
 		p.name = "ledger"
 	}
-	q := func(t string) string {
+	id := func(t string) pgx.Identifier {
 		if p.schema == "" {
-			return pgx.Identifier{t}.Sanitize()
+			return pgx.Identifier{t}
 		}
-		return pgx.Identifier{p.schema, t}.Sanitize()
+		return pgx.Identifier{p.schema, t}
 	}
-	p.t = tables{payments: q("ledger_payments"), legs: q("ledger_legs"), balances: q("ledger_balances")}
+	q := func(t string) string { return id(t).Sanitize() }
+	p.t = tables{payments: q("ledger_payments"), legs: q("ledger_legs"), balances: q("ledger_balances"),
+		balancesID: id("ledger_balances")}
 	if !opts.VersionRows {
 		t := pgx.Identifier{"ledger_payments"}
 		if p.schema != "" {
@@ -345,7 +350,10 @@ func (p *Projection) recordSettlements(ctx context.Context, tx *projection.Tx, w
 type writes struct {
 	payments []*Payment
 	legs     []Leg
-	balances map[string]int64
+	// balances are the changes to the accounts' balances, shared rows
+	// that the payments of every worker update: written in account
+	// order (projection.Sums), so that concurrent batches cannot deadlock.
+	balances *projection.Sums[string]
 	settled  []settlement
 }
 
@@ -379,11 +387,11 @@ FROM `+p.t.payments+` WHERE payment_id = ANY($1)`, ids)
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("ledger: read payments: %w", err)
 	}
-	return foldInto(state, events)
+	return foldInto(state, events, p.t)
 }
 
-func foldInto(state map[string]*Payment, events []aggregate.Event) (*writes, error) {
-	w := &writes{balances: map[string]int64{}}
+func foldInto(state map[string]*Payment, events []aggregate.Event, t tables) (*writes, error) {
+	w := &writes{balances: projection.NewSums[string](t.balancesID, "account", "balance")}
 	for i, e := range events {
 		prev := state[e.Aggregate]
 		next, legs, err := Step(prev, e)
@@ -399,14 +407,14 @@ func foldInto(state map[string]*Payment, events []aggregate.Event) (*writes, err
 		}
 		for _, l := range legs {
 			w.legs = append(w.legs, l)
-			w.balances[l.Account] += l.Amount
+			w.balances.Add(l.Account, l.Amount)
 		}
 	}
 	return w, nil
 }
 
-// queue queues the writes; balances are upserted in account order so
-// concurrent transactions lock them in the same order. Inline (it set),
+// queue queues the writes; balances are upserted in account order
+// (projection.Sums) so concurrent transactions lock them in the same order. Inline (it set),
 // the payments' upsert carries the gate's compare-and-set and log.
 func (w *writes) queue(tx *projection.Tx, t tables, it *projection.InlineTable) error {
 	n := len(w.payments)
@@ -453,20 +461,7 @@ WHERE `+it.Condition("pm"),
 		tx.Queue(`INSERT INTO `+t.legs+` (payment_id, version, leg, account, amount)
 SELECT * FROM unnest($1::text[], $2::bigint[], $3::smallint[], $4::text[], $5::bigint[])`, pays, lvers, legs, accts, amts)
 	}
-	if len(w.balances) > 0 {
-		accts := make([]string, 0, len(w.balances))
-		for a := range w.balances {
-			accts = append(accts, a)
-		}
-		sort.Strings(accts)
-		amts := make([]int64, len(accts))
-		for i, a := range accts {
-			amts[i] = w.balances[a]
-		}
-		tx.Queue(`INSERT INTO `+t.balances+` AS b (account, balance)
-SELECT * FROM unnest($1::text[], $2::bigint[]) AS u(account, balance) ORDER BY u.account COLLATE "C"
-ON CONFLICT (account) DO UPDATE SET balance = b.balance + EXCLUDED.balance`, accts, amts)
-	}
+	w.balances.Queue(tx)
 	return nil
 }
 

@@ -42,7 +42,8 @@
 //   - the applied log holds one row per distinct event;
 //   - the processor's [projection.Counts] are consistent: every distinct
 //     event applied once (Counts.Applied), every parked delivery drained,
-//     no conflict, quarantine or rejection — and, when deliveries go straight
+//     no conflict, quarantine, rejection or deadlock
+//     ([projection.Counts].Deadlocks: every sub-test fails on one) — and, when deliveries go straight
 //     to [projection.Processor.Process], one outcome per delivery and the
 //     exact outcomes each schedule implies.
 //
@@ -52,6 +53,11 @@
 //     Features.Versions events with a share of exact-copy duplicates,
 //     shuffled, cut into batches of random size and delivered by
 //     Features.Workers concurrent workers;
+//   - PartitionedWorkers: the stream in order, each aggregate delivered by
+//     one of Features.Workers concurrent workers (a source partitioned by
+//     aggregate), whose batches update the read model's shared rows at
+//     once — what deadlocks a projection that writes them in different
+//     orders;
 //   - ReversedPerAggregate: every aggregate's versions delivered last to
 //     first, in batches that mix aggregates;
 //   - OneAggregateInParallel: every version of one aggregate, twice, each

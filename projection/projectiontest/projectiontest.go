@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -122,6 +123,10 @@ func Run(t *testing.T, s Subject, f Features) {
 			})
 		}
 	})
+	t.Run("PartitionedWorkers", func(t *testing.T) {
+		t.Parallel()
+		r.partitioned(t)
+	})
 	t.Run("ReversedPerAggregate", func(t *testing.T) {
 		t.Parallel()
 		r.reversed(t)
@@ -222,6 +227,45 @@ func (r *runner) randomSchedule(t *testing.T, seed uint64) {
 	t.Logf("seed %d: %d events, %d deliveries in %d batches by %d workers in %v",
 		seed, len(events), len(deliveries), len(batches), r.f.Workers, time.Since(began).Round(time.Millisecond))
 	verify(t, c, events, len(deliveries))
+}
+
+// partitioned delivers the stream in order by Features.Workers workers,
+// each aggregate to one of them (as a source partitioned by aggregate
+// does), each worker its aggregates' events in stream order, in batches of
+// up to MaxBatch: the workers' batches touch different aggregates but the
+// same shared rows of the read model, at once. Besides the read model,
+// verify requires that no transaction deadlocked.
+func (r *runner) partitioned(t *testing.T) {
+	c, ctx := r.newCase(t)
+	rng := rand.New(rand.NewPCG(r.f.Seed, 0x9a27))
+	events := r.s.Generate(rng, r.f.Aggregates, r.f.Versions)
+	streams := make([][]aggregate.Event, r.f.Workers)
+	for _, e := range events {
+		h := fnv.New32a()
+		h.Write([]byte(e.Aggregate))
+		w := int(h.Sum32() % uint32(r.f.Workers))
+		streams[w] = append(streams[w], e)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for w, s := range streams {
+		batches := split(rand.New(rand.NewPCG(r.f.Seed, uint64(w))), s, r.f.MaxBatch)
+		g.Go(func() error {
+			for _, b := range batches {
+				res, err := c.deliver(gctx, b)
+				if err != nil {
+					return fmt.Errorf("worker %d: %w", w, err)
+				}
+				for i, e := range b {
+					if err := expect(res, i, e, projection.Applied); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+	}
+	require.NoError(t, g.Wait())
+	verify(t, c, events, len(events))
 }
 
 // reversed delivers every aggregate's versions last to first. Each
