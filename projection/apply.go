@@ -53,6 +53,7 @@ func (a *attempt) apply(ctx context.Context, r *registered, plans []*aggPlan, co
 		}
 		return &handlerFailure{projection: r.name, err: err}
 	}
+	ht.finish()
 	a.queueWrites(ht.batch, r, plans, conflicts)
 	r.leaveSchema(ht)
 	if err := ht.Flush(ctx); err != nil {
@@ -110,6 +111,7 @@ func (p *Processor) trySavepoint(ctx context.Context, tx pgx.Tx, r *registered, 
 	r.enterSchema(ht)
 	herr := p.callHandler(ctx, ht, r, events)
 	if herr == nil {
+		ht.finish()
 		r.leaveSchema(ht)
 		herr = ht.Flush(ctx)
 	}

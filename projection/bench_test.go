@@ -530,6 +530,7 @@ ON CONFLICT (projection, aggregate) DO UPDATE SET version = EXCLUDED.version, pa
 		if err := l.ApplyBatch(ctx, t, apply); err != nil {
 			return err
 		}
+		projection.Finish(t) // the ledger's balances (TxSums)
 		return t.Flush(ctx)
 	})
 }
@@ -776,6 +777,7 @@ func benchSetBasedApply(ctx context.Context, pool *pgxpool.Pool, l *ledger.Proje
 		if err := l.ApplyBatch(ctx, t, events); err != nil {
 			return err
 		}
+		projection.Finish(t) // the ledger's balances (TxSums)
 		if versionRows {
 			var aggs []string
 			var vers []int64
@@ -815,6 +817,7 @@ func benchInlineApply(ctx context.Context, pool *pgxpool.Pool, l *ledger.Project
 		if err := l.ApplyBatch(ctx, t, events); err != nil {
 			return err
 		}
+		projection.Finish(t) // the ledger's balances (TxSums)
 		return t.Flush(ctx)
 	})
 }

@@ -452,6 +452,7 @@ func (rp *replay) bulkTx(ctx context.Context, bt *batch, bulk []delivery, n int6
 			if err := p.callHandler(ctx, ht, b.gate.projs[0], events); err != nil {
 				return &handlerFailure{projection: b.r.name, err: err}
 			}
+			ht.finish()
 			if len(bulk) > 0 && rp.inline == nil {
 				ht.Queue(`INSERT INTO `+rp.journal+` (aggregate, version, event_id, hash)
 SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[])`, aggs, vers, ids, hashes)

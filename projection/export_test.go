@@ -33,3 +33,8 @@ func SetInlineRuns(t *Tx, events []aggregate.Event) {
 	runs := inlineRuns(events, nil, true)
 	t.inline = &inlineTx{runs: runs, event: -1, want: int64(len(runs))}
 }
+
+// Finish queues on t what its handler's calls left for the end of the
+// transaction (the Sums of TxSums), as the processor does after a
+// handler's last call.
+func Finish(t *Tx) { t.finish() }

@@ -54,6 +54,7 @@ func Apply(ctx context.Context, tx pgx.Tx, p Projection, events ...aggregate.Eve
 	default:
 		return fmt.Errorf("projection %s: %w", p.Name(), ErrNoHandler)
 	}
+	t.finish()
 	if err := t.Flush(ctx); err != nil {
 		return fmt.Errorf("projection %s: %w", p.Name(), err)
 	}

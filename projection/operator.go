@@ -140,6 +140,7 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action string,
 			if err := gh.Gap(ctx, ht, Gap{Aggregate: agg, From: from + 1, To: to, Action: action, Reason: reason}); err != nil {
 				return &HandlerError{Projection: projection, Aggregate: agg, Version: to, Err: fmt.Errorf("gap %d-%d: %w", from+1, to, err)}
 			}
+			ht.finish()
 			r.leaveSchema(ht)
 			if err := ht.Flush(ctx); err != nil {
 				return &HandlerError{Projection: projection, Aggregate: agg, Version: to, Err: fmt.Errorf("gap %d-%d: %w", from+1, to, err)}

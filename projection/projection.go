@@ -3,6 +3,7 @@ package projection
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -104,6 +105,31 @@ type Tx struct {
 	batch      *pgx.Batch
 	projection string
 	inline     *inlineTx // the runs of an inline projection's handler
+	// deferred are the Sums of TxSums, by table: queued by finish, once
+	// the handler's last call returned, in table order.
+	deferred map[string]deferredSums
+}
+
+// deferredSums is a Sums[K] of any K.
+type deferredSums interface{ queueOn(*Tx) }
+
+// finish queues what the handler's calls left for the end of the
+// transaction: the Sums of TxSums, table by table in name order, each in
+// key order. The processor calls it after the handler's last call, before
+// its last Flush.
+func (t *Tx) finish() {
+	if len(t.deferred) == 0 {
+		return
+	}
+	tables := make([]string, 0, len(t.deferred))
+	for k := range t.deferred {
+		tables = append(tables, k)
+	}
+	slices.Sort(tables)
+	for _, k := range tables {
+		t.deferred[k].queueOn(t)
+	}
+	clear(t.deferred)
 }
 
 func newTx(tx pgx.Tx, projection string) *Tx {

@@ -170,6 +170,33 @@ func (s *Sums[K]) Queue(tx *Tx) *pgx.QueuedQuery {
 	return tx.Queue(s.sql, args...)
 }
 
+func (s *Sums[K]) queueOn(t *Tx) { s.Queue(t) }
+
+// TxSums returns the Sums of tx for table, created by the first call with
+// NewSums' arguments: changes added to it by any number of handler calls in
+// the transaction — an EventHandler's Apply of each event — are written
+// once, after the handler's last call (by the processor, or by Apply), in
+// key order; the Sums of several tables are written in the order of their
+// names. That is what keeps an EventHandler that updates shared rows free of
+// deadlocks: its events would lock them in event order. Do not call Queue on
+// it. It panics if the table's Sums has another key type.
+func TxSums[K SumKey](tx *Tx, table pgx.Identifier, key string, columns ...string) *Sums[K] {
+	name := table.Sanitize()
+	if d, ok := tx.deferred[name]; ok {
+		s, ok := d.(*Sums[K])
+		if !ok {
+			panic(fmt.Sprintf("projection: TxSums: %s has a key of type %T", name, d))
+		}
+		return s
+	}
+	s := NewSums[K](table, key, columns...)
+	if tx.deferred == nil {
+		tx.deferred = map[string]deferredSums{}
+	}
+	tx.deferred[name] = s
+	return s
+}
+
 // Reset discards the accumulated changes.
 func (s *Sums[K]) Reset() {
 	clear(s.index)

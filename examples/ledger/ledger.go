@@ -351,8 +351,9 @@ type writes struct {
 	payments []*Payment
 	legs     []Leg
 	// balances are the changes to the accounts' balances, shared rows
-	// that the payments of every worker update: written in account
-	// order (projection.Sums), so that concurrent batches cannot deadlock.
+	// that the payments of every worker update: the transaction's
+	// projection.TxSums, written after the handler's last call in account
+	// order, so that concurrent batches cannot deadlock.
 	balances *projection.Sums[string]
 	settled  []settlement
 }
@@ -387,11 +388,13 @@ FROM `+p.t.payments+` WHERE payment_id = ANY($1)`, ids)
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("ledger: read payments: %w", err)
 	}
-	return foldInto(state, events, p.t)
+	// The transaction's Sums: the balances of all the handler's calls (the
+	// per-event Simple's too) are written once, in account order.
+	return foldInto(state, events, projection.TxSums[string](tx, p.t.balancesID, "account", "balance"))
 }
 
-func foldInto(state map[string]*Payment, events []aggregate.Event, t tables) (*writes, error) {
-	w := &writes{balances: projection.NewSums[string](t.balancesID, "account", "balance")}
+func foldInto(state map[string]*Payment, events []aggregate.Event, balances *projection.Sums[string]) (*writes, error) {
+	w := &writes{balances: balances}
 	for i, e := range events {
 		prev := state[e.Aggregate]
 		next, legs, err := Step(prev, e)
@@ -413,8 +416,9 @@ func foldInto(state map[string]*Payment, events []aggregate.Event, t tables) (*w
 	return w, nil
 }
 
-// queue queues the writes; balances are upserted in account order
-// (projection.Sums) so concurrent transactions lock them in the same order. Inline (it set),
+// queue queues the writes of payments and legs; the balances are the
+// transaction's projection.TxSums, upserted after the handler's last call in
+// account order, so concurrent transactions lock them in the same order. Inline (it set),
 // the payments' upsert carries the gate's compare-and-set and log.
 func (w *writes) queue(tx *projection.Tx, t tables, it *projection.InlineTable) error {
 	n := len(w.payments)
@@ -461,7 +465,6 @@ WHERE `+it.Condition("pm"),
 		tx.Queue(`INSERT INTO `+t.legs+` (payment_id, version, leg, account, amount)
 SELECT * FROM unnest($1::text[], $2::bigint[], $3::smallint[], $4::text[], $5::bigint[])`, pays, lvers, legs, accts, amts)
 	}
-	w.balances.Queue(tx)
 	return nil
 }
 

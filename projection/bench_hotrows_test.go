@@ -1,0 +1,246 @@
+package projection_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/projection"
+)
+
+var hotRounds = flag.Int("hotrows.rounds", 5, "BenchmarkHotRows: interleaved rounds of every variant")
+
+// Sizes of BenchmarkHotRows' stream: 10,000 aggregates of 5 versions.
+const (
+	hotBenchAggregates = 10000
+	hotBenchVersions   = 5
+)
+
+// hotVariant is one variant of BenchmarkHotRows.
+type hotVariant struct {
+	name        string
+	kind        string // setbased, unordered (set-based, natural UPDATE), copy, gate-rows, gate-inline
+	workers     int
+	partitioned bool
+	deliveries  []aggregate.Event
+}
+
+// BenchmarkHotRows is the second workload of the gate's benchmarks, unlike
+// the ledger: cheap per event, one row per aggregate (hr_aggs) plus
+// additive updates of 500 shared hot rows (hr_hot) with a Zipf-like key
+// distribution (hotRows). 50,000 events in batches of 1000. Every variant
+// runs once per round, the variants' order rotated from round to round;
+// every run uses a fresh schema, starts after a CHECKPOINT and fails unless
+// the read model equals the in-order fold (copy: unless every event was
+// copied). The table at the end has the medians of events/s and of the
+// per-round ratios:
+//
+//   - setbased: the hand-written set-based consumer, the projection's own
+//     handler (projection.Apply) in one transaction per batch, in order, no
+//     gate; -partitioned: 4 workers partitioned by aggregate;
+//     unordered-partitioned: the same with the natural statement on the hot
+//     rows (UPDATE … FROM unnest, keys in map order) instead of
+//     projection.Sums: it deadlocks (each costs deadlock_timeout);
+//
+//   - copy: COPY of the batch's events into a table keyed by (aggregate,
+//     version): the physical ceiling;
+//
+//   - gate-rows-*: the gate with version rows (the general path);
+//     gate-inline-*: the aggregate's row carries the gate's state;
+//     -ordered: in order, 1 connection; -partitioned: in order, 4
+//     partitioned; -jittered-partitioned: each delivery displaced by up to
+//     two batches plus 5% copies, 4 partitioned; -shuffled: the stream
+//     shuffled plus 20% redeliveries, 1 connection.
+//
+//     flock /work/coord/bench.lock go test -run '^$' -bench BenchmarkHotRows -benchtime=1x -v ./projection/ -hotrows.rounds=5
+func BenchmarkHotRows(b *testing.B) {
+	events := hotGenerate(rand.New(rand.NewPCG(2026, 1)), hotBenchAggregates, hotBenchVersions)
+	shuffled := benchShuffle(rand.New(rand.NewPCG(2026, 2)), events, 0.2)
+	jittered := benchJitter(rand.New(rand.NewPCG(2026, 3)), events, 2*benchBatch, 0.05)
+	want, err := hotFold(events)
+	require.NoError(b, err)
+
+	variants := []hotVariant{
+		{name: "setbased", kind: "setbased", workers: 1, deliveries: events},
+		{name: "setbased-partitioned", kind: "setbased", workers: 4, partitioned: true, deliveries: events},
+		{name: "unordered-partitioned", kind: "unordered", workers: 4, partitioned: true, deliveries: events},
+		{name: "copy", kind: "copy", workers: 1, deliveries: events},
+		{name: "gate-rows-ordered", kind: "gate-rows", workers: 1, deliveries: events},
+		{name: "gate-inline-ordered", kind: "gate-inline", workers: 1, deliveries: events},
+		{name: "gate-inline-partitioned", kind: "gate-inline", workers: 4, partitioned: true, deliveries: events},
+		{name: "gate-inline-jittered-partitioned", kind: "gate-inline", workers: 4, partitioned: true, deliveries: jittered},
+		{name: "gate-rows-shuffled", kind: "gate-rows", workers: 1, deliveries: shuffled},
+		{name: "gate-inline-shuffled", kind: "gate-inline", workers: 1, deliveries: shuffled},
+	}
+	eps := map[string][]float64{}     // deliveries per second, per round
+	deadlocks := map[string][]int64{} // deadlocks retried, per round
+	ratios := map[string][]float64{}  // per-round ratios
+	var loads []string
+	for range b.N {
+		for round := range *hotRounds {
+			loads = append(loads, hotLoadAvg())
+			for k := range variants {
+				v := variants[(k+round)%len(variants)]
+				took, dl := hotRun(b, v, want, len(events))
+				eps[v.name] = append(eps[v.name], float64(len(v.deliveries))/took.Seconds())
+				deadlocks[v.name] = append(deadlocks[v.name], dl)
+				b.Logf("round %d %-34s %8.0f events/s  %6.2fs  deadlocks %d", round+1, v.name, float64(len(v.deliveries))/took.Seconds(), took.Seconds(), dl)
+			}
+			last := func(n string) float64 { return eps[n][len(eps[n])-1] }
+			unique := func(n string) float64 { // unique events per second
+				for _, v := range variants {
+					if v.name == n {
+						return last(n) * float64(len(events)) / float64(len(v.deliveries))
+					}
+				}
+				panic(n)
+			}
+			for _, r := range []struct {
+				name string
+				x    float64
+			}{
+				{"gate-rows-ordered / setbased", last("gate-rows-ordered") / last("setbased")},
+				{"gate-inline-ordered / setbased", last("gate-inline-ordered") / last("setbased")},
+				{"gate-inline-jittered-partitioned / setbased-partitioned", last("gate-inline-jittered-partitioned") / last("setbased-partitioned")},
+				{"gate-inline-jittered-partitioned (unique) / setbased-partitioned", unique("gate-inline-jittered-partitioned") / last("setbased-partitioned")},
+				{"gate-inline-shuffled / setbased", last("gate-inline-shuffled") / last("setbased")},
+				{"gate-inline-shuffled (unique) / setbased", unique("gate-inline-shuffled") / last("setbased")},
+				{"gate-inline-shuffled (unique) / copy", unique("gate-inline-shuffled") / last("copy")},
+				{"gate-rows-shuffled / setbased", last("gate-rows-shuffled") / last("setbased")},
+				{"gate-rows-shuffled (unique) / copy", unique("gate-rows-shuffled") / last("copy")},
+				{"gate-inline-partitioned / setbased (1 connection)", last("gate-inline-partitioned") / last("setbased")},
+				{"gate-inline-partitioned / setbased-partitioned", last("gate-inline-partitioned") / last("setbased-partitioned")},
+				{"setbased-partitioned / setbased", last("setbased-partitioned") / last("setbased")},
+				{"unordered-partitioned / setbased", last("unordered-partitioned") / last("setbased")},
+				{"copy / setbased", last("copy") / last("setbased")},
+			} {
+				ratios[r.name] = append(ratios[r.name], r.x)
+			}
+		}
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "\nBenchmarkHotRows: %d rounds, load averages at each round's start: %s\n", len(loads), strings.Join(loads, " / "))
+	fmt.Fprintf(&out, "| variant | events/s (median) | per round | deadlocks per run |\n|---|---:|---|---|\n")
+	for _, v := range variants {
+		fmt.Fprintf(&out, "| %s | %.0f | %s | %v |\n", v.name, benchMedian(eps[v.name]), hotJoin(eps[v.name], "%.0f"), deadlocks[v.name])
+	}
+	fmt.Fprintf(&out, "\n| ratio | median of the per-round ratios | per round |\n|---|---:|---|\n")
+	names := make([]string, 0, len(ratios))
+	for n := range ratios {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		fmt.Fprintf(&out, "| %s | %.3f | %s |\n", n, benchMedian(ratios[n]), hotJoin(ratios[n], "%.2f"))
+	}
+	b.Log(out.String())
+	b.ReportMetric(benchMedian(ratios["gate-inline-ordered / setbased"]), "inline-ordered-ratio")
+}
+
+func hotJoin(xs []float64, format string) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprintf(format, x)
+	}
+	return strings.Join(s, " / ")
+}
+
+// hotLoadAvg returns the machine's 1-minute load average.
+func hotLoadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(data))[0]
+}
+
+// hotRun runs one variant on a fresh schema and returns its time and the
+// deadlocks retried.
+func hotRun(b *testing.B, v hotVariant, want *hotModel, unique int) (time.Duration, int64) {
+	b.Helper()
+	ctx := b.Context()
+	db := pgtest.NewMigrated(b)
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	require.NoError(b, err)
+	cfg.MaxConns = int32(v.workers + 1)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(b, err)
+	defer pool.Close()
+
+	h := &hotRows{name: "hot", inline: v.kind == "gate-inline", unordered: v.kind == "unordered"}
+	var proc *projection.Processor
+	if strings.HasPrefix(v.kind, "gate") {
+		proc, err = projection.New(pool, &projection.Config{Schema: db.Schema}, h)
+		require.NoError(b, err)
+		require.NoError(b, proc.Setup(ctx))
+	} else {
+		require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if err := h.Setup(ctx, tx); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `CREATE TABLE hr_copy (id text NOT NULL, version bigint NOT NULL, data jsonb NOT NULL, PRIMARY KEY (id, version))`)
+			return err
+		}))
+	}
+	if _, err := pool.Exec(ctx, `CHECKPOINT`); err != nil {
+		b.Logf("no checkpoint before the run: %v", err)
+	}
+	var retried atomic.Int64
+	began := time.Now()
+	err = benchFanOut(ctx, v.deliveries, benchBatch, v.workers, v.partitioned, func(ctx context.Context, es []aggregate.Event) error {
+		switch v.kind {
+		case "setbased", "unordered":
+			for {
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return projection.Apply(ctx, tx, h, es...) })
+				var pgErr *pgconn.PgError
+				if errors.As(err, &pgErr) && pgErr.Code == "40P01" {
+					retried.Add(1)
+					continue
+				}
+				return err
+			}
+		case "copy":
+			rows := make([][]any, len(es))
+			for i, e := range es {
+				rows[i] = []any{e.Aggregate, e.Version, string(e.Data)}
+			}
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				_, err := tx.CopyFrom(ctx, pgx.Identifier{"hr_copy"}, []string{"id", "version", "data"}, pgx.CopyFromRows(rows))
+				return err
+			})
+		default:
+			_, err := proc.Process(ctx, projection.Batch{Events: es, Source: "bench"})
+			return err
+		}
+	})
+	took := time.Since(began)
+	require.NoError(b, err, v.name)
+	if v.kind == "copy" {
+		var n int
+		require.NoError(b, pool.QueryRow(ctx, `SELECT count(*) FROM hr_copy`).Scan(&n))
+		require.Equal(b, unique, n, v.name)
+		return took, 0
+	}
+	got, err := hotLoad(ctx, pool)
+	require.NoError(b, err)
+	require.Equal(b, want, got, "%s: the read model is not the in-order fold", v.name)
+	if proc != nil {
+		return took, proc.Counts()["hot"].Deadlocks
+	}
+	return took, retried.Load()
+}
