@@ -1,0 +1,187 @@
+package nats_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	natsc "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/source/nats"
+	"github.com/inorder/inorder/source/nats/natstest"
+)
+
+var benchPayments = flag.Int("nats.payments", 5000, "BenchmarkNATS: payments (events = payments × 6)")
+
+// BenchmarkNATS measures the source end to end — an in-process NATS server
+// (one node, file storage), the real client, the ledger projection —
+// beside the processor alone fed the same events, partitioned by aggregate
+// over 4 goroutines, in batches of 500, in order. Two workload shapes, each
+// on a stream of its own: "ordered" (each event once) and "copies" (every
+// event published twice, the copy later and with a Nats-Msg-Id of its own
+// so that the duplicate window lets it through: half the deliveries are
+// duplicates the gate discards). Each round runs, per shape, on a fresh
+// schema each:
+//
+//   - processor: Processor.Process alone, 4 goroutines;
+//   - nats-1: one Source, 4 workers;
+//   - nats-3: three Sources on one durable consumer (as three processes
+//     would be: each its own processor and connection), 2 workers each.
+//
+// It reports each variant's events/s (median over the rounds) and the
+// median ratio to the processor alone in the same round (target ≥ 0.7×),
+// and nats-3 to nats-1.
+//
+//	go test -run '^$' -bench BenchmarkNATS -benchtime 3x -v ./source/nats/
+func BenchmarkNATS(b *testing.B) {
+	const batchSize = 500
+	srv := natstest.New(b)
+	nc, err := natsc.Connect(srv.URL())
+	require.NoError(b, err)
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(b, err)
+	events := ledger.Generate(rand.New(rand.NewPCG(42, 42)), *benchPayments, 6)
+	shapes := []struct {
+		name   string
+		stream []aggregate.Event
+		copies bool
+	}{
+		{"ordered", events, false},
+		{"copies", append(slices.Clone(events), events...), true},
+	}
+	for _, sh := range shapes {
+		_, err := js.CreateStream(b.Context(), jetstream.StreamConfig{Name: sh.name, Subjects: []string{sh.name + ".>"}, Storage: jetstream.FileStorage})
+		require.NoError(b, err)
+		for i, e := range sh.stream {
+			m, err := nats.NewMsg(sh.name+"."+e.Aggregate, e)
+			require.NoError(b, err)
+			m.Header.Set("Event-Id", e.StableID())
+			if sh.copies && i >= len(events) {
+				m.Header.Set(natsc.MsgIdHdr, uuid.NewString())
+			}
+			_, err = js.PublishMsgAsync(m)
+			require.NoError(b, err)
+			if i%4000 == 3999 {
+				<-js.PublishAsyncComplete()
+			}
+		}
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-time.After(waitTimeout):
+			b.Fatal("publishes not acknowledged")
+		}
+		info, err := js.Stream(b.Context(), sh.name)
+		require.NoError(b, err)
+		require.EqualValues(b, len(sh.stream), info.CachedInfo().State.Msgs, "every message stored")
+	}
+	n := len(events)
+	processorRun := func(b *testing.B, stream []aggregate.Event) time.Duration {
+		parts := make([][]aggregate.Event, 4)
+		for _, ev := range stream {
+			h := fnv.New64a()
+			h.Write([]byte(ev.Aggregate))
+			parts[h.Sum64()%4] = append(parts[h.Sum64()%4], ev)
+		}
+		bp := setup(b)
+		began := time.Now()
+		var wg sync.WaitGroup
+		for _, part := range parts {
+			wg.Go(func() {
+				for chunk := range slices.Chunk(part, batchSize) {
+					_, err := bp.proc.Process(context.Background(), projection.Batch{Events: chunk})
+					require.NoError(b, err)
+				}
+			})
+		}
+		wg.Wait()
+		took := time.Since(began)
+		require.EqualValues(b, n, bp.proc.Counts()["ledger"].Applied())
+		return took
+	}
+	round := 0
+	sourceRun := func(b *testing.B, stream string, consumers, workers int) time.Duration {
+		bs := setup(b)
+		procs := []*projection.Processor{bs.proc}
+		for len(procs) < consumers {
+			p, err := projection.New(bs.db.Pool, &projection.Config{Schema: bs.db.Schema}, ledger.New(nil))
+			require.NoError(b, err)
+			procs = append(procs, p)
+		}
+		consumer := fmt.Sprintf("bench-%s-%d-%d", stream, consumers, round)
+		began := time.Now()
+		var rs []*running
+		for _, p := range procs {
+			rs = append(rs, start(b, nats.Config{
+				URL: srv.URL(), Stream: stream, Consumer: consumer, Processor: p, Mapping: nats.Mapping{ID: "header:Event-Id"},
+				Workers: workers, BatchSize: batchSize, MaxWait: 20 * time.Millisecond, LagEvery: -1,
+			}))
+		}
+		waitFor(b, ticks(b, 5*time.Millisecond), applied(n, procs...), "every event applied")
+		took := time.Since(began)
+		for _, r := range rs {
+			require.NoError(b, r.stop())
+		}
+		b.StopTimer()
+		bs.requireFold(b, events)
+		b.StartTimer()
+		return took
+	}
+	rates := map[string][]float64{}
+	for b.Loop() {
+		for _, sh := range shapes {
+			for _, v := range []struct {
+				name string
+				run  func() time.Duration
+			}{
+				{"processor", func() time.Duration { return processorRun(b, sh.stream) }},
+				{"nats-1", func() time.Duration { return sourceRun(b, sh.name, 1, 4) }},
+				{"nats-3", func() time.Duration { return sourceRun(b, sh.name, 3, 2) }},
+			} {
+				took := v.run()
+				key := sh.name + "/" + v.name
+				rate := float64(n) / took.Seconds()
+				rates[key] = append(rates[key], rate)
+				b.Logf("round %d %-18s %8.0f events/s  %6.2fs", round, key, rate, took.Seconds())
+			}
+		}
+		round++
+	}
+	median := func(xs []float64) float64 {
+		s := slices.Clone(xs)
+		sort.Float64s(s)
+		if len(s)%2 == 1 {
+			return s[len(s)/2]
+		}
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	ratio := func(a, base string) float64 {
+		var rs []float64
+		for i := range rates[a] {
+			rs = append(rs, rates[a][i]/rates[base][i])
+		}
+		return median(rs)
+	}
+	for _, sh := range shapes {
+		for _, v := range []string{"processor", "nats-1", "nats-3"} {
+			b.ReportMetric(median(rates[sh.name+"/"+v]), sh.name+"/"+v+"-events/s")
+		}
+		b.ReportMetric(ratio(sh.name+"/nats-1", sh.name+"/processor"), sh.name+"/nats-1/processor")
+		b.ReportMetric(ratio(sh.name+"/nats-3", sh.name+"/processor"), sh.name+"/nats-3/processor")
+		b.ReportMetric(ratio(sh.name+"/nats-3", sh.name+"/nats-1"), sh.name+"/nats-3/nats-1")
+	}
+	b.ReportMetric(0, "ns/op")
+}
