@@ -34,11 +34,13 @@ func TestMain(m *testing.M) {
 // Restart kills the node leading the stream, waits for another to take the
 // lead, and starts it again. The cluster runs the checks where replication
 // and failover matter: the fold, redelivery after a SIGKILL, a node's
-// death. Share is left to the single node and to TestScaleOut: on a
-// cluster a process's first pull request, sent right after the consumer
-// got its leader, is now and then lost by the server (nothing answers it),
-// and the process receives nothing until the missing heartbeats make it
-// pull again (2 × 2.5 s) — longer than Share's first phase takes.
+// death. Share is left to the single node and to TestScaleOut: on the
+// cluster, in about half the runs, every event of Share's first phase (160,
+// a few seconds) goes to one of the three processes and the others receive
+// nothing, without any error or missed heartbeat logged. The cause is not
+// established (the pull requests of the processes connected to a node that
+// does not lead the consumer are the suspects); once going, the processes
+// share the work (TestScaleOut's handovers show it).
 func sourceSubjects() []sourcetest.Subject {
 	f := sourcetest.Features{CompetingConsumers: true, Redelivers: true}
 	cf := f
