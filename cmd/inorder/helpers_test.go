@@ -45,7 +45,10 @@ func testMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binary = filepath.Join(dir, "inorder")
-	build := exec.Command(goTool(), "build", "-o", binary, ".")
+	// -trimpath: the packages TestRollingUpgrade's build of the previous
+	// release (in another directory) shares with this one come from the
+	// build cache.
+	build := exec.Command(goTool(), "build", "-trimpath", "-o", binary, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
 		return 1
