@@ -29,6 +29,8 @@
 //	inorder_drained_total{projection}          parked events applied once their predecessors came
 //	                                           (events applied = applied + drained)
 //	inorder_batches_total{projection}          committed transactions
+//	inorder_beyond_horizon_total{projection}   stale deliveries counted as duplicates unchecked: older
+//	                                           than an inline row's log keeps (the conflict horizon)
 //
 // From Config.OnBatch (rebuild batches included), for each projection the
 // batch went through (BatchInfo.Projections):

@@ -8,12 +8,14 @@ import "sync/atomic"
 type counts struct {
 	n       [len(outcomeNames)]int64
 	drained int64
+	beyond  int64
 }
 
 // counters are a projection's cumulative outcome counts.
 type counters struct {
 	n       [len(outcomeNames)]atomic.Int64
 	drained atomic.Int64
+	beyond  atomic.Int64
 	batches atomic.Int64
 	// deadlocks counts the attempts that failed by a deadlock.
 	deadlocks atomic.Int64
@@ -26,6 +28,9 @@ func (c *counters) add(t counts) {
 		}
 	}
 	c.drained.Add(t.drained)
+	if t.beyond != 0 {
+		c.beyond.Add(t.beyond)
+	}
 	c.batches.Add(1)
 }
 
@@ -44,6 +49,13 @@ type Counts struct {
 	// writes to shared rows in different orders: see Sums. The warning
 	// logged with each names the table and the statement.
 	Deadlocks int64
+	// BeyondHorizon counts the stale deliveries counted as Duplicate
+	// without being checked against the applied event, because their
+	// version is older than the applied log keeps: an inline projection's
+	// row keeps its last InlineTable.LogEntries versions (the conflict
+	// horizon). Such a delivery may have been a conflict. Always 0 for a
+	// projection with version rows, whose log keeps every version.
+	BeyondHorizon int64
 }
 
 // Applied returns every event applied: deliveries applied directly plus
@@ -55,7 +67,7 @@ func (p *Processor) Counts() map[string]Counts {
 	out := make(map[string]Counts, len(p.projs))
 	for _, r := range p.projs {
 		c := Counts{Deliveries: map[Outcome]int64{}, Drained: r.stats.drained.Load(), Batches: r.stats.batches.Load(),
-			Deadlocks: r.stats.deadlocks.Load()}
+			Deadlocks: r.stats.deadlocks.Load(), BeyondHorizon: r.stats.beyond.Load()}
 		for _, o := range Outcomes {
 			c.Deliveries[o] = r.stats.n[o].Load()
 		}

@@ -58,8 +58,12 @@
 // An [Inline] projection — one row per aggregate, written by every applied
 // event — carries the gate's state in that row instead: on the fast path its
 // own upsert is the compare-and-set ([InlineTable.Condition]) and keeps the
-// applied log of the row's last [InlineLogEntries] versions
-// ([InlineTable.SetLog]), and the gate writes no row of its own. Once the
+// applied log of the row's last [InlineTable].LogEntries versions (default
+// [InlineLogEntries], 16; [InlineTable.SetLog]), and the gate writes no row
+// of its own. That is an inline projection's conflict horizon: a stale
+// redelivery older than it counts as a duplicate without being checked
+// against the applied event, and as [Counts].BeyondHorizon; a projection
+// with version rows keeps every version's entry and has no horizon. Once the
 // upsert holds the rows, the gate checks that no version row has parked or
 // quarantined events or a later version; an aggregate that leaves the fast
 // path goes through the steps above, in the same transaction. Batches after

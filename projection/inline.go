@@ -66,11 +66,33 @@ type InlineTable struct {
 	// has not caught up with): Condition refuses a marked row, and the
 	// aggregate's next versions take the general path.
 	Log string
+	// LogEntries is how many of the row's last versions its log keeps: the
+	// conflict horizon. A stale redelivery of one of them is checked
+	// against the applied event (a duplicate or a conflict); an older one
+	// counts as a duplicate without a check, and as Counts.BeyondHorizon
+	// (inorder_beyond_horizon_total). Each entry costs 8 bytes of the row,
+	// rewritten by every upsert. Default InlineLogEntries (16); at most
+	// MaxInlineLogEntries. Changing it takes effect on each row as it is
+	// next written.
+	LogEntries int
 }
 
-// InlineLogEntries is how many versions an inline row's log keeps: a stale
-// redelivery of one of them is told apart from a conflicting one; an older
-// one is counted a duplicate without that check.
+// MaxInlineLogEntries bounds InlineTable.LogEntries.
+const MaxInlineLogEntries = 1 << 16
+
+// logEntries returns the row log's length in entries (LogEntries, or its
+// default), within bounds.
+func (t InlineTable) logEntries() int {
+	if t.LogEntries <= 0 {
+		return InlineLogEntries
+	}
+	return min(t.LogEntries, MaxInlineLogEntries)
+}
+
+// InlineLogEntries is InlineTable.LogEntries's default: how many versions an
+// inline row's log keeps. A stale redelivery of one of them is told apart
+// from a conflicting one; an older one is counted a duplicate without that
+// check (Counts.BeyondHorizon counts them).
 const InlineLogEntries = 16
 
 // inlineEntrySize is the size of one entry of an inline row's log.
@@ -91,11 +113,11 @@ func (t InlineTable) Condition(alias string) string {
 
 // SetLog returns the SET item of the upsert's ON CONFLICT DO UPDATE that
 // appends the run's log entries to the row's log, keeping the last
-// InlineLogEntries.
+// LogEntries.
 func (t InlineTable) SetLog(alias string) string {
 	a := pgx.Identifier{alias}.Sanitize() + "."
 	l := pgx.Identifier{t.Log}.Sanitize()
-	keep := strconv.Itoa(InlineLogEntries*inlineEntrySize - 1)
+	keep := strconv.Itoa(t.logEntries()*inlineEntrySize - 1)
 	return l + ` = substring(` + a + l + ` || EXCLUDED.` + l + ` FROM greatest(octet_length(` + a + l + `) + octet_length(EXCLUDED.` + l + `) - ` + keep + `, 1))`
 }
 

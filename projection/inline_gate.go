@@ -91,7 +91,7 @@ func newInlineSQL(t *InlineTable) inlineSQL {
 	entries := `substring(t.` + l + ` FOR octet_length(t.` + l + `) / ` + size + ` * ` + size + `)`
 	// gapBytes is the size of the zero entries of the versions a row
 	// catches up with (at most a log's worth).
-	gapBytes := size + ` * least(greatest(k.version - t.` + v + `, 0), ` + strconv.Itoa(InlineLogEntries) + `)::int`
+	gapBytes := size + ` * least(greatest(k.version - t.` + v + `, 0), ` + strconv.Itoa(t.logEntries()) + `)::int`
 	return inlineSQL{
 		// exist counts the rows of $1 that exist.
 		exist: `SELECT count(*) FROM ` + tbl + ` WHERE ` + k + ` = ANY($1::text[])`,
@@ -106,10 +106,10 @@ CROSS JOIN LATERAL (SELECT ` + v + ` AS version, ` + l + ` AS log FROM ` + tbl +
 		// prepare readies rows the transaction holds for the handler to
 		// apply runs to: it clears their marks and moves them up to the
 		// versions of $2 (an operator's gap), logging a zero entry for each
-		// version skipped (inlineGap), the last InlineLogEntries kept.
+		// version skipped (inlineGap), the last LogEntries kept.
 		prepare: `UPDATE ` + tbl + ` AS t SET ` + v + ` = greatest(t.` + v + `, k.version),
   ` + l + ` = substring(` + entries + ` || decode(repeat('00', ` + gapBytes + `), 'hex')
-    FROM greatest(octet_length(` + entries + `) + ` + gapBytes + ` - ` + strconv.Itoa(InlineLogEntries*inlineEntrySize-1) + `, 1))
+    FROM greatest(octet_length(` + entries + `) + ` + gapBytes + ` - ` + strconv.Itoa(t.logEntries()*inlineEntrySize-1) + `, 1))
 FROM unnest($1::text[], $2::bigint[]) AS k(aggregate, version)
 WHERE t.` + k + ` = k.aggregate AND (t.` + v + ` < k.version OR octet_length(t.` + l + `) % ` + size + ` <> 0)`,
 		// mark sets the marks of the rows of $1 whose $2 is true and clears

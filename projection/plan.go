@@ -50,8 +50,9 @@ type record struct {
 	// entry, when set, is an inline row's log entry of the version (see
 	// InlineEntry), which id and hash are unknown.
 	entry []byte
-	// loose marks a version older than every log: any delivery of it counts
-	// as a duplicate.
+	// loose marks a version older than every log (an inline row's log
+	// keeps its last InlineTable.LogEntries versions): any delivery of it
+	// counts as a duplicate, and as beyond the horizon (Counts).
 	loose bool
 }
 
@@ -100,6 +101,9 @@ type aggPlan struct {
 type planner struct {
 	outcomes  func(idx int, o Outcome)
 	conflicts []conflict
+	// beyond counts the deliveries counted as duplicates without a check:
+	// versions older than every log (see InlineTable.LogEntries).
+	beyond int64
 	// plans and cands, when set, back the plans and their batch
 	// candidates: one allocation each per attempt, not per aggregate.
 	plans []aggPlan
@@ -165,6 +169,9 @@ func (pl *planner) plan(agg string, st aggState, ds []delivery, parked []buffer.
 			for _, d := range group {
 				if known && ref.matches(agg, v, d) {
 					pl.outcomes(d.idx, Duplicate)
+					if ref.loose {
+						pl.beyond++
+					}
 				} else {
 					pl.conflict(agg, v, ref, d)
 				}
@@ -423,6 +430,7 @@ func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []confli
 		plans = append(plans, pl.plan(agg, states[agg], valid[i:j], parked[agg], qrec, q.version, applied[agg]))
 		i = j
 	}
+	a.out.tally[r.index].beyond += pl.beyond
 	return plans, pl.conflicts, nil
 }
 

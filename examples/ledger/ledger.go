@@ -224,6 +224,10 @@ type Options struct {
 	// of the payment row (the projection is then not inline: see
 	// projection.Inline), as a projection without such a row must.
 	VersionRows bool
+	// LogEntries is the payment row's conflict horizon
+	// (projection.InlineTable.LogEntries): how many of its last versions
+	// its applied log keeps. Default projection.InlineLogEntries (16).
+	LogEntries int
 	// Effects, if set, records a "payment settled" webhook intent
 	// (SettledWebhook) for every capture that moves money, in the
 	// transaction that applies it; a Webhook handler registered on the
@@ -254,7 +258,7 @@ func New(opts *Options) *Projection {
 		if p.schema != "" {
 			t = pgx.Identifier{p.schema, "ledger_payments"}
 		}
-		p.inline = &projection.InlineTable{Table: t, Key: "payment_id", Version: "version", Log: "inorder_log"}
+		p.inline = &projection.InlineTable{Table: t, Key: "payment_id", Version: "version", Log: "inorder_log", LogEntries: opts.LogEntries}
 	}
 	return p
 }
