@@ -6,7 +6,8 @@
 //   - throughput (the default): the workload is written to the table first
 //     (COPY, in the table's order), then the processes start; it reports
 //     the time from their start until every event is applied, events per
-//     second and the peak RSS of each process (VmHWM);
+//     second and the peak RSS of each process (its VmHWM, read before it is
+//     stopped);
 //   - -latency: the processes start on an empty table; once they hold
 //     every partition, -writers writers append the workload with
 //     Writer.Append at -rate events/s in all (-batch events per
@@ -153,8 +154,12 @@ func vmHWM(pid int) float64 {
 }
 
 // stop reads the process's VmHWM, sends SIGTERM (a graceful drain), waits,
-// and returns its peak RSS in MiB: the larger of VmHWM before the stop and
-// the maximum resident set the kernel reports at exit.
+// and returns its peak RSS in MiB: VmHWM, read just before the stop. Not
+// the maximum RSS wait4 reports at exit: Linux counts in it the memory of
+// the process before its exec — this orchestrator's, which holds the whole
+// workload (~500 MiB at 1M events) — so a small child spawned from a big
+// parent reports the parent's size. The drain after SIGTERM adds nothing
+// (it stops reading).
 func (p *proc) stop() (float64, error) {
 	hwm := vmHWM(p.cmd.Process.Pid)
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -167,9 +172,6 @@ func (p *proc) stop() (float64, error) {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 		return hwm, fmt.Errorf("%s did not stop", p.name)
-	}
-	if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		hwm = max(hwm, float64(ru.Maxrss)/1024) // KiB on Linux
 	}
 	return hwm, nil
 }
