@@ -116,8 +116,10 @@ type BuildOptions struct {
 	ExpectChanges bool
 
 	// VerifyTimeout bounds how long verification waits for the new
-	// generation and the live one to be in step (the same aggregate
-	// versions, nothing parked beyond) before it gives up. Default
+	// generation and the live one to be in step (no aggregate of the new
+	// one behind; with the same code version, the same aggregate versions
+	// and nothing parked beyond) before it gives up: under load, the live
+	// generation's workers' lag at the replay's end. Default
 	// DefaultVerifyTimeout (1 min).
 	VerifyTimeout time.Duration
 
@@ -222,7 +224,10 @@ type BuildResult struct {
 //  3. Catch-up (PhaseCatchUp): the rebuild reads the stream from where the
 //     replay stopped to its end, through the gate: the events processors
 //     applied to the live generation only, before they fed the new one,
-//     all come before that end (see the package documentation).
+//     all come before that end (see the package documentation). Its
+//     batches feed what a worker of its code version feeds — the new
+//     generation and, when the code did not change, the live one — so
+//     from the replay's end on both are fed by the same transactions.
 //  4. Verify (PhaseVerify) and switch (PhaseSwitch), in one REPEATABLE READ
 //     transaction: the projection's Verify (Verifier), nothing quarantined
 //     or parked beyond what the live generation has, and, when the code
@@ -231,7 +236,12 @@ type BuildResult struct {
 //     (row count and checksum per table); then the new generation is live
 //     and the old one previous (still fed, for Rollback, until
 //     BuildOptions.Retention ends). While the two are not in step yet, it
-//     reads the stream again and retries, up to BuildOptions.VerifyTimeout.
+//     retries, up to BuildOptions.VerifyTimeout: after reading the stream
+//     again while the new generation is behind the live one; after a wait
+//     while the live one lags (its workers have yet to deliver events up to
+//     the replay's end, which the new one has). A stream that never goes
+//     quiet delays the switch by the workers' lag, not indefinitely, and
+//     writers never pause for it.
 //     A failed check leaves the old generation live and the new one in
 //     StateFailed with a *VerificationError.
 //
@@ -279,10 +289,14 @@ type builder struct {
 	res   BuildResult
 	conn  *pgxpool.Conn // holds the build lock; the replay writes through it
 	gen   Generation
-	// gate is a processor feeding the new generation only: the gate of its
-	// catch-up, and of the replay's events that do not continue their
-	// aggregate.
+	// gate is a processor feeding the new generation only: the gate of the
+	// replay's events that do not continue their aggregate.
 	gate *Processor
+	// feed is the catch-up's processor: it feeds every generation of the
+	// projection that the processors of its code version feed — the new
+	// one, and the live one when the code version did not change — in the
+	// same transactions, as they do (see catchUpPass).
+	feed *Processor
 
 	phase      string
 	phaseStart time.Time
@@ -342,6 +356,9 @@ func (b *builder) run(ctx context.Context) error {
 	}
 	b.res.Generation = b.gen.Generation
 	b.gate = p.genProcessor(b.r, b.gen.Key, b.gen.Schema)
+	if b.feed, err = p.feedProcessor(b.r); err != nil {
+		return err
+	}
 	p.log.InfoContext(ctx, "rebuild side by side", "projection", b.r.name, "generation", b.gen.Generation,
 		"code_version", b.r.version, "state", b.gen.State, "resumed", b.res.Resumed)
 
@@ -402,6 +419,18 @@ func (p *Processor) genProcessor(r *registered, key, schema string) *Processor {
 		projs: []*registered{nr}, byName: map[string]*registered{nr.name: nr}}
 }
 
+// feedProcessor returns a processor of r's projection alone that feeds
+// the generations a worker of its code version feeds (the generation
+// epoch checked, the rebuild lock shared), with p's configuration.
+func (p *Processor) feedProcessor(r *registered) (*Processor, error) {
+	cfg := p.cfg
+	fp, err := New(p.pool, &cfg, r.p)
+	if err != nil {
+		return nil, fmt.Errorf("catch-up processor: %w", err)
+	}
+	return fp, nil
+}
+
 // catchUp reads the stream from the generation's position to its end
 // through the gate, storing the position with each batch, until a pass
 // reads no more than BuildOptions.CatchUpEvents records.
@@ -422,6 +451,17 @@ func (b *builder) catchUp(ctx context.Context) error {
 
 // catchUpPass reads the stream from the generation's position to its end
 // once, through the gate, and returns the records it read.
+//
+// Its batches feed what a worker of the generation's code version feeds:
+// the new generation and, when the code version did not change, the live
+// one, in the same transactions. So from the replay's end on, both
+// generations receive every event the same way — the workers' and the
+// rebuild's — and the new one is never ahead of the live one by what the
+// rebuild read before lagging workers delivered it: the two differ only by
+// the events up to the replay's end that the workers have not delivered
+// yet, and are equal at every snapshot once they have (see
+// verifyAndSwitch). The live generation meets the rebuild's events as
+// redeliveries or early arrivals, which the gate makes harmless.
 func (b *builder) catchUpPass(ctx context.Context) (int64, error) {
 	var read int64
 	var mu sync.Mutex // fn is called from one goroutine; Progress may read concurrently
@@ -437,7 +477,7 @@ SET position = $2, position_time = $3, events = events + $4, updated_at = now() 
 		}
 		var err error
 		if len(sb.Events)+len(sb.Rejects) > 0 {
-			_, err = b.gate.Process(ctx, Batch{Events: sb.Events, Rejects: sb.Rejects, Source: "rebuild:" + b.gen.Key, BeforeCommit: save})
+			_, err = b.feed.Process(ctx, Batch{Events: sb.Events, Rejects: sb.Rejects, Source: "rebuild:" + b.gen.Key, BeforeCommit: save})
 		} else {
 			err = pgx.BeginFunc(ctx, b.p.pool, func(tx pgx.Tx) error { return save(ctx, tx) })
 		}

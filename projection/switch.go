@@ -27,8 +27,13 @@ type Verifier interface {
 }
 
 // notInStep reports that the new generation and the live one are not at
-// the same point of the stream yet: verification tries again.
-type notInStep struct{ why string }
+// the same point of the stream yet: verification tries again — after
+// reading the stream again, unless only the live generation's workers can
+// close the difference (lags).
+type notInStep struct {
+	why  string
+	lags bool
+}
 
 func (e *notInStep) Error() string { return "not in step with the live generation: " + e.why }
 
@@ -59,6 +64,8 @@ func (b *builder) verifyAndSwitch(ctx context.Context) error {
 				return errors.Join(err, ferr)
 			}
 			return err
+		case errors.As(err, &nis) && time.Now().Before(deadline) && nis.lags:
+			b.note(fmt.Sprintf("verify: %v; waiting for them", nis))
 		case errors.As(err, &nis) && time.Now().Before(deadline):
 			b.note(fmt.Sprintf("verify: %v; reading the stream again", nis))
 		case errors.As(err, &nis):
@@ -75,6 +82,12 @@ func (b *builder) verifyAndSwitch(ctx context.Context) error {
 		}
 		if _, err := bo.Wait(ctx); err != nil {
 			return err
+		}
+		if nis != nil && nis.lags {
+			// Reading the stream again would not help: the workers feed
+			// both generations, and the new one already has what they
+			// have yet to deliver. It would only load them.
+			continue
 		}
 		if _, err := b.catchUpPass(ctx); err != nil {
 			return err
@@ -181,27 +194,41 @@ func (p *Processor) verify(ctx context.Context, tx pgx.Tx, b *builder, live, g *
 	if len(problems) > 0 {
 		return problems, nil
 	}
-	if parked > 0 {
-		return nil, &notInStep{fmt.Sprintf("%d events parked that the live generation has not parked", parked)}
+	// Where each generation is, per aggregate. An inline projection's
+	// versions are its rows' (inline_views.go).
+	var behind, ahead int64
+	nExpr, nJoin := versionJoin(inlineTableIn(b.r.p, g.Schema))
+	oExpr, oJoin := versionJoin(inlineTableIn(b.r.p, live.Schema))
+	err = tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE coalesce(n.version, 0) < coalesce(o.version, 0)),
+  count(*) FILTER (WHERE coalesce(n.version, 0) > coalesce(o.version, 0)) FROM
+  (SELECT v.aggregate, `+nExpr+` AS version FROM `+p.table("versions")+` v`+nJoin+` WHERE v.projection = $1) n
+  FULL JOIN (SELECT v.aggregate, `+oExpr+` AS version FROM `+p.table("versions")+` v`+oJoin+` WHERE v.projection = $2) o USING (aggregate)`,
+		g.Key, live.Key).Scan(&behind, &ahead)
+	if err != nil {
+		return nil, fmt.Errorf("compare versions: %w", err)
+	}
+	// The new generation must hold every version the live one applied:
+	// readers must not see an aggregate go back, and the switch must not
+	// leave behind what workers of another code version delivered to the
+	// live one only. Being ahead is no harm in itself — what the rebuild
+	// read and lagging workers have not delivered yet, or versions parked
+	// beyond where both are, which wait for the same predecessors.
+	if behind > 0 {
+		return nil, &notInStep{why: fmt.Sprintf("%d aggregates behind the live generation", behind)}
 	}
 	if g.CodeVersion != live.CodeVersion || b.opts.ExpectChanges {
 		return nil, nil
 	}
 	// A repair rebuild: the same code must give the same read model, once
-	// both generations applied the same versions.
-	var differ int64
-	// An inline projection's versions are its rows' (inline_views.go).
-	nExpr, nJoin := versionJoin(inlineTableIn(b.r.p, g.Schema))
-	oExpr, oJoin := versionJoin(inlineTableIn(b.r.p, live.Schema))
-	err = tx.QueryRow(ctx, `SELECT count(*) FROM
-  (SELECT v.aggregate, `+nExpr+` AS version FROM `+p.table("versions")+` v`+nJoin+` WHERE v.projection = $1) n
-  FULL JOIN (SELECT v.aggregate, `+oExpr+` AS version FROM `+p.table("versions")+` v`+oJoin+` WHERE v.projection = $2) o USING (aggregate)
-WHERE coalesce(n.version, 0) <> coalesce(o.version, 0)`, g.Key, live.Key).Scan(&differ)
-	if err != nil {
-		return nil, fmt.Errorf("compare versions: %w", err)
+	// both generations applied the same versions. From the replay's end on,
+	// both are fed by the same transactions (catchUpPass); what the new one
+	// has more is what the replay read and the workers have not delivered
+	// to the live one yet: one lag, not a stream that must go quiet.
+	if ahead > 0 {
+		return nil, &notInStep{why: fmt.Sprintf("the live generation lags: %d aggregates ahead of it (events up to the replay's end that its workers have not delivered yet)", ahead), lags: true}
 	}
-	if differ > 0 {
-		return nil, &notInStep{fmt.Sprintf("%d aggregates at other versions than in the live generation", differ)}
+	if parked > 0 {
+		return nil, &notInStep{why: fmt.Sprintf("%d events parked that the live generation has not parked", parked)}
 	}
 	// An inline projection's log is gate state, which batches of other
 	// sizes leave longer or shorter: not content.
