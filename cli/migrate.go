@@ -250,10 +250,10 @@ func (c *migrateStatusCmd) Run(ctx context.Context, o *migrateStatusOptions) err
 		}
 		kind := "offline"
 		switch {
-		case s.Unknown:
-			kind = "?"
 		case s.Online:
 			kind = "online"
+		case s.Unknown:
+			kind = "?"
 		}
 		t.Row(fmt.Sprintf("%03d", s.Version), s.Name, kind, state, s.AppliedAt)
 	}

@@ -412,6 +412,24 @@ func TestOperatorCommands(t *testing.T) {
 		require.Contains(t, out, "(offline)")
 	})
 
+	t.Run("NewerOnlineMigration", func(t *testing.T) {
+		t.Parallel()
+		db := pgtest.New(t)
+		b := &bundle{db: db, cfg: cli.Config{Projections: []projection.Projection{ledger.New(nil)}},
+			env: map[string]string{"DATABASE_URL": db.URL, "INORDER_SCHEMA": db.Schema}}
+		b.runOK(t, "migrate")
+		_, err := db.Pool.Exec(t.Context(), "INSERT INTO schema_migrations (version, name, online) VALUES (900, 'newer_column', true)")
+		require.NoError(t, err)
+		b.runOK(t, "status") // works beside a newer release's online migration
+		out := b.runOK(t, "migrate", "status")
+		require.Regexp(t, `(?m)^900\s+newer_column\s+online\s+unknown to this binary\s`, out)
+		_, err = db.Pool.Exec(t.Context(), "INSERT INTO schema_migrations (version, name) VALUES (901, 'newer_unrecorded')")
+		require.NoError(t, err)
+		_, _, err = b.run(t, "status")
+		require.ErrorIs(t, err, migrations.ErrUnknownVersion)
+		require.ErrorContains(t, err, "migration 901")
+	})
+
 	t.Run("Migrate", func(t *testing.T) {
 		t.Parallel()
 		db := pgtest.New(t)

@@ -28,5 +28,9 @@
 //
 // A database that has applied a version this binary does not know (it was
 // migrated by a newer release) is refused with ErrUnknownVersion rather
-// than silently used.
+// than silently used — unless that release recorded every such version as
+// online (schema_migrations.online): then Migrate finds nothing to do and
+// Status lists them as Unknown and Online, so that this release's workers
+// keep working, and stay ready, during a rolling upgrade. Rollback refuses
+// either way.
 package migrations

@@ -122,8 +122,9 @@ type Status struct {
 	Version int
 	// Name is the migration's name.
 	Name string
-	// Online is the migration's directive (see Step.Online); false for an
-	// Unknown version.
+	// Online is the migration's directive (see Step.Online); for an
+	// Unknown version, what the newer release that applied it recorded
+	// (false when it recorded nothing).
 	Online bool
 	// Applied is true when the migration is recorded as applied.
 	Applied bool
@@ -157,8 +158,9 @@ type migration struct {
 
 // appliedRow is one row of the tracking table.
 type appliedRow struct {
-	name string
-	at   time.Time
+	name   string
+	at     time.Time
+	online bool // recorded online; false when the release that applied it did not record it
 }
 
 // querier is what both *pgx.Conn and pgx.Tx offer.
@@ -421,7 +423,7 @@ func (m *Migrator) Rollback(ctx context.Context, steps int) (*Result, error) {
 		if err != nil {
 			return err
 		}
-		if err := m.checkKnown(applied); err != nil {
+		if err := m.checkKnown(applied, false); err != nil {
 			return err
 		}
 		for i := len(m.migrations) - 1; i >= 0 && len(res.Steps) < steps; i-- {
@@ -465,7 +467,7 @@ func (m *Migrator) Status(ctx context.Context) ([]Status, error) {
 	}
 	for _, v := range sortedVersions(applied) {
 		if v > len(m.migrations) {
-			statuses = append(statuses, Status{Version: v, Name: applied[v].name, Applied: true, AppliedAt: applied[v].at, Unknown: true})
+			statuses = append(statuses, Status{Version: v, Name: applied[v].name, Online: applied[v].online, Applied: true, AppliedAt: applied[v].at, Unknown: true})
 		}
 	}
 	return statuses, nil
@@ -507,7 +509,7 @@ func (m *Migrator) prepare(ctx context.Context, q querier) (map[int]appliedRow, 
 	if err != nil {
 		return nil, err
 	}
-	if err := m.checkKnown(applied); err != nil {
+	if err := m.checkKnown(applied, true); err != nil {
 		return nil, err
 	}
 	return applied, nil
@@ -529,9 +531,24 @@ func (m *Migrator) ensure(ctx context.Context, q querier) error {
 	if _, err := q.Exec(ctx, "CREATE TABLE IF NOT EXISTS "+m.table+` (
 	version    integer PRIMARY KEY,
 	name       text NOT NULL,
-	applied_at timestamptz NOT NULL DEFAULT now()
+	applied_at timestamptz NOT NULL DEFAULT now(),
+	online     boolean
 )`); err != nil {
 		return fmt.Errorf("migrations: create tracking table: %w", err)
+	}
+	// online records each migration's directive, so that an older binary
+	// finding a version it does not know can tell an additive one it may
+	// keep working beside (checkKnown). Tables created before it get the
+	// column (NULL: not recorded); the check spares them the lock.
+	var has bool
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
+WHERE attrelid = to_regclass($1) AND attname = 'online' AND NOT attisdropped)`, m.table).Scan(&has); err != nil {
+		return fmt.Errorf("migrations: look up tracking table: %w", err)
+	}
+	if !has {
+		if _, err := q.Exec(ctx, "ALTER TABLE "+m.table+" ADD COLUMN IF NOT EXISTS online boolean"); err != nil {
+			return fmt.Errorf("migrations: add online to tracking table: %w", err)
+		}
 	}
 	return nil
 }
@@ -547,7 +564,9 @@ func (m *Migrator) readApplied(ctx context.Context, q querier) (map[int]appliedR
 	if !exists {
 		return applied, nil
 	}
-	rows, err := q.Query(ctx, "SELECT version, name, applied_at FROM "+m.table)
+	// to_jsonb: the online column is missing from a table no release
+	// since it has migrated.
+	rows, err := q.Query(ctx, "SELECT version, name, applied_at, coalesce((to_jsonb(t) ->> 'online')::boolean, false) FROM "+m.table+" t")
 	if err != nil {
 		return nil, fmt.Errorf("migrations: read tracking table: %w", err)
 	}
@@ -555,7 +574,7 @@ func (m *Migrator) readApplied(ctx context.Context, q querier) (map[int]appliedR
 		version int
 		row     appliedRow
 	)
-	_, err = pgx.ForEachRow(rows, []any{&version, &row.name, &row.at}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&version, &row.name, &row.at, &row.online}, func() error {
 		applied[version] = row
 		return nil
 	})
@@ -565,18 +584,27 @@ func (m *Migrator) readApplied(ctx context.Context, q querier) (map[int]appliedR
 	return applied, nil
 }
 
-// checkKnown rejects applied versions the binary does not contain and
-// warns about name mismatches.
-func (m *Migrator) checkKnown(applied map[int]appliedRow) error {
+// checkKnown rejects applied versions the binary does not contain —
+// unless online is set and a newer release recorded every one of them as
+// online: this binary's workers keep working beside those — and warns
+// about name mismatches.
+func (m *Migrator) checkKnown(applied map[int]appliedRow, online bool) error {
 	var unknown []string
+	newerOnline := true
 	for _, v := range sortedVersions(applied) {
 		if v < 1 || v > len(m.migrations) {
 			unknown = append(unknown, fmt.Sprintf("%d (%s)", v, applied[v].name))
+			newerOnline = newerOnline && v > len(m.migrations) && applied[v].online
 			continue
 		}
 		if mig := m.migrations[v-1]; applied[v].name != mig.name {
 			m.logger.Warn("migrations: applied name differs from file", "version", v, "applied", applied[v].name, "file", mig.name)
 		}
+	}
+	if len(unknown) > 0 && online && newerOnline {
+		m.logger.Warn("migrations: a newer release applied online migrations this binary does not know; working beside them",
+			"unknown", strings.Join(unknown, ", "), "known", len(m.migrations))
+		return nil
 	}
 	if len(unknown) > 0 {
 		return fmt.Errorf("%w: schema %s has version %s applied, this binary knows 1 to %d",
@@ -636,7 +664,7 @@ func (m *Migrator) up(ctx context.Context, tx pgx.Tx, mig migration) error {
 	if _, err := tx.Exec(ctx, mig.up); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, "INSERT INTO "+m.table+" (version, name) VALUES ($1, $2)", mig.version, mig.name); err != nil {
+	if _, err := tx.Exec(ctx, "INSERT INTO "+m.table+" (version, name, online) VALUES ($1, $2, $3)", mig.version, mig.name, mig.online); err != nil {
 		return fmt.Errorf("record: %w", err)
 	}
 	return nil

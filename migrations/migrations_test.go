@@ -710,3 +710,71 @@ func TestOnlineStepWaitsBoundedForItsLock(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int{last.Version}, res.Versions())
 }
+
+func TestNewerOnlineMigrationsTolerated(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	m := newMigrator(t, db.Pool, db.Schema, false)
+	_, err := m.Migrate(ctx)
+	require.NoError(t, err)
+
+	// Each applied migration's directive is recorded.
+	rows, err := db.Pool.Query(ctx, "SELECT online FROM schema_migrations ORDER BY version")
+	require.NoError(t, err)
+	recorded, err := pgx.CollectRows(rows, pgx.RowTo[bool])
+	require.NoError(t, err)
+	st, err := m.Status(ctx)
+	require.NoError(t, err)
+	for i, s := range st {
+		require.Equal(t, s.Online, recorded[i], "%03d_%s", s.Version, s.Name)
+	}
+
+	// A newer release's online migration: this binary works beside it.
+	n := len(st)
+	_, err = db.Pool.Exec(ctx, "INSERT INTO schema_migrations (version, name, online) VALUES ($1, 'newer_column', true)", n+1)
+	require.NoError(t, err)
+	res, err := m.Migrate(ctx)
+	require.NoError(t, err)
+	require.Empty(t, res.Steps)
+	st, err = m.Status(ctx)
+	require.NoError(t, err)
+	require.Len(t, st, n+1)
+	require.True(t, st[n].Unknown)
+	require.True(t, st[n].Online)
+	_, err = m.Rollback(ctx, 1)
+	require.ErrorIs(t, err, migrations.ErrUnknownVersion, "no rollback under a newer release's migration")
+
+	// One that is offline, or not recorded, is refused.
+	_, err = db.Pool.Exec(ctx, "INSERT INTO schema_migrations (version, name, online) VALUES ($1, 'newer_rewrite', false)", n+2)
+	require.NoError(t, err)
+	_, err = m.Migrate(ctx)
+	require.ErrorIs(t, err, migrations.ErrUnknownVersion)
+	require.ErrorContains(t, err, "newer_rewrite")
+}
+
+func TestTrackingTableGainsOnline(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	m := newMigrator(t, db.Pool, db.Schema, false)
+	_, err := m.Migrate(ctx)
+	require.NoError(t, err)
+	// As an older release left it: no online column.
+	_, err = db.Pool.Exec(ctx, "ALTER TABLE schema_migrations DROP COLUMN online")
+	require.NoError(t, err)
+	st, err := m.Status(ctx)
+	require.NoError(t, err, "Status reads a table without the column")
+	require.True(t, st[len(st)-1].Applied)
+	_, err = m.Rollback(ctx, 1)
+	require.NoError(t, err)
+	res, err := m.Migrate(ctx)
+	require.NoError(t, err)
+	require.Len(t, res.Steps, 1)
+	var online *bool
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT online FROM schema_migrations WHERE version = $1", res.Steps[0].Version).Scan(&online))
+	require.NotNil(t, online)
+	require.Equal(t, res.Steps[0].Online, *online)
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT online FROM schema_migrations WHERE version = 1").Scan(&online))
+	require.Nil(t, online, "not recorded by the release that applied it")
+}

@@ -44,7 +44,8 @@ func (e *SchemaError) Unwrap() error {
 }
 
 // CheckSchema returns nil when schema exists and has every migration of
-// this binary applied, a *SchemaError when it does not, and another error
+// this binary applied (and no newer release's migration other than those
+// recorded online), a *SchemaError when it does not, and another error
 // when the database cannot tell.
 func CheckSchema(ctx context.Context, pool *pgxpool.Pool, schema string, logger *slog.Logger) error {
 	if logger == nil {
@@ -62,6 +63,9 @@ func CheckSchema(ctx context.Context, pool *pgxpool.Pool, schema string, logger 
 	applied := 0
 	for _, s := range st {
 		switch {
+		case s.Unknown && s.Online:
+			// A newer release's online migration: this binary works
+			// beside it (a rolling upgrade).
 		case s.Unknown:
 			e.Unknown = s.Version
 			return e
