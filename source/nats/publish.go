@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -72,12 +73,13 @@ func PublishAsync(js jetstream.JetStream, subject string, e aggregate.Event, opt
 }
 
 // PublishAll publishes events on the subjects subject(e) returns, with up
-// to 4,096 publishes in flight, and waits until the stream acknowledged
+// to 1,000 publishes in flight (fewer when the client's
+// PublishAsyncMaxPending, default 4,000, is reached), and waits until the stream acknowledged
 // every one. It returns how many the stream stored as new (the others were
 // duplicates within its window). A failed publish is retried with the same
 // Nats-Msg-Id, so a retry never stores a fact twice.
 func PublishAll(ctx context.Context, js jetstream.JetStream, subject func(aggregate.Event) string, events []aggregate.Event) (stored int, err error) {
-	const inFlight = 4096
+	const inFlight = 1000
 	type pending struct {
 		f jetstream.PubAckFuture
 		e aggregate.Event
@@ -110,19 +112,34 @@ func PublishAll(ctx context.Context, js jetstream.JetStream, subject func(aggreg
 		}
 		return err
 	}
+	flush := func() error {
+		for _, p := range window {
+			if err := settle(p); err != nil {
+				return err
+			}
+		}
+		window = window[:0]
+		return nil
+	}
 	for _, e := range events {
 		f, err := PublishAsync(js, subject(e), e)
+		if errors.Is(err, jetstream.ErrTooManyStalledMsgs) && len(window) > 0 {
+			// The client's own limit on publishes in flight (its
+			// PublishAsyncMaxPending, lower than ours, or shared with other
+			// publishers): wait for ours, then publish again.
+			if err := flush(); err != nil {
+				return stored, err
+			}
+			f, err = PublishAsync(js, subject(e), e)
+		}
 		if err != nil {
 			return stored, err
 		}
 		window = append(window, pending{f, e})
 		if len(window) >= inFlight {
-			for _, p := range window {
-				if err := settle(p); err != nil {
-					return stored, err
-				}
+			if err := flush(); err != nil {
+				return stored, err
 			}
-			window = window[:0]
 		}
 	}
 	for _, p := range window {
