@@ -176,24 +176,42 @@ func start(name string, cmd *exec.Cmd) (*proc, error) {
 	return p, nil
 }
 
-// stop sends SIGTERM, waits, and returns the peak RSS in MiB.
+// stop reads the process's VmHWM, sends SIGTERM (a graceful drain), waits,
+// and returns its peak RSS in MiB: VmHWM, read just before the stop. Not
+// the maximum RSS wait4 reports at exit: Linux counts in it the memory of
+// the process before its exec — this orchestrator's, which holds the whole
+// workload — so a small child spawned from a big parent reports the
+// parent's size (as pgtablee2e found). The drain adds nothing.
 func (p *proc) stop() (float64, error) {
+	hwm := vmHWM(p.cmd.Process.Pid)
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-p.done:
 		if err != nil {
-			return 0, fmt.Errorf("%s: %w", p.name, err)
+			return hwm, fmt.Errorf("%s: %w", p.name, err)
 		}
 	case <-time.After(time.Minute):
 		_ = p.cmd.Process.Kill()
 		<-p.done
-		return 0, fmt.Errorf("%s did not stop", p.name)
+		return hwm, fmt.Errorf("%s did not stop", p.name)
 	}
-	ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	if !ok {
-		return 0, nil
+	return hwm, nil
+}
+
+// vmHWM returns the process's peak resident set (VmHWM) in MiB, 0 if
+// unknown.
+func vmHWM(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
 	}
-	return float64(ru.Maxrss) / 1024, nil // KiB on Linux
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return 0
 }
 
 func freePort() (int, error) {
