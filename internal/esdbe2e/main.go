@@ -23,7 +23,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -42,6 +41,7 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/e2eproc"
 	"github.com/inorder/inorder/source/esdb/esdbtest"
 )
 
@@ -139,52 +139,6 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-// proc is a child process.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	done chan error
-}
-
-func start(name string, cmd *exec.Cmd) (*proc, error) {
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
-	return p, nil
-}
-
-// stop sends SIGTERM, waits, and returns the peak RSS in MiB.
-func (p *proc) stop() (float64, error) {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.done:
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", p.name, err)
-		}
-	case <-time.After(time.Minute):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return 0, fmt.Errorf("%s did not stop", p.name)
-	}
-	ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage)
-	if !ok {
-		return 0, nil
-	}
-	return float64(ru.Maxrss) / 1024, nil // KiB on Linux
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func run(o *options) error {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
@@ -221,7 +175,7 @@ func run(o *options) error {
 	if err != nil {
 		return err
 	}
-	server, err := start("server", srvCmd)
+	server, err := e2eproc.Start("server", srvCmd)
 	if err != nil {
 		return err
 	}
@@ -237,16 +191,16 @@ func run(o *options) error {
 	migrate := exec.Command(o.inorder, "migrate")
 	migrate.Env, migrate.Stdout, migrate.Stderr = env, io.Discard, os.Stderr
 	if err := migrate.Run(); err != nil {
-		_, _ = server.stop()
+		_, _ = server.Stop()
 		return fmt.Errorf("inorder migrate: %w", err)
 	}
 
 	group := "e2e-" + schema
-	var workers []*proc
+	var workers []*e2eproc.Proc
 	var metricsURLs []string
 	began := time.Now()
 	for i := range o.consumers {
-		port, err := freePort()
+		port, err := e2eproc.FreePort()
 		if err != nil {
 			return err
 		}
@@ -255,7 +209,7 @@ func run(o *options) error {
 		args = append(args, strings.Fields(o.extra)...)
 		cmd := exec.Command(o.inorder, args...)
 		cmd.Env, cmd.Stdout = env, io.Discard
-		p, err := start(fmt.Sprintf("inorder run %d", i), cmd)
+		p, err := e2eproc.Start(fmt.Sprintf("inorder run %d", i), cmd)
 		if err != nil {
 			return err
 		}
@@ -266,7 +220,7 @@ func run(o *options) error {
 		var rss []float64
 		var errs []error
 		for _, p := range workers {
-			r, err := p.stop()
+			r, err := p.Stop()
 			rss = append(rss, r)
 			errs = append(errs, err)
 		}
@@ -282,16 +236,16 @@ func run(o *options) error {
 		select {
 		case <-ctx.Done():
 			_, _ = stopAll()
-			_, _ = server.stop()
+			_, _ = server.Stop()
 			return fmt.Errorf("timed out")
 		case <-tick.C:
 		}
 		for _, p := range workers {
 			select {
-			case err := <-p.done:
+			case err := <-p.Done():
 				_, _ = stopAll()
-				_, _ = server.stop()
-				return fmt.Errorf("%s exited: %v", p.name, err)
+				_, _ = server.Stop()
+				return fmt.Errorf("%s exited: %v", p.Name, err)
 			default:
 			}
 		}
@@ -310,10 +264,10 @@ func run(o *options) error {
 	}
 	rss, err := stopAll()
 	if err != nil {
-		_, _ = server.stop()
+		_, _ = server.Stop()
 		return err
 	}
-	serverRSS, err := server.stop()
+	serverRSS, err := server.Stop()
 	if err != nil {
 		return err
 	}

@@ -24,8 +24,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -38,13 +36,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/e2eproc"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/kafka"
 )
@@ -150,70 +147,6 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-type proc struct {
-	name    string
-	cmd     *exec.Cmd
-	done    chan error
-	metrics string
-}
-
-func start(name string, cmd *exec.Cmd) (*proc, error) {
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
-	return p, nil
-}
-
-// stop reads the process's VmHWM, sends SIGTERM (a graceful drain), waits,
-// and returns its peak RSS in MiB: VmHWM, read just before the stop. Not
-// the maximum RSS wait4 reports at exit: Linux counts in it the memory of
-// the process before its exec — this orchestrator's, which holds the whole
-// workload — so a small child spawned from a big parent reports the
-// parent's size (as pgtablee2e found). The drain adds nothing.
-func (p *proc) stop() (float64, error) {
-	hwm := vmHWM(p.cmd.Process.Pid)
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.done:
-		if err != nil {
-			return hwm, fmt.Errorf("%s: %w", p.name, err)
-		}
-	case <-time.After(time.Minute):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return hwm, fmt.Errorf("%s did not stop", p.name)
-	}
-	return hwm, nil
-}
-
-// vmHWM returns the process's peak resident set (VmHWM) in MiB, 0 if
-// unknown.
-func vmHWM(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func run(o *options) error {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
@@ -250,11 +183,11 @@ func run(o *options) error {
 	if err != nil {
 		return err
 	}
-	server, err := start("brokers", srvCmd)
+	server, err := e2eproc.Start("brokers", srvCmd)
 	if err != nil {
 		return err
 	}
-	defer func() { _, _ = server.stop() }()
+	defer func() { _, _ = server.Stop() }()
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		return fmt.Errorf("brokers: %w", err)
@@ -268,8 +201,8 @@ func run(o *options) error {
 	if err := migrate.Run(); err != nil {
 		return fmt.Errorf("inorder migrate: %w", err)
 	}
-	spawn := func(i int) (*proc, error) {
-		port, err := freePort()
+	spawn := func(i int) (*e2eproc.Proc, error) {
+		port, err := e2eproc.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -278,19 +211,19 @@ func run(o *options) error {
 		args = append(args, strings.Fields(o.extra)...)
 		cmd := exec.Command(o.inorder, args...)
 		cmd.Env, cmd.Stdout = env, io.Discard
-		p, err := start(fmt.Sprintf("inorder run %d", i), cmd)
+		p, err := e2eproc.Start(fmt.Sprintf("inorder run %d", i), cmd)
 		if err != nil {
 			return nil, err
 		}
-		p.metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+		p.Metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 		return p, nil
 	}
-	var workers []*proc
+	var workers []*e2eproc.Proc
 	stopAll := func() ([]float64, error) {
 		var rss []float64
 		var errs []error
 		for _, p := range workers {
-			r, err := p.stop()
+			r, err := p.Stop()
 			rss = append(rss, r)
 			errs = append(errs, err)
 		}
@@ -328,7 +261,7 @@ func run(o *options) error {
 		return st.Projections[0].Events
 	}
 	var took time.Duration
-	var extra *proc
+	var extra *e2eproc.Proc
 	var extraRSS float64
 	var parkedAtRebalance float64
 	tick := time.NewTicker(250 * time.Millisecond)
@@ -342,9 +275,9 @@ func run(o *options) error {
 		}
 		for _, p := range workers {
 			select {
-			case err := <-p.done:
+			case err := <-p.Done():
 				_, _ = stopAll()
-				return fmt.Errorf("%s exited: %v", p.name, err)
+				return fmt.Errorf("%s exited: %v", p.Name, err)
 			default:
 			}
 		}
@@ -353,21 +286,21 @@ func run(o *options) error {
 		case applied >= want:
 			took = time.Since(began)
 		case o.rebalance && extra == nil && applied >= want/2:
-			before := parkedOf(workers)
+			before := e2eproc.Parked(workers)
 			if extra, err = spawn(len(workers)); err != nil {
 				_, _ = stopAll()
 				return err
 			}
 			time.Sleep(3 * time.Second) // it joins, takes partitions, works a while
-			joinerParked := parkedOf([]*proc{extra})
-			if extraRSS, err = extra.stop(); err != nil {
+			joinerParked := e2eproc.Parked([]*e2eproc.Proc{extra})
+			if extraRSS, err = extra.Stop(); err != nil {
 				_, _ = stopAll()
 				return err
 			}
-			parkedAtRebalance = parkedOf(workers) - before + joinerParked
+			parkedAtRebalance = e2eproc.Parked(workers) - before + joinerParked
 		}
 	}
-	parked := parkedOf(workers)
+	parked := e2eproc.Parked(workers)
 	rss, err := stopAll()
 	if err != nil {
 		return err
@@ -394,38 +327,4 @@ func run(o *options) error {
 		return errors.New("the read model differs from the in-order fold")
 	}
 	return nil
-}
-
-func parkedOf(ps []*proc) float64 {
-	var n float64
-	for _, p := range ps {
-		n += scrapeParked(p.metrics)
-	}
-	return n
-}
-
-// scrapeParked returns the ledger's parked deliveries from a worker's
-// /metrics; 0 while it does not answer.
-func scrapeParked(u string) (parked float64) {
-	resp, err := http.Get(u)
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return 0
-	}
-	for _, m := range fams["inorder_events_total"].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() != "outcome" {
-				continue
-			}
-			if l.GetValue() == "parked" {
-				parked += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return parked
 }

@@ -28,7 +28,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -36,8 +35,6 @@ import (
 	"hash/fnv"
 	"io"
 	"math/rand/v2"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -46,16 +43,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/e2eproc"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/pgtable"
 )
@@ -118,73 +113,6 @@ func workload(seed uint64, events, versions int) []aggregate.Event {
 	return ledger.Generate(rand.New(rand.NewPCG(seed, seed*7+1)), max(events/versions, 1), versions)
 }
 
-type proc struct {
-	name    string
-	cmd     *exec.Cmd
-	done    chan error
-	metrics string
-}
-
-func start(name string, cmd *exec.Cmd) (*proc, error) {
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait() }()
-	return p, nil
-}
-
-// vmHWM returns the process's peak resident set (VmHWM) in MiB, 0 if
-// unknown.
-func vmHWM(pid int) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
-// stop reads the process's VmHWM, sends SIGTERM (a graceful drain), waits,
-// and returns its peak RSS in MiB: VmHWM, read just before the stop. Not
-// the maximum RSS wait4 reports at exit: Linux counts in it the memory of
-// the process before its exec — this orchestrator's, which holds the whole
-// workload (~500 MiB at 1M events) — so a small child spawned from a big
-// parent reports the parent's size. The drain after SIGTERM adds nothing
-// (it stops reading).
-func (p *proc) stop() (float64, error) {
-	hwm := vmHWM(p.cmd.Process.Pid)
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.done:
-		if err != nil {
-			return hwm, fmt.Errorf("%s: %w", p.name, err)
-		}
-	case <-time.After(time.Minute):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		return hwm, fmt.Errorf("%s did not stop", p.name)
-	}
-	return hwm, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func run(o *options) error {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
@@ -230,8 +158,8 @@ func run(o *options) error {
 		}
 	}
 
-	spawn := func(i int) (*proc, error) {
-		port, err := freePort()
+	spawn := func(i int) (*e2eproc.Proc, error) {
+		port, err := e2eproc.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -240,19 +168,19 @@ func run(o *options) error {
 		args = append(args, strings.Fields(o.extra)...)
 		cmd := exec.Command(o.inorder, args...)
 		cmd.Env, cmd.Stdout = env, io.Discard
-		p, err := start(fmt.Sprintf("inorder run %d", i), cmd)
+		p, err := e2eproc.Start(fmt.Sprintf("inorder run %d", i), cmd)
 		if err != nil {
 			return nil, err
 		}
-		p.metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+		p.Metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
 		return p, nil
 	}
-	var workers []*proc
+	var workers []*e2eproc.Proc
 	stopAll := func() ([]float64, error) {
 		var rss []float64
 		var errs []error
 		for _, p := range workers {
-			r, err := p.stop()
+			r, err := p.Stop()
 			rss = append(rss, r)
 			errs = append(errs, err)
 		}
@@ -270,8 +198,8 @@ func run(o *options) error {
 	exited := func() error {
 		for _, p := range workers {
 			select {
-			case err := <-p.done:
-				return fmt.Errorf("%s exited: %v", p.name, err)
+			case err := <-p.Done():
+				return fmt.Errorf("%s exited: %v", p.Name, err)
 			default:
 			}
 		}
@@ -330,7 +258,7 @@ func run(o *options) error {
 			took = time.Since(began)
 		}
 	}
-	parked := parkedOf(workers)
+	parked := e2eproc.Parked(workers)
 	rss, err := stopAll()
 	if err != nil {
 		return err
@@ -516,52 +444,10 @@ func appendAndMeasure(ctx context.Context, pool *pgxpool.Pool, schema string, ev
 }
 
 // held sums the partitions the processes hold, from their /metrics.
-func held(ps []*proc) int {
+func held(ps []*e2eproc.Proc) int {
 	n := 0
 	for _, p := range ps {
-		n += int(scrape(p.metrics, "inorder_source_partitions_held", ""))
+		n += int(e2eproc.Scrape(p.Metrics, "inorder_source_partitions_held", ""))
 	}
 	return n
-}
-
-func parkedOf(ps []*proc) float64 {
-	var n float64
-	for _, p := range ps {
-		n += scrape(p.metrics, "inorder_events_total", "parked")
-	}
-	return n
-}
-
-// scrape sums a metric family from a worker's /metrics (only the series
-// with outcome=outcome if outcome is set); 0 while it does not answer.
-func scrape(u, family, outcome string) float64 {
-	resp, err := http.Get(u)
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return 0
-	}
-	var sum float64
-	for _, m := range fams[family].GetMetric() {
-		ok := outcome == ""
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "outcome" && l.GetValue() == outcome {
-				ok = true
-			}
-		}
-		if !ok {
-			continue
-		}
-		switch {
-		case m.GetGauge() != nil:
-			sum += m.GetGauge().GetValue()
-		case m.GetCounter() != nil:
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
 }
