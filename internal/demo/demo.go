@@ -197,8 +197,7 @@ func Command(w *Workload) func(*cli.App) *cobra.Command {
     subscription is dropped twice); on the events table, the consumers
     share its partitions by leases, and one is cut off halfway, the others
     taking its partitions over; on the NATS stream, the consumers share one
-    durable pull consumer and one is cut off halfway, its unacknowledged
-    messages going to the others after AckWait — and shows progress on
+    durable pull consumer — and shows progress on
     stderr; meanwhile
     it performs the workload's effects
     that leave Postgres (the ledger's "payment settled" webhooks, package
