@@ -21,18 +21,6 @@ import (
 // section "Generations" has the model; build.go and switch.go change
 // generations.
 
-// Versioned is implemented by projections that declare the version of their
-// code. A processor feeds only the generations built by its projection's
-// code version (see the package documentation, Generations). A projection
-// that does not implement Versioned is at version 1.
-type Versioned interface {
-	Projection
-	// Version is the version of the projection's code: raise it whenever
-	// what the projection computes from the events changes, and rebuild.
-	// It must be at least 1.
-	Version() int
-}
-
 // codeVersion returns p's code version.
 func codeVersion(p Projection) int {
 	if v, ok := p.(Versioned); ok {

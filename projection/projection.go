@@ -84,6 +84,27 @@ type Typed interface {
 	Types() []string
 }
 
+// Versioned is implemented by projections that declare the version of their
+// code. A processor feeds only the generations built by its projection's
+// code version (see the package documentation, Generations). A projection
+// that does not implement Versioned is at version 1.
+type Versioned interface {
+	Projection
+	// Version is the version of the projection's code: raise it whenever
+	// what the projection computes from the events changes, and rebuild.
+	// It must be at least 1.
+	Version() int
+}
+
+// Verifier is implemented by projections that can check their own read
+// model. Verify runs before a new generation is switched in, in a
+// REPEATABLE READ transaction whose search_path starts with the
+// generation's schema; an error keeps the live generation and marks the new
+// one failed, with the error as the reason. It must only read.
+type Verifier interface {
+	Verify(ctx context.Context, tx pgx.Tx) error
+}
+
 // Gap is versions of an aggregate that will never be applied.
 type Gap struct {
 	Aggregate string

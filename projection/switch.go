@@ -17,15 +17,6 @@ import (
 // This file holds the end of a side-by-side rebuild — verification and the
 // switch — and the operator actions on generations: rollback and drop.
 
-// Verifier is implemented by projections that can check their own read
-// model. Verify runs before a new generation is switched in, in a
-// REPEATABLE READ transaction whose search_path starts with the
-// generation's schema; an error keeps the live generation and marks the new
-// one failed, with the error as the reason. It must only read.
-type Verifier interface {
-	Verify(ctx context.Context, tx pgx.Tx) error
-}
-
 // notInStep reports that the new generation and the live one are not at
 // the same point of the stream yet: verification tries again — after
 // reading the stream again, unless only the live generation's workers can
