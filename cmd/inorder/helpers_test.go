@@ -152,8 +152,14 @@ type process struct {
 // still running.
 func (e *env) start(t *testing.T, args ...string) *process {
 	t.Helper()
+	return e.startBinary(t, binary, args...)
+}
+
+// startBinary is start with the binary at path bin.
+func (e *env) startBinary(t *testing.T, bin string, args ...string) *process {
+	t.Helper()
 	p := &process{done: make(chan struct{})}
-	p.cmd = exec.Command(binary, args...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = e.environ()
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	require.NoError(t, p.cmd.Start())

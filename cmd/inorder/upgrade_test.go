@@ -150,13 +150,12 @@ func untar(t *testing.T, r io.Reader, dir string) {
 	}
 }
 
-// startWith is start with another binary.
+// startWith is start with another binary. It must not swap the package's
+// binary variable: parallel tests read it (a data race, and a parallel test
+// started the previous release while the swap lasted).
 func (e *env) startWith(t *testing.T, bin string, args ...string) *process {
 	t.Helper()
-	saved := binary
-	binary = bin
-	defer func() { binary = saved }()
-	return e.start(t, args...)
+	return e.startBinary(t, bin, args...)
 }
 
 // appender appends ledger payments to the events table until stopped, in
