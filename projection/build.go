@@ -11,8 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/inorder/inorder/projection/internal/store"
 )
 
 // This file holds side-by-side rebuilds: Build and the steps of the
@@ -401,8 +399,9 @@ VALUES ($1, $2, $3, $4, $5, 'building', 'replay') RETURNING `+generationColumns,
 		if b.gen, err = pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (Generation, error) { return scanGeneration(rows) }); err != nil {
 			return err
 		}
-		return p.store.OpLog.Insert(ctx, tx, store.OpEntry{Action: "rebuild-start", Projection: b.r.name, Generation: n, To: n,
-			Reason: fmt.Sprintf("side by side: generation %d, code version %d, schema %s", n, b.r.version, schema), Actor: b.opts.By})
+		_, err = tx.Exec(ctx, p.sql.operatorLog, "rebuild-start", b.r.name, n, "", nil, n,
+			fmt.Sprintf("side by side: generation %d, code version %d, schema %s", n, b.r.version, schema), b.opts.By)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("create generation: %w", err)

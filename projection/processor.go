@@ -22,7 +22,6 @@ import (
 	"github.com/inorder/inorder/buffer"
 	"github.com/inorder/inorder/internal/retry"
 	"github.com/inorder/inorder/migrations"
-	"github.com/inorder/inorder/projection/internal/store"
 )
 
 // This file is the processor's front: its configuration, construction and
@@ -101,7 +100,6 @@ type Processor struct {
 	log       *slog.Logger
 	buf       *buffer.Buffer
 	sql       statements
-	store     *store.Store
 	projs     []*registered
 	byName    map[string]*registered
 	pauseLock bool // take the projection's shared rebuild lock in each batch
@@ -199,7 +197,6 @@ func New(pool *pgxpool.Pool, cfg *Config, projections ...Projection) (*Processor
 		log:       c.Logger,
 		buf:       buffer.New(c.Schema),
 		sql:       newStatements(c.Schema),
-		store:     store.New(c.Schema),
 		byName:    make(map[string]*registered),
 		pauseLock: true,
 		gens:      &genCache{stats: map[string]*counters{}},
