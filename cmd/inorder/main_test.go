@@ -321,7 +321,10 @@ func TestRunEventsTable(t *testing.T) {
 	}
 	w1 := ledger.Generate(rand.New(rand.NewPCG(7, 7)), 200, 5)
 	appendAll(w1)
-	run := e.start(t, "run", "--source", "postgres", "--workers", "2", "--batch-size", "50", "--http-addr", "127.0.0.1:0")
+	// --http-max-wait as in TestRun: the min_version read below waits for
+	// 100 payments appended at once, over 5 s (the default) on a loaded CI
+	// machine (504 once).
+	run := e.start(t, "run", "--source", "postgres", "--workers", "2", "--batch-size", "50", "--http-addr", "127.0.0.1:0", "--http-max-wait", "30s")
 	base := run.baseURL(t)
 	e.waitApplied(t, int64(len(w1)), time.Minute)
 
