@@ -152,11 +152,13 @@ type process struct {
 // still running.
 func (e *env) start(t *testing.T, args ...string) *process {
 	t.Helper()
-	return e.startBinary(t, binary, args...)
+	return e.startWith(t, binary, args...)
 }
 
-// startBinary is start with the binary at path bin.
-func (e *env) startBinary(t *testing.T, bin string, args ...string) *process {
+// startWith is start with the binary at path bin (TestRollingUpgrade's
+// previous release). It takes the path as an argument: swapping the
+// package's binary variable would race with the parallel tests.
+func (e *env) startWith(t *testing.T, bin string, args ...string) *process {
 	t.Helper()
 	p := &process{done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)

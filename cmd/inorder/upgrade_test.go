@@ -150,14 +150,6 @@ func untar(t *testing.T, r io.Reader, dir string) {
 	}
 }
 
-// startWith is start with another binary. It must not swap the package's
-// binary variable: parallel tests read it (a data race, and a parallel test
-// started the previous release while the swap lasted).
-func (e *env) startWith(t *testing.T, bin string, args ...string) *process {
-	t.Helper()
-	return e.startBinary(t, bin, args...)
-}
-
 // appender appends ledger payments to the events table until stopped, in
 // bursts, each burst new payments and the next versions of earlier ones.
 type appender struct {
