@@ -26,6 +26,16 @@
 // Options.Force is set. Online steps wait a bounded time for their locks
 // (Options.LockTimeout).
 //
+// A migration whose second line is "-- inorder:no-transaction" runs outside
+// a transaction, for what PostgreSQL does not allow in one: an index built
+// or dropped CONCURRENTLY, so that the table's writers are not blocked. It
+// is online and holds one statement each way, CREATE INDEX CONCURRENTLY IF
+// NOT EXISTS with a name and DROP INDEX CONCURRENTLY IF EXISTS, so that it
+// can run again after a crash; an invalid index a failed build left is
+// dropped before the build is tried again. New rejects CONCURRENTLY in a
+// migration without the line. MigrateTx runs such a step in the caller's
+// transaction without CONCURRENTLY.
+//
 // A database that has applied a version this binary does not know (it was
 // migrated by a newer release) is refused with ErrUnknownVersion rather
 // than silently used — unless that release recorded every such version as

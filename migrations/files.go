@@ -29,6 +29,7 @@ func load(fsys fs.FS) ([]migration, error) {
 		up, down         string
 		hasUp, hasDown   bool
 		online           bool
+		noTx             bool
 	}
 	byVersion := map[int]*pair{}
 	var errs []error
@@ -76,6 +77,7 @@ func load(fsys fs.FS) ([]migration, error) {
 					errs = append(errs, fmt.Errorf("%s: first line must be \"-- inorder:online\" or \"-- inorder:offline\" (may its old and new workers run while it does?), not %q", file, first))
 				}
 				p.online = d != nil && d[1] == "online"
+				p.noTx = hasNoTxDirective(string(body))
 			}
 			p.hasUp, p.upFile, p.up = true, file, string(body)
 		case "down":
@@ -106,7 +108,13 @@ func load(fsys fs.FS) ([]migration, error) {
 		case i > 0 && v != versions[i-1]+1:
 			errs = append(errs, fmt.Errorf("gap: version %d follows %d", v, versions[i-1]))
 		}
-		migs = append(migs, migration{version: v, name: p.name, online: p.online, up: p.up, down: p.down})
+		mig := migration{version: v, name: p.name, online: p.online, noTx: p.noTx, up: p.up, down: p.down}
+		if p.hasUp && p.hasDown {
+			if err := checkTransaction(&mig, p.upFile, p.downFile); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		migs = append(migs, mig)
 	}
 	if len(entries) == 0 {
 		errs = append(errs, errors.New("no migration files"))
@@ -122,4 +130,97 @@ func lockKey(schema string) int64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte("inorder/migrations\x00" + schema))
 	return int64(h.Sum64())
+}
+
+// noTxDirective, on the line after the online/offline directive, makes a
+// migration run outside a transaction.
+const noTxDirective = "-- inorder:no-transaction"
+
+// hasNoTxDirective reports whether the second line of an up migration is
+// noTxDirective.
+func hasNoTxDirective(body string) bool {
+	lines := strings.SplitN(body, "\n", 3)
+	return len(lines) >= 2 && strings.TrimSpace(strings.TrimSuffix(lines[1], "\r")) == noTxDirective
+}
+
+var (
+	// concurrentlyRE finds the keyword that cannot run in a transaction.
+	concurrentlyRE = regexp.MustCompile(`(?i)\bCONCURRENTLY\b`)
+	// createIndexRE matches CREATE INDEX CONCURRENTLY, capturing IF NOT
+	// EXISTS and the index's name.
+	createIndexRE = regexp.MustCompile(`(?is)^CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+(IF\s+NOT\s+EXISTS\s+)?("(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)?\s*ON\s`)
+	// dropIndexRE matches DROP INDEX CONCURRENTLY, capturing IF EXISTS.
+	dropIndexRE = regexp.MustCompile(`(?is)^DROP\s+INDEX\s+CONCURRENTLY\s+(IF\s+EXISTS\s+)?`)
+)
+
+// code returns sql without its comments ("--" to the end of a line), trimmed.
+func code(sql string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(sql, "\n") {
+		line, _, _ = strings.Cut(line, "--")
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// statement returns the one statement of a no-transaction migration, without
+// its comments and final semicolon, or an error when there is not exactly one.
+func statement(file, sql string) (string, error) {
+	stmt := strings.TrimSpace(strings.TrimSuffix(code(sql), ";"))
+	switch {
+	case stmt == "":
+		return "", fmt.Errorf("%s: a %s migration holds one statement, this one none", file, noTxDirective)
+	case strings.Contains(stmt, ";"):
+		return "", fmt.Errorf("%s: a %s migration holds one statement (PostgreSQL runs several sent together in one transaction); split it into migrations of one statement each", file, noTxDirective)
+	case !concurrentlyRE.MatchString(stmt):
+		return "", fmt.Errorf("%s: %s is for statements that cannot run in a transaction (CREATE INDEX CONCURRENTLY, DROP INDEX CONCURRENTLY, REINDEX … CONCURRENTLY); this one can: drop the directive", file, noTxDirective)
+	}
+	return stmt, nil
+}
+
+// checkTransaction validates how mig runs: a migration in a transaction
+// must not use CONCURRENTLY, and a no-transaction one must be online, one
+// statement in each direction, and safe to run again after a failure or a
+// crash between the statement and its record (IF NOT EXISTS, IF EXISTS).
+// It sets mig.index to the name of the index a CREATE INDEX CONCURRENTLY
+// builds, for dropping an invalid one left by a failed build.
+func checkTransaction(mig *migration, upFile, downFile string) error {
+	if !mig.noTx {
+		for _, f := range []struct{ file, sql string }{{upFile, mig.up}, {downFile, mig.down}} {
+			if concurrentlyRE.MatchString(code(f.sql)) {
+				return fmt.Errorf("%s: CONCURRENTLY cannot run in a transaction: the up migration's second line must be %q, and it holds that one statement", f.file, noTxDirective)
+			}
+		}
+		return nil
+	}
+	if !mig.online {
+		return fmt.Errorf("%s: a %s migration builds or drops an index without blocking writers: it is online", upFile, noTxDirective)
+	}
+	var errs []error
+	up, err := statement(upFile, mig.up)
+	errs = append(errs, err)
+	down, err := statement(downFile, mig.down)
+	errs = append(errs, err)
+	if m := createIndexRE.FindStringSubmatch(up); m != nil {
+		if m[1] == "" || m[2] == "" {
+			errs = append(errs, fmt.Errorf("%s: CREATE INDEX CONCURRENTLY must say IF NOT EXISTS and name the index, so that it can run again after a failed or interrupted build", upFile))
+		}
+		mig.index = identName(m[2])
+	}
+	for _, f := range []struct{ file, stmt string }{{upFile, up}, {downFile, down}} {
+		if m := dropIndexRE.FindStringSubmatch(f.stmt); m != nil && m[1] == "" {
+			errs = append(errs, fmt.Errorf("%s: DROP INDEX CONCURRENTLY must say IF EXISTS, so that it can run again after an interruption", f.file))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// identName returns the name an identifier as written in SQL stands for:
+// unquoted, folded to lower case; quoted, as written.
+func identName(ident string) string {
+	if unquoted, ok := strings.CutPrefix(ident, `"`); ok {
+		return strings.ReplaceAll(strings.TrimSuffix(unquoted, `"`), `""`, `"`)
+	}
+	return strings.ToLower(ident)
 }

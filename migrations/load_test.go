@@ -96,6 +96,17 @@ func TestLoad(t *testing.T) {
 		{name: "bad name", fsys: files("001_a.up.sql", "001_a.down.sql", "002-b.up.sql"), wantErr: "002-b.up.sql: name is not NNN_name"},
 		{name: "no direction", fsys: files("001_a.sql"), wantErr: "001_a.sql: name is not NNN_name"},
 		{name: "empty up", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte(" \n")}, "001_a.down.sql": {Data: []byte("x")}}, wantErr: "001_a.up.sql: empty up migration"},
+		{name: "index built concurrently", fsys: noTx("CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v);", "DROP INDEX CONCURRENTLY IF EXISTS t_v;"), versions: 1},
+		{name: "concurrently in a transaction", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte("-- inorder:online\nCREATE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v);")}, "001_a.down.sql": {}}, wantErr: `001_a.up.sql: CONCURRENTLY cannot run in a transaction: the up migration's second line must be "-- inorder:no-transaction"`},
+		{name: "concurrently in a transaction's down", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte("-- inorder:online\nSELECT 1;")}, "001_a.down.sql": {Data: []byte("DROP INDEX CONCURRENTLY IF EXISTS t_v; -- CONCURRENTLY in a comment is fine")}}, wantErr: `001_a.down.sql: CONCURRENTLY cannot run in a transaction`},
+		{name: "concurrently only in comments", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte("-- inorder:offline — CREATE INDEX without CONCURRENTLY\n-- not CONCURRENTLY\nSELECT 1;")}, "001_a.down.sql": {}}, versions: 1},
+		{name: "two statements outside a transaction", fsys: noTx("CREATE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v);\nCREATE INDEX CONCURRENTLY IF NOT EXISTS t_w ON t (w);", "DROP INDEX CONCURRENTLY IF EXISTS t_v;"), wantErr: "001_a.up.sql: a -- inorder:no-transaction migration holds one statement (PostgreSQL runs several"},
+		{name: "no statement outside a transaction", fsys: noTx("CREATE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v);", "-- nothing"), wantErr: "001_a.down.sql: a -- inorder:no-transaction migration holds one statement, this one none"},
+		{name: "outside a transaction for no reason", fsys: noTx("CREATE INDEX IF NOT EXISTS t_v ON t (v);", "DROP INDEX IF EXISTS t_v;"), wantErr: "001_a.up.sql: -- inorder:no-transaction is for statements that cannot run in a transaction"},
+		{name: "concurrent build without IF NOT EXISTS", fsys: noTx("CREATE INDEX CONCURRENTLY t_v ON t (v);", "DROP INDEX CONCURRENTLY IF EXISTS t_v;"), wantErr: "001_a.up.sql: CREATE INDEX CONCURRENTLY must say IF NOT EXISTS and name the index"},
+		{name: "concurrent build without a name", fsys: noTx("CREATE INDEX CONCURRENTLY ON t (v);", "SELECT 1 -- CONCURRENTLY"), wantErr: "CREATE INDEX CONCURRENTLY must say IF NOT EXISTS and name the index"},
+		{name: "concurrent drop without IF EXISTS", fsys: noTx("CREATE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v);", "DROP INDEX CONCURRENTLY t_v;"), wantErr: "001_a.down.sql: DROP INDEX CONCURRENTLY must say IF EXISTS"},
+		{name: "offline outside a transaction", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte("-- inorder:offline\n-- inorder:no-transaction\nCREATE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v);")}, "001_a.down.sql": {Data: []byte("DROP INDEX CONCURRENTLY IF EXISTS t_v;")}}, wantErr: "001_a.up.sql: a -- inorder:no-transaction migration builds or drops an index without blocking writers: it is online"},
 		{name: "directory", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte("-- inorder:online\nx")}, "001_a.down.sql": {Data: []byte("x")}, "sub/x.sql": {Data: []byte("x")}}, wantErr: "unexpected directory sub"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -121,6 +132,27 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 	require.ErrorContains(t, err, "versions start at 2")
 	require.ErrorContains(t, err, "no down migration for version 2")
 	require.ErrorContains(t, err, "no up migration for version 3")
+}
+
+// noTx returns a MapFS holding version 1 as a no-transaction migration
+// with the given up and down statements.
+func noTx(up, down string) fstest.MapFS {
+	return fstest.MapFS{
+		"001_a.up.sql":   {Data: []byte("-- inorder:online — an index built without blocking writers\n-- inorder:no-transaction\n-- a comment\n" + up + "\n")},
+		"001_a.down.sql": {Data: []byte(down)},
+	}
+}
+
+func TestIndexName(t *testing.T) {
+	for sql, want := range map[string]string{
+		"CREATE INDEX CONCURRENTLY IF NOT EXISTS Payments_By_Day ON t (v)":         "payments_by_day",
+		`CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS "Mixed ""Case""" ON t (v)`: `Mixed "Case"`,
+		"create index concurrently if not exists t_v\n\ton t using btree (v)":      "t_v",
+	} {
+		mig := migration{online: true, noTx: true, up: sql, down: "DROP INDEX CONCURRENTLY IF EXISTS x"}
+		require.NoError(t, checkTransaction(&mig, "up", "down"), sql)
+		require.Equal(t, want, mig.index, sql)
+	}
 }
 
 // files returns a MapFS holding the named files, each with a trivial body.

@@ -149,6 +149,8 @@ type migration struct {
 	version  int
 	name     string
 	online   bool
+	noTx     bool   // runs outside a transaction (the no-transaction directive)
+	index    string // for a CREATE INDEX CONCURRENTLY: the index's name
 	up, down string
 }
 
@@ -316,7 +318,11 @@ func (m *Migrator) Rollback(ctx context.Context, steps int) (*Result, error) {
 			}
 			began := time.Now()
 			if !m.dryRun {
-				if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return m.down(ctx, tx, mig) }); err != nil {
+				revert := func() error { return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return m.down(ctx, tx, mig) }) }
+				if mig.noTx {
+					revert = func() error { return m.outside(ctx, conn, mig, Down) }
+				}
+				if err := revert(); err != nil {
 					return fmt.Errorf("migrations: revert %03d_%s: %w", mig.version, mig.name, err)
 				}
 			}

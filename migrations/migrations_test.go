@@ -778,3 +778,145 @@ func TestTrackingTableGainsOnline(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT online FROM schema_migrations WHERE version = 1").Scan(&online))
 	require.Nil(t, online, "not recorded by the release that applied it")
 }
+
+// concurrentIndexFS is a schema of two migrations: a table, then a unique
+// index on it built CONCURRENTLY, outside a transaction.
+func concurrentIndexFS() fstest.MapFS {
+	return fstest.MapFS{
+		"001_t.up.sql":     {Data: []byte("-- inorder:online\nCREATE TABLE t (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v int NOT NULL);")},
+		"001_t.down.sql":   {Data: []byte("DROP TABLE t;")},
+		"002_t_v.up.sql":   {Data: []byte("-- inorder:online — built without blocking t's writers\n-- inorder:no-transaction\nCREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v);")},
+		"002_t_v.down.sql": {Data: []byte("DROP INDEX CONCURRENTLY IF EXISTS t_v;")},
+	}
+}
+
+// indexState returns whether index t_v exists in schema and whether it is
+// valid.
+func indexState(t *testing.T, db *pgtest.DB) (exists, valid bool) {
+	t.Helper()
+	err := db.Pool.QueryRow(context.Background(), `SELECT i.indisvalid FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = 't_v'`, db.Schema).Scan(&valid)
+	if err == pgx.ErrNoRows {
+		return false, false
+	}
+	require.NoError(t, err)
+	return true, valid
+}
+
+// TestIndexBuiltConcurrently covers a no-transaction migration: its CREATE
+// INDEX CONCURRENTLY lets new writers of the table through while it waits
+// for an open one (a build in a transaction would queue them behind its
+// SHARE lock), an invalid index a failed build left is dropped and built
+// again, a crash between the build and its record is harmless, Rollback
+// drops it outside a transaction too, and MigrateTx builds it in the
+// caller's transaction.
+func TestIndexBuiltConcurrently(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	m, err := migrations.NewWithFS(db.Pool, &migrations.Options{Schema: db.Schema, Logger: testLogger(t)}, concurrentIndexFS())
+	require.NoError(t, err)
+	first, err := migrations.NewWithFS(db.Pool, &migrations.Options{Schema: db.Schema, Logger: testLogger(t)}, fstest.MapFS{
+		"001_t.up.sql": concurrentIndexFS()["001_t.up.sql"], "001_t.down.sql": concurrentIndexFS()["001_t.down.sql"],
+	})
+	require.NoError(t, err)
+	_, err = first.Migrate(ctx)
+	require.NoError(t, err)
+
+	// A failed build (duplicates in a unique index) leaves an invalid
+	// index and no record.
+	_, err = db.Pool.Exec(ctx, "INSERT INTO t (v) VALUES (1), (1)")
+	require.NoError(t, err)
+	_, err = m.Migrate(ctx)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "23505", pgErr.Code, "unique_violation")
+	exists, valid := indexState(t, db)
+	require.True(t, exists)
+	require.False(t, valid, "PostgreSQL keeps the failed build's index, invalid")
+	st, err := m.Status(ctx)
+	require.NoError(t, err)
+	require.False(t, st[1].Applied)
+	var searchPath string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SHOW search_path").Scan(&searchPath))
+
+	// Without the duplicates, and while a writer's transaction is open,
+	// the build waits for that writer but not for the ones after it.
+	_, err = db.Pool.Exec(ctx, "DELETE FROM t")
+	require.NoError(t, err)
+	open, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = open.Rollback(ctx) }()
+	_, err = open.Exec(ctx, "INSERT INTO t (v) VALUES (0)")
+	require.NoError(t, err)
+	migrated := make(chan error, 1)
+	go func() {
+		_, err := m.Migrate(ctx)
+		migrated <- err
+	}()
+	// The build is under way once it waits on the open transaction.
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := db.Pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE query LIKE '%INDEX CONCURRENTLY%' AND wait_event_type = 'Lock' AND pid <> pg_backend_pid())").Scan(&waiting)
+		return err == nil && waiting
+	}, 20*time.Second, 20*time.Millisecond, "the build waits for the open writer")
+	for v := 1; v <= 20; v++ {
+		writeCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := db.Pool.Exec(writeCtx, "INSERT INTO t (v) VALUES ($1)", v)
+		cancel()
+		require.NoError(t, err, "a new writer goes through while the index is built")
+	}
+	select {
+	case err := <-migrated:
+		t.Fatalf("the build finished before the open writer did: %v", err)
+	default:
+	}
+	require.NoError(t, open.Commit(ctx))
+	require.NoError(t, <-migrated)
+	exists, valid = indexState(t, db)
+	require.True(t, exists)
+	require.True(t, valid, "the invalid index was dropped and built again")
+	st, err = m.Status(ctx)
+	require.NoError(t, err)
+	require.True(t, st[1].Applied)
+	require.True(t, st[1].Online)
+	_, err = db.Pool.Exec(ctx, "INSERT INTO t (v) VALUES (1)")
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "23505", pgErr.Code, "the index is in force")
+	var after string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SHOW search_path").Scan(&after))
+	require.Equal(t, searchPath, after, "the pool's connections keep their search_path")
+
+	// A crash after the build, before its record: the next run records it.
+	_, err = db.Pool.Exec(ctx, "DELETE FROM schema_migrations WHERE version = 2")
+	require.NoError(t, err)
+	res, err := m.Migrate(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []int{2}, res.Versions())
+
+	// Rollback drops it, outside a transaction too.
+	res, err = m.Rollback(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, []int{2}, res.Versions())
+	exists, _ = indexState(t, db)
+	require.False(t, exists)
+
+	// MigrateTx builds it in the caller's transaction (no CONCURRENTLY
+	// there), and a rollback of that transaction leaves nothing.
+	for _, commit := range []bool{false, true} {
+		tx, err := db.Pool.Begin(ctx)
+		require.NoError(t, err)
+		res, err := m.MigrateTx(ctx, tx)
+		require.NoError(t, err)
+		require.Equal(t, []int{2}, res.Versions())
+		if commit {
+			require.NoError(t, tx.Commit(ctx))
+		} else {
+			require.NoError(t, tx.Rollback(ctx))
+		}
+		exists, valid = indexState(t, db)
+		require.Equal(t, commit, exists)
+		require.Equal(t, commit, valid)
+	}
+}

@@ -169,6 +169,9 @@ func (m *Migrator) pending(applied map[int]appliedRow) []migration {
 // exclusive lock must not queue every writer of the table behind a long
 // transaction.
 func (m *Migrator) apply(ctx context.Context, conn *pgx.Conn, mig migration) error {
+	if mig.noTx {
+		return m.outside(ctx, conn, mig, Up)
+	}
 	const attempts = 5
 	for attempt := 1; ; attempt++ {
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
@@ -195,12 +198,21 @@ func (m *Migrator) apply(ctx context.Context, conn *pgx.Conn, mig migration) err
 }
 
 // up runs one up migration in tx with search_path set to the schema, and
-// records it.
+// records it. A no-transaction migration runs here (MigrateTx) without its
+// CONCURRENTLY: inside the caller's transaction, the index is built holding
+// a SHARE lock on its table until that transaction ends.
 func (m *Migrator) up(ctx context.Context, tx pgx.Tx, mig migration) error {
 	if _, err := tx.Exec(ctx, "SET LOCAL search_path TO "+m.ident); err != nil {
 		return fmt.Errorf("set search_path: %w", err)
 	}
-	if _, err := tx.Exec(ctx, mig.up); err != nil {
+	sql := mig.up
+	if mig.noTx {
+		if err := m.dropInvalidIndex(ctx, tx, mig, false); err != nil {
+			return err
+		}
+		sql = concurrentlyRE.ReplaceAllLiteralString(sql, "")
+	}
+	if _, err := tx.Exec(ctx, sql); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, "INSERT INTO "+m.table+" (version, name, online) VALUES ($1, $2, $3)", mig.version, mig.name, mig.online); err != nil {
@@ -220,6 +232,68 @@ func (m *Migrator) down(ctx context.Context, tx pgx.Tx, mig migration) error {
 	}
 	if _, err := tx.Exec(ctx, "DELETE FROM "+m.table+" WHERE version = $1", mig.version); err != nil {
 		return fmt.Errorf("unrecord: %w", err)
+	}
+	return nil
+}
+
+// outside runs a no-transaction migration's statement in direction dir on
+// conn, with no transaction around it, then records (or, down, unrecords)
+// it. The statement's IF NOT EXISTS / IF EXISTS make a run after a crash
+// between the two a no-op; an invalid index left by a failed CREATE INDEX
+// CONCURRENTLY (it failed or was cancelled half-way) is dropped first. No
+// lock_timeout is set: CONCURRENTLY waits for the transactions already
+// writing the table, without blocking the writers that come after.
+func (m *Migrator) outside(ctx context.Context, conn *pgx.Conn, mig migration, dir Direction) (err error) {
+	if _, err := conn.Exec(ctx, "SET search_path TO "+m.ident); err != nil {
+		return fmt.Errorf("set search_path: %w", err)
+	}
+	defer func() {
+		// RESET: back to the connection's own search_path, for the pool.
+		resetCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, rerr := conn.Exec(resetCtx, "RESET search_path"); rerr != nil && err == nil {
+			err = fmt.Errorf("reset search_path: %w", rerr)
+		}
+	}()
+	sql, record, args := mig.up, "INSERT INTO "+m.table+" (version, name, online) VALUES ($1, $2, $3)", []any{mig.version, mig.name, mig.online}
+	if dir == Down {
+		sql, record, args = mig.down, "DELETE FROM "+m.table+" WHERE version = $1", []any{mig.version}
+	} else if err := m.dropInvalidIndex(ctx, conn, mig, true); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		return err
+	}
+	if _, err := conn.Exec(ctx, record, args...); err != nil {
+		return fmt.Errorf("record: %w", err)
+	}
+	return nil
+}
+
+// dropInvalidIndex drops the index mig builds if a failed build left it
+// invalid (PostgreSQL keeps an interrupted CREATE INDEX CONCURRENTLY's index,
+// unused but maintained, and IF NOT EXISTS would keep it for ever).
+func (m *Migrator) dropInvalidIndex(ctx context.Context, q querier, mig migration, concurrently bool) error {
+	if mig.index == "" {
+		return nil
+	}
+	var invalid bool
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = $2 AND NOT i.indisvalid)`, m.schema, mig.index).Scan(&invalid); err != nil {
+		return fmt.Errorf("look up index %s: %w", mig.index, err)
+	}
+	if !invalid {
+		return nil
+	}
+	m.logger.Warn("migrations: dropping the invalid index a failed build left, to build it again",
+		"version", mig.version, "name", mig.name, "index", mig.index)
+	drop := "DROP INDEX "
+	if concurrently {
+		drop += "CONCURRENTLY "
+	}
+	if _, err := q.Exec(ctx, drop+"IF EXISTS "+pgx.Identifier{m.schema, mig.index}.Sanitize()); err != nil {
+		return fmt.Errorf("drop invalid index %s: %w", mig.index, err)
 	}
 	return nil
 }
