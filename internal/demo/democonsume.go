@@ -66,47 +66,20 @@ func (d *demoRun) consume(ctx context.Context) (demoStats, error) {
 	}
 
 	d.con.Printf([]any{"consumers", len(srcs), "group", demoGroup}, "consuming with %d competing consumers on persistent subscription %q to $all", len(srcs), demoGroup)
-	start := time.Now()
-	bar := clikit.NewProgressBar(d.con, "applied", "events", total)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.NewTimer(d.o.Timeout)
-	defer deadline.Stop()
 	// Drop every subscription twice mid-run, as a network failure would:
 	// the deliveries not yet acknowledged go to other consumers again.
 	drops := []int64{total / 3, 2 * total / 3}
-	var applied, lastApplied int64
-	lastProgress := time.Now()
-	for applied < total {
-		select {
-		case <-ctx.Done():
-			_ = stopAll()
-			return demoStats{}, ctx.Err()
-		case <-d.a.Drain():
-			_ = stopAll()
-			return demoStats{}, fmt.Errorf("demo: interrupted after %d of %d events", applied, total)
-		case <-deadline.C:
-			_ = stopAll()
-			return demoStats{}, fmt.Errorf("demo: %d of %d events applied after %s (--timeout)", applied, total, d.o.Timeout)
-		case <-tick.C:
-		}
-		c := d.proc.Counts()[d.proj]
-		applied = c.Applied()
-		bar.Update(applied)
-		if len(drops) > 0 && applied >= drops[0] && applied < total {
-			drops = drops[1:]
-			d.esdb.DropSubscriptions()
-			bar.Note(fmt.Sprintf("simulated network failure at %d events: every subscription dropped; the consumers reconnect and unacknowledged deliveries come again", applied))
-		}
-		if applied != lastApplied {
-			lastApplied, lastProgress = applied, time.Now()
-		} else if time.Since(lastProgress) > time.Minute {
-			_ = stopAll()
-			return demoStats{}, fmt.Errorf("demo: stuck at %d of %d events applied for a minute; see '%s status' and '%s parked list'", applied, total, d.a.Name(), d.a.Name())
-		}
+	elapsed, err := d.await(ctx, awaiting{total: total, stopAll: stopAll,
+		each: func(events int64, bar *clikit.ProgressBar) {
+			if len(drops) > 0 && events >= drops[0] && events < total {
+				drops = drops[1:]
+				d.esdb.DropSubscriptions()
+				bar.Note(fmt.Sprintf("simulated network failure at %d events: every subscription dropped; the consumers reconnect and unacknowledged deliveries come again", events))
+			}
+		}})
+	if err != nil {
+		return demoStats{}, err
 	}
-	elapsed := time.Since(start)
-	bar.Finish(applied)
 	if err := stopAll(); err != nil {
 		return demoStats{}, fmt.Errorf("demo: stop the consumers: %w", err)
 	}

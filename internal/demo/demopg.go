@@ -61,50 +61,19 @@ func (d *demoRun) consumeTable(ctx context.Context) (demoStats, error) {
 	appended := make(chan error, 1)
 	go func() { appended <- d.appendTable(runCtx) }()
 
-	start := time.Now()
-	bar := clikit.NewProgressBar(d.con, "applied", "events", total)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.NewTimer(d.o.Timeout)
-	defer deadline.Stop()
 	cut := len(srcs) > 1
-	var applied, lastApplied int64
-	lastProgress := time.Now()
-	for applied < total {
-		select {
-		case <-ctx.Done():
-			_ = stopAll()
-			return demoStats{}, ctx.Err()
-		case <-d.a.Drain():
-			_ = stopAll()
-			return demoStats{}, fmt.Errorf("demo: interrupted after %d of %d events", applied, total)
-		case <-deadline.C:
-			_ = stopAll()
-			return demoStats{}, fmt.Errorf("demo: %d of %d events applied after %s (--timeout)", applied, total, d.o.Timeout)
-		case err := <-appended:
-			if err != nil {
-				_ = stopAll()
-				return demoStats{}, err
+	elapsed, err := d.await(ctx, awaiting{total: total, feed: appended, stopAll: stopAll,
+		each: func(events int64, bar *clikit.ProgressBar) {
+			if cut && events >= total/2 {
+				cut = false
+				srcs[0].Abort() // its batches in flight roll back; its leases go with its connection
+				bar.Note(fmt.Sprintf("consumer 1 cut off at %d events: its batches in flight roll back (or commit unheard), the others take its partitions over", events))
 			}
-		case <-tick.C:
-		}
-		applied = d.proc.Counts()[d.proj].Applied()
-		bar.Update(applied)
-		if cut && applied >= total/2 {
-			cut = false
-			srcs[0].Abort() // its batches in flight roll back; its leases go with its connection
-			bar.Note(fmt.Sprintf("consumer 1 cut off at %d events: its batches in flight roll back, the others take its partitions over", applied))
-		}
-		if applied != lastApplied {
-			lastApplied, lastProgress = applied, time.Now()
-		} else if time.Since(lastProgress) > time.Minute {
-			_ = stopAll()
-			return demoStats{}, fmt.Errorf("demo: stuck at %d of %d events applied for a minute; see '%s status' and '%s parked list'", applied, total, d.a.Name(), d.a.Name())
-		}
+		}})
+	if err != nil {
+		return demoStats{}, err
 	}
-	elapsed := time.Since(start)
-	bar.Finish(applied)
-	err := stopAll()
+	err = stopAll()
 	if len(srcs) > 1 && errors.Is(errs[0], pgtable.ErrAborted) {
 		err = errors.Join(errs[1:]...) // the one cut off says so
 	}

@@ -56,6 +56,8 @@ type Stats struct {
 	// CommitCuts is the number of connections cut after the server
 	// committed their COMMIT, before the client heard of it.
 	CommitCuts int64
+	// CommitHolds is the number of COMMIT answers held back (HoldAtCommit).
+	CommitHolds int64
 }
 
 // Proxy forwards TCP connections to a PostgreSQL server. Its methods are
@@ -70,8 +72,10 @@ type Proxy struct {
 	closed bool
 	// commitCuts is how many COMMITs still get cut (CutAtCommit).
 	commitCuts int
+	// holds are the armed holds not yet taken by a COMMIT, first first.
+	holds []*Hold
 
-	nConns, nCancels, nCuts, nCommitCuts atomic.Int64
+	nConns, nCancels, nCuts, nCommitCuts, nCommitHolds atomic.Int64
 
 	amu      sync.Mutex
 	activity chan struct{} // closed at the next client message
@@ -136,7 +140,8 @@ func (p *Proxy) active() {
 
 // Stats returns the proxy's counters.
 func (p *Proxy) Stats() Stats {
-	return Stats{Conns: p.nConns.Load(), Cancels: p.nCancels.Load(), Cuts: p.nCuts.Load(), CommitCuts: p.nCommitCuts.Load()}
+	return Stats{Conns: p.nConns.Load(), Cancels: p.nCancels.Load(), Cuts: p.nCuts.Load(), CommitCuts: p.nCommitCuts.Load(),
+		CommitHolds: p.nCommitHolds.Load()}
 }
 
 // Cut closes up to max of the connections which selects (all of them when
@@ -178,15 +183,60 @@ func (p *Proxy) ArmedCommitCuts() int {
 	return p.commitCuts
 }
 
-// takeCommitCut consumes one armed commit cut, if any.
-func (p *Proxy) takeCommitCut() bool {
+// Hold is one armed HoldAtCommit: the COMMIT whose answer it holds back.
+// Its methods are safe for concurrent use.
+type Hold struct {
+	held, release         chan struct{}
+	heldOnce, releaseOnce sync.Once
+}
+
+// Held returns a channel that is closed once the server has committed the
+// COMMIT and the proxy holds its answer back.
+func (h *Hold) Held() <-chan struct{} { return h.held }
+
+// Release forwards the held answer to the client (at once, when the answer
+// comes later). Releasing a hold whose connection closed does nothing. It
+// is safe to call more than once.
+func (h *Hold) Release() { h.releaseOnce.Do(func() { close(h.release) }) }
+
+// HoldAtCommit arms the proxy for the next COMMIT of any connection: it is
+// forwarded to the server, and when the server answers that it committed,
+// the proxy holds the answer back — the client waits as for a slow
+// network — until Hold.Release, or until the connection closes (the client
+// gives up, Cut, Close), when the client never hears it. A COMMIT the
+// server does not commit (the transaction had failed) is forwarded normally
+// and leaves the hold armed for the next one. Holds armed together are
+// taken by COMMITs in the order they were armed.
+func (p *Proxy) HoldAtCommit() *Hold {
+	h := &Hold{held: make(chan struct{}), release: make(chan struct{})}
+	p.mu.Lock()
+	p.holds = append(p.holds, h)
+	p.mu.Unlock()
+	return h
+}
+
+// takeCommit consumes what is armed for the next COMMIT: a cut (true), a
+// hold, or nothing. Cuts go first.
+func (p *Proxy) takeCommit() (cut bool, hold *Hold) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.commitCuts == 0 {
-		return false
+	switch {
+	case p.commitCuts > 0:
+		p.commitCuts--
+		return true, nil
+	case len(p.holds) > 0:
+		hold = p.holds[0]
+		p.holds = p.holds[1:]
+		return false, hold
 	}
-	p.commitCuts--
-	return true
+	return false, nil
+}
+
+// rearmHold puts back a hold whose COMMIT did not commit, first in line.
+func (p *Proxy) rearmHold(h *Hold) {
+	p.mu.Lock()
+	p.holds = append([]*Hold{h}, p.holds...)
+	p.mu.Unlock()
 }
 
 func (p *Proxy) accept() {
@@ -212,7 +262,7 @@ func (p *Proxy) serve(client net.Conn) {
 		_ = client.Close()
 		return
 	}
-	c := &conn{p: p, client: client, server: server}
+	c := &conn{p: p, client: client, server: server, done: make(chan struct{})}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -238,6 +288,7 @@ type conn struct {
 	p              *Proxy
 	client, server net.Conn
 	closeOnce      sync.Once
+	done           chan struct{} // closed by close
 
 	mu sync.Mutex
 	// session tells that the client sent its startup message (not a cancel
@@ -255,10 +306,14 @@ type conn struct {
 	// commitArmed tells that the client sent a COMMIT that is to be cut at
 	// the server's answer.
 	commitArmed bool
+	// commitHold, when set, is the hold of the COMMIT the client sent,
+	// whose answer is to be held back.
+	commitHold *Hold
 }
 
 func (c *conn) close() {
 	c.closeOnce.Do(func() {
+		close(c.done)
 		_ = c.client.Close()
 		_ = c.server.Close()
 	})
@@ -318,12 +373,16 @@ func (c *conn) fromClient() error {
 		}
 		switch msg[0] {
 		case 'Q':
-			commit := isCommit(msg[5:])
-			arm := commit && c.p.takeCommitCut()
+			var cut bool
+			var hold *Hold
+			if isCommit(msg[5:]) {
+				cut, hold = c.p.takeCommit()
+			}
 			c.mu.Lock()
 			c.waiting++
-			if arm {
-				c.commitArmed = true
+			c.commitArmed = c.commitArmed || cut
+			if hold != nil {
+				c.commitHold = hold
 			}
 			c.mu.Unlock()
 		case 'S':
@@ -385,20 +444,45 @@ func (c *conn) fromServer() error {
 				// case; the next COMMIT gets the cut.
 				c.commitArmed = false
 			}
+			var hold *Hold
+			if c.waiting == 0 {
+				hold, c.commitHold = c.commitHold, nil // likewise
+			}
 			c.mu.Unlock()
 			if rearm {
 				c.p.CutAtCommit(1)
 			}
+			if hold != nil {
+				c.p.rearmHold(hold)
+			}
 		case 'C':
+			if strings.TrimRight(string(msg[5:]), "\x00") != "COMMIT" {
+				break
+			}
 			c.mu.Lock()
-			armed := c.commitArmed
+			armed, hold := c.commitArmed, c.commitHold
+			c.commitHold = nil
 			c.mu.Unlock()
-			if armed && strings.TrimRight(string(msg[5:]), "\x00") == "COMMIT" {
+			if armed {
 				// The server committed; the client will never know.
 				c.p.nCommitCuts.Add(1)
 				_ = w.Flush() // what came before the answer
 				c.close()
 				return nil
+			}
+			if hold != nil {
+				// The server committed; the client hears of it when the
+				// test says so, or never.
+				c.p.nCommitHolds.Add(1)
+				if err := w.Flush(); err != nil {
+					return err
+				}
+				hold.heldOnce.Do(func() { close(hold.held) })
+				select {
+				case <-hold.release:
+				case <-c.done:
+					return nil
+				}
 			}
 		}
 		if err := forward(w, msg, r); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -130,4 +131,85 @@ func TestCutAtCommit(t *testing.T) {
 	st := p.Stats()
 	require.Equal(t, pgproxy.Stats{Conns: 1, Cancels: st.Cancels, CommitCuts: 1}, st)
 	require.Zero(t, p.ArmedCommitCuts())
+}
+
+// TestHoldAtCommit: the armed COMMIT reaches the server, which commits,
+// and the answer waits in the proxy: released, the client's Commit returns
+// nil; when the client gives up instead (its context cancelled), it never
+// hears that its transaction committed, yet it did. A COMMIT of a failed
+// transaction is answered at once and leaves the hold armed.
+func TestHoldAtCommit(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db, p, u := setup(t)
+	_, err := db.Pool.Exec(ctx, `CREATE TABLE t (id int PRIMARY KEY)`)
+	require.NoError(t, err)
+	ids := func() []int {
+		rows, err := db.Pool.Query(ctx, `SELECT id FROM t ORDER BY id`)
+		require.NoError(t, err)
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		require.NoError(t, err)
+		return ids
+	}
+	// commit runs tx.Commit(cctx) in the background.
+	commit := func(cctx context.Context, c *pgx.Conn, id int) <-chan error {
+		tx, err := c.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `INSERT INTO t VALUES ($1)`, id)
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() { done <- tx.Commit(cctx) }()
+		return done
+	}
+	wait := func(ch <-chan struct{}, what string) {
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+
+	// Released: the client hears the answer late.
+	h := p.HoldAtCommit()
+	c := connect(t, u)
+	done := commit(ctx, c, 1)
+	wait(h.Held(), "the held answer")
+	require.Equal(t, []int{1}, ids(), "committed before the client heard of it")
+	select {
+	case err := <-done:
+		t.Fatalf("Commit returned %v while its answer was held", err)
+	default:
+	}
+	h.Release()
+	h.Release() // twice is harmless
+	require.NoError(t, <-done)
+	var n int
+	require.NoError(t, c.QueryRow(ctx, `SELECT count(*) FROM t`).Scan(&n), "the connection goes on")
+	require.Equal(t, 1, n)
+
+	// A failed transaction's COMMIT is answered; the hold stays armed for
+	// the next one.
+	h = p.HoldAtCommit()
+	tx, err := c.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO t VALUES (1)`) // fails: the transaction is aborted
+	require.Error(t, err)
+	require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxCommitRollback)
+	select {
+	case <-h.Held():
+		t.Fatal("a failed transaction's answer was held")
+	default:
+	}
+
+	// The client gives up while the answer is held.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done = commit(cctx, c, 2)
+	wait(h.Held(), "the second held answer")
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled, "the client gave up without an answer")
+	require.True(t, c.IsClosed())
+	require.Equal(t, []int{1, 2}, ids(), "yet it committed")
+	st := p.Stats()
+	require.Equal(t, pgproxy.Stats{Conns: 1, Cancels: st.Cancels, CommitHolds: 2}, st)
 }
