@@ -22,25 +22,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
-	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/inorder/inorder/aggregate"
-	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/e2eproc"
 	"github.com/inorder/inorder/source/esdb/esdbtest"
 )
@@ -57,12 +50,6 @@ func main() {
 		os.Exit(serve(os.Args[2:]))
 	}
 	os.Exit(orchestrate(os.Args[1:]))
-}
-
-// workload returns the ledger events of a run: versions per payment, about
-// events in all.
-func workload(seed uint64, events, versions int) []aggregate.Event {
-	return ledger.Generate(rand.New(rand.NewPCG(seed, seed*7+1)), max(events/versions, 1), versions)
 }
 
 // serve runs the EventStoreDB server with the workload appended, prints
@@ -83,7 +70,7 @@ func serve(args []string) int {
 		return 1
 	}
 	defer srv.Close()
-	for _, ev := range workload(*seed, *events, *versions) {
+	for _, ev := range e2eproc.Workload(*seed, *events, *versions) {
 		if _, err := srv.Append(streamPrefix+ev.Aggregate, esdbtest.Event{Type: ev.Type, Data: ev.Data, Metadata: ev.Metadata}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -108,7 +95,7 @@ func orchestrate(args []string) int {
 	var o options
 	fs := flag.NewFlagSet("esdbe2e", flag.ExitOnError)
 	fs.StringVar(&o.inorder, "inorder", "", "the inorder binary (go build -o … ./cmd/inorder); required")
-	fs.StringVar(&o.databaseURL, "database-url", cmpOr(os.Getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL")
+	fs.StringVar(&o.databaseURL, "database-url", e2eproc.DatabaseURL(), "PostgreSQL")
 	fs.StringVar(&o.mode, "mode", "catch-up", "catch-up or persistent")
 	fs.IntVar(&o.consumers, "consumers", 1, "inorder run processes (persistent mode: competing consumers of one group)")
 	fs.IntVar(&o.events, "events", 100000, "events (payments × versions)")
@@ -132,38 +119,14 @@ func orchestrate(args []string) int {
 	return 0
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 func run(o *options) error {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
-	schema := fmt.Sprintf("e2e_%d", time.Now().UnixNano())
-	pool, err := pgxpool.New(ctx, o.databaseURL)
+	schema, err := e2eproc.NewSchema(ctx, o.databaseURL, "e2e", o.keep)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return err
-	}
-	if !o.keep {
-		defer func() {
-			_, _ = pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-		}()
-	}
-	u, err := url.Parse(o.databaseURL)
-	if err != nil {
-		return err
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	dbURL := u.String()
+	defer schema.Drop()
 
 	self, err := os.Executable()
 	if err != nil {
@@ -186,49 +149,28 @@ func run(o *options) error {
 	go func() { _, _ = io.Copy(io.Discard, out) }()
 	esdbURL := strings.TrimSpace(strings.TrimPrefix(line, "url "))
 
-	env := append(os.Environ(), "DATABASE_URL="+dbURL, "INORDER_SCHEMA="+schema, "ESDB_URL="+esdbURL,
+	env := append(os.Environ(), "DATABASE_URL="+schema.URL, "INORDER_SCHEMA="+schema.Name, "ESDB_URL="+esdbURL,
 		"INORDER_STREAM_PREFIX="+streamPrefix, "INORDER_LOG_LEVEL=warn")
-	migrate := exec.Command(o.inorder, "migrate")
-	migrate.Env, migrate.Stdout, migrate.Stderr = env, io.Discard, os.Stderr
-	if err := migrate.Run(); err != nil {
+	if err := e2eproc.Migrate(o.inorder, env); err != nil {
 		_, _ = server.Stop()
-		return fmt.Errorf("inorder migrate: %w", err)
+		return err
 	}
 
-	group := "e2e-" + schema
-	var workers []*e2eproc.Proc
-	var metricsURLs []string
+	args := []string{"--migrate", "--mode", o.mode, "--workers", strconv.Itoa(o.workers), "--batch-size", strconv.Itoa(o.batchSize),
+		"--group", "e2e-" + schema.Name, "--repair-after", "-1s"}
+	workers := e2eproc.NewGroup(o.inorder, env, append(args, strings.Fields(o.extra)...)...)
+	workers.Each = func(i int) []string { return []string{"--name", fmt.Sprintf("e2e-%d", i)} }
+	stopAll := workers.Stop
 	began := time.Now()
-	for i := range o.consumers {
-		port, err := e2eproc.FreePort()
-		if err != nil {
-			return err
-		}
-		args := []string{"run", "--migrate", "--mode", o.mode, "--workers", strconv.Itoa(o.workers), "--batch-size", strconv.Itoa(o.batchSize),
-			"--http-addr", fmt.Sprintf("127.0.0.1:%d", port), "--name", fmt.Sprintf("e2e-%d", i), "--group", group, "--repair-after", "-1s"}
-		args = append(args, strings.Fields(o.extra)...)
-		cmd := exec.Command(o.inorder, args...)
-		cmd.Env, cmd.Stdout = env, io.Discard
-		p, err := e2eproc.Start(fmt.Sprintf("inorder run %d", i), cmd)
-		if err != nil {
-			return err
-		}
-		workers = append(workers, p)
-		metricsURLs = append(metricsURLs, fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
-	}
-	stopAll := func() ([]float64, error) {
-		var rss []float64
-		var errs []error
-		for _, p := range workers {
-			r, err := p.Stop()
-			rss = append(rss, r)
-			errs = append(errs, err)
-		}
-		return rss, errors.Join(errs...)
+	if err := workers.Start(o.consumers); err != nil {
+		_, _ = stopAll()
+		_, _ = server.Stop()
+		return err
 	}
 
 	// Wait until every event is applied.
-	want := float64(len(workload(o.seed, o.events, o.versions)))
+	events := e2eproc.Workload(o.seed, o.events, o.versions)
+	want := float64(len(events))
 	var took time.Duration
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -240,18 +182,14 @@ func run(o *options) error {
 			return fmt.Errorf("timed out")
 		case <-tick.C:
 		}
-		for _, p := range workers {
-			select {
-			case err := <-p.Done():
-				_, _ = stopAll()
-				_, _ = server.Stop()
-				return fmt.Errorf("%s exited: %v", p.Name, err)
-			default:
-			}
+		if err := workers.Exited(); err != nil {
+			_, _ = stopAll()
+			_, _ = server.Stop()
+			return err
 		}
 		var applied float64
-		for _, u := range metricsURLs {
-			applied += scrapeApplied(u)
+		for _, p := range workers.Procs {
+			applied += e2eproc.Scrape(p.Metrics, "inorder_events_total", "applied") + e2eproc.Scrape(p.Metrics, "inorder_drained_total", "")
 		}
 		if applied >= want {
 			took = time.Since(began)
@@ -259,8 +197,8 @@ func run(o *options) error {
 	}
 	// The source's batch figures, read before the workers stop.
 	var src sourceFigures
-	for _, u := range metricsURLs {
-		src.add(scrapeSource(u))
+	for _, p := range workers.Procs {
+		src.add(scrapeSource(p.Metrics))
 	}
 	rss, err := stopAll()
 	if err != nil {
@@ -273,32 +211,18 @@ func run(o *options) error {
 	}
 
 	// The read model must be the in-order fold.
-	events := workload(o.seed, o.events, o.versions)
-	wantModel, err := ledger.Fold(events)
+	led, err := e2eproc.OpenLedger(ctx, schema)
 	if err != nil {
 		return err
 	}
-	cfg, err := pgxpool.ParseConfig(dbURL)
+	defer led.Close()
+	verified, err := led.Verify(ctx, events)
 	if err != nil {
 		return err
-	}
-	vpool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer vpool.Close()
-	got, err := ledger.New(nil).Load(ctx, vpool)
-	if err != nil {
-		return err
-	}
-	verified := reflect.DeepEqual(wantModel, got)
-	rssText := make([]string, len(rss))
-	for i, r := range rss {
-		rssText[i] = fmt.Sprintf("%.0f", r)
 	}
 	fmt.Printf("mode=%s consumers=%d workers=%d batch=%d events=%d seconds=%.2f events/s=%.0f peak-rss-MiB=%s server-rss-MiB=%.0f verified=%v\n",
 		o.mode, o.consumers, o.workers, o.batchSize, len(events), took.Seconds(), float64(len(events))/took.Seconds(),
-		strings.Join(rssText, "/"), serverRSS, verified)
+		e2eproc.MiB(rss), serverRSS, verified)
 	fmt.Printf("source: window=%.0f batches=%.0f (full %.0f, window %.0f, max_wait %.0f, flush %.0f, retry %.0f) mean-fill=%.2f worker-wait-s idle=%.1f filling=%.1f (summed over %d workers × %d processes, %.1f s each)\n",
 		src.window, src.batches(), src.closed["full"], src.closed["window"], src.closed["max_wait"], src.closed["flush"], src.closed["retry"],
 		src.meanFill(), src.idle, src.filling, o.workers, o.consumers, took.Seconds())
@@ -306,37 +230,6 @@ func run(o *options) error {
 		return errors.New("the read model differs from the in-order fold")
 	}
 	return nil
-}
-
-// scrapeApplied returns applied + drained events of the ledger projection
-// from a worker's /metrics, 0 while it does not answer.
-func scrapeApplied(u string) float64 {
-	resp, err := http.Get(u)
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return 0
-	}
-	var n float64
-	if f := fams["inorder_events_total"]; f != nil {
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == "applied" {
-					n += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	if f := fams["inorder_drained_total"]; f != nil {
-		for _, m := range f.GetMetric() {
-			n += m.GetCounter().GetValue()
-		}
-	}
-	return n
 }
 
 // sourceFigures are the source's batch metrics (package source/esdb's

@@ -33,12 +33,7 @@ import (
 	"flag"
 	"fmt"
 	"hash/fnv"
-	"io"
-	"math/rand/v2"
-	"net/url"
 	"os"
-	"os/exec"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,9 +44,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inorder/inorder/aggregate"
-	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/e2eproc"
-	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/pgtable"
 )
 
@@ -72,7 +65,7 @@ func main() {
 	var o options
 	fs := flag.NewFlagSet("pgtablee2e", flag.ExitOnError)
 	fs.StringVar(&o.inorder, "inorder", "", "the inorder binary (go build -o … ./cmd/inorder); required")
-	fs.StringVar(&o.databaseURL, "database-url", cmpOr(os.Getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL")
+	fs.StringVar(&o.databaseURL, "database-url", e2eproc.DatabaseURL(), "PostgreSQL")
 	fs.IntVar(&o.consumers, "consumers", 1, "inorder run processes sharing the partitions")
 	fs.IntVar(&o.events, "events", 100000, "events (payments × versions); with -latency, rate × duration")
 	fs.IntVar(&o.versions, "versions", 8, "versions per payment")
@@ -102,55 +95,25 @@ func main() {
 	}
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
-func workload(seed uint64, events, versions int) []aggregate.Event {
-	return ledger.Generate(rand.New(rand.NewPCG(seed, seed*7+1)), max(events/versions, 1), versions)
-}
-
 func run(o *options) error {
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
-	schema := fmt.Sprintf("pgtablee2e_%d", time.Now().UnixNano())
-	admin, err := pgxpool.New(ctx, o.databaseURL)
+	sch, err := e2eproc.NewSchema(ctx, o.databaseURL, "pgtablee2e", o.keep)
 	if err != nil {
 		return err
 	}
-	defer admin.Close()
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+	defer sch.Drop()
+	schema := sch.Name
+	env := append(os.Environ(), "DATABASE_URL="+sch.URL, "INORDER_SCHEMA="+schema, "INORDER_SOURCE=postgres", "INORDER_LOG_LEVEL=warn")
+	if err := e2eproc.Migrate(o.inorder, env); err != nil {
 		return err
 	}
-	if !o.keep {
-		defer func() {
-			_, _ = admin.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-		}()
-	}
-	u, err := url.Parse(o.databaseURL)
-	if err != nil {
-		return err
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	dbURL := u.String()
-
-	env := append(os.Environ(), "DATABASE_URL="+dbURL, "INORDER_SCHEMA="+schema, "INORDER_SOURCE=postgres", "INORDER_LOG_LEVEL=warn")
-	migrate := exec.Command(o.inorder, "migrate")
-	migrate.Env, migrate.Stdout, migrate.Stderr = env, io.Discard, os.Stderr
-	if err := migrate.Run(); err != nil {
-		return fmt.Errorf("inorder migrate: %w", err)
-	}
-	pool, err := pgxpool.New(ctx, dbURL) // search_path: the schema's tables
+	pool, err := pgxpool.New(ctx, sch.URL) // search_path: the schema's tables
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	events := workload(o.seed, o.events, o.versions)
+	events := e2eproc.Workload(o.seed, o.events, o.versions)
 	if !o.latency {
 		fmt.Fprintf(os.Stderr, "pgtablee2e: writing %d events to %s.events…\n", len(events), schema)
 		if err := load(ctx, pool, schema, events); err != nil {
@@ -158,70 +121,25 @@ func run(o *options) error {
 		}
 	}
 
-	spawn := func(i int) (*e2eproc.Proc, error) {
-		port, err := e2eproc.FreePort()
-		if err != nil {
-			return nil, err
-		}
-		args := []string{"run", "--workers", strconv.Itoa(o.workers), "--batch-size", strconv.Itoa(o.batchSize),
-			"--http-addr", fmt.Sprintf("127.0.0.1:%d", port)}
-		args = append(args, strings.Fields(o.extra)...)
-		cmd := exec.Command(o.inorder, args...)
-		cmd.Env, cmd.Stdout = env, io.Discard
-		p, err := e2eproc.Start(fmt.Sprintf("inorder run %d", i), cmd)
-		if err != nil {
-			return nil, err
-		}
-		p.Metrics = fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
-		return p, nil
-	}
-	var workers []*e2eproc.Proc
-	stopAll := func() ([]float64, error) {
-		var rss []float64
-		var errs []error
-		for _, p := range workers {
-			r, err := p.Stop()
-			rss = append(rss, r)
-			errs = append(errs, err)
-		}
-		return rss, errors.Join(errs...)
-	}
+	group := e2eproc.NewGroup(o.inorder, env, append([]string{"--workers", strconv.Itoa(o.workers), "--batch-size", strconv.Itoa(o.batchSize)},
+		strings.Fields(o.extra)...)...)
+	stopAll, exited := group.Stop, group.Exited
 	began := time.Now()
-	for i := range o.consumers {
-		p, err := spawn(i)
-		if err != nil {
-			_, _ = stopAll()
-			return err
-		}
-		workers = append(workers, p)
-	}
-	exited := func() error {
-		for _, p := range workers {
-			select {
-			case err := <-p.Done():
-				return fmt.Errorf("%s exited: %v", p.Name, err)
-			default:
-			}
-		}
-		return nil
+	if err := group.Start(o.consumers); err != nil {
+		_, _ = stopAll()
+		return err
 	}
 
-	gate, err := projection.New(pool, &projection.Config{Schema: schema}, ledger.New(nil))
+	led, err := e2eproc.OpenLedger(ctx, sch)
 	if err != nil {
 		_, _ = stopAll()
 		return err
 	}
-	appliedNow := func() int64 {
-		st, err := gate.Status(ctx, nil)
-		if err != nil || len(st.Projections) == 0 {
-			return 0
-		}
-		return st.Projections[0].Events
-	}
+	defer led.Close()
 	var lat *latencies
 	if o.latency {
 		// The writer starts once the processes hold every partition.
-		for held(workers) < pgtable.DefaultPartitions {
+		for held(group.Procs) < pgtable.DefaultPartitions {
 			if err := exited(); err != nil {
 				_, _ = stopAll()
 				return err
@@ -254,36 +172,27 @@ func run(o *options) error {
 			_, _ = stopAll()
 			return err
 		}
-		if appliedNow() >= want {
+		if led.Applied(ctx) >= want {
 			took = time.Since(began)
 		}
 	}
-	parked := e2eproc.Parked(workers)
+	parked := e2eproc.Parked(group.Procs)
 	rss, err := stopAll()
 	if err != nil {
 		return err
 	}
-	wantModel, err := ledger.Fold(events)
+	verified, err := led.Verify(ctx, events)
 	if err != nil {
 		return err
-	}
-	got, err := ledger.New(nil).Load(ctx, pool)
-	if err != nil {
-		return err
-	}
-	verified := reflect.DeepEqual(wantModel, got)
-	rssText := make([]string, len(rss))
-	for i, r := range rss {
-		rssText[i] = fmt.Sprintf("%.0f", r)
 	}
 	if o.latency {
 		fmt.Printf("mode=latency consumers=%d workers=%d batch=%d events=%d rate=%d/s writers=%d append-batch=%d appended-in=%.2fs samples=%d p50=%s p90=%s p99=%s max=%s poll=%s peak-rss-MiB=%s parked=%.0f verified=%v\n",
 			o.consumers, o.workers, o.batchSize, len(events), o.rate, o.writers, o.batch, lat.appended.Seconds(), len(lat.d),
-			lat.q(0.50), lat.q(0.90), lat.q(0.99), lat.q(1), o.pollPeriod, strings.Join(rssText, "/"), parked, verified)
+			lat.q(0.50), lat.q(0.90), lat.q(0.99), lat.q(1), o.pollPeriod, e2eproc.MiB(rss), parked, verified)
 	} else {
 		fmt.Printf("mode=throughput consumers=%d workers=%d batch=%d events=%d seconds=%.2f events/s=%.0f peak-rss-MiB=%s parked=%.0f verified=%v\n",
 			o.consumers, o.workers, o.batchSize, len(events), took.Seconds(), float64(len(events))/took.Seconds(),
-			strings.Join(rssText, "/"), parked, verified)
+			e2eproc.MiB(rss), parked, verified)
 	}
 	if !verified {
 		return errors.New("the read model differs from the in-order fold")
