@@ -113,15 +113,6 @@ func settled(err error) error {
 	return err
 }
 
-// genParam is the operator log's generation column of an action on
-// generation n (NULL for 0: none).
-func genParam(n int) any {
-	if n == 0 {
-		return nil
-	}
-	return int32(n)
-}
-
 // target returns the registration of generation n of a projection (0: its
 // live generation) for an operator action, which needs its gate key, its
 // schema and a handler of its code version.

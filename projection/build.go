@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inorder/inorder/projection/internal/store"
 )
 
 // This file holds side-by-side rebuilds: Build and the steps of the
@@ -399,9 +401,8 @@ VALUES ($1, $2, $3, $4, $5, 'building', 'replay') RETURNING `+generationColumns,
 		if b.gen, err = pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (Generation, error) { return scanGeneration(rows) }); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, p.sql.operatorLog, "rebuild-start", b.r.name, n, "", nil, n,
-			fmt.Sprintf("side by side: generation %d, code version %d, schema %s", n, b.r.version, schema), b.opts.By)
-		return err
+		return p.store.OpLog.Insert(ctx, tx, store.OpEntry{Action: "rebuild-start", Projection: b.r.name, Generation: n, To: n,
+			Reason: fmt.Sprintf("side by side: generation %d, code version %d, schema %s", n, b.r.version, schema), Actor: b.opts.By})
 	})
 	if err != nil {
 		return fmt.Errorf("create generation: %w", err)
@@ -415,8 +416,7 @@ VALUES ($1, $2, $3, $4, $5, 'building', 'replay') RETURNING `+generationColumns,
 func (p *Processor) genProcessor(r *registered, key, schema string) *Processor {
 	nr := &registered{name: r.name, key: key, generation: keyGeneration(r.name, key), schema: schema, version: r.version, p: r.p, event: r.event, batch: r.batch,
 		lockKey: r.lockKey, stats: &counters{}}
-	return &Processor{pool: p.pool, cfg: p.cfg, policy: p.policy, tracer: p.tracer, log: p.log, buf: p.buf, sql: p.sql,
-		projs: []*registered{nr}, byName: map[string]*registered{nr.name: nr}}
+	return p.derive(nr)
 }
 
 // feedProcessor returns a processor of r's projection alone that feeds

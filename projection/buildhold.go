@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder/inorder/projection/internal/store"
 )
 
 // This file holds the operator-driven cut-over of a side-by-side rebuild:
@@ -89,9 +91,8 @@ WHERE projection = $1 AND generation = $2 AND state = 'catchup' AND phase = $4`,
 		if tag.RowsAffected() == 0 {
 			return fmt.Errorf("%w: generation %d of %s", ErrNotReady, generation, projection)
 		}
-		_, err = tx.Exec(ctx, p.sql.operatorLog, "rebuild-switch-request", projection, genParam(generation), "", nil, int64(generation),
-			fmt.Sprintf("switch of generation %d requested", generation), by)
-		return err
+		return p.store.OpLog.Insert(ctx, tx, store.OpEntry{Action: "rebuild-switch-request", Projection: projection, Generation: generation,
+			To: int64(generation), Reason: fmt.Sprintf("switch of generation %d requested", generation), Actor: by})
 	})
 	if err != nil {
 		return fmt.Errorf("projection %s: switch generation %d: %w", projection, generation, err)

@@ -133,9 +133,8 @@ func (rp *replay) prepare(ctx context.Context) error {
 		// A fresh start (or a database crash emptied the unlogged
 		// tables): clear whatever the generation has.
 		b := &pgx.Batch{}
-		for _, t := range []string{"versions", "applied", "parked", "quarantine", "conflicts"} {
-			b.Queue(`DELETE FROM `+p.table(t)+` WHERE projection = $1`, rp.b.gen.Key)
-		}
+		p.store.Gate.QueueClear(b, rp.b.gen.Key, nil)
+		p.buf.QueueClear(b, rp.b.gen.Key)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}

@@ -15,14 +15,6 @@ import (
 // Batch.Checkpoints), or on their own (SaveCheckpoint) when they pass events
 // no projection needs.
 
-// saveCheckpointSQL never moves a checkpoint back: the row's lock orders
-// concurrent writers, and a smaller position leaves it as it is.
-func (p *Processor) saveCheckpointSQL() string {
-	return `INSERT INTO ` + p.table("checkpoints") + ` AS c (name, position) VALUES ($1, $2)
-ON CONFLICT (name) DO UPDATE SET position = EXCLUDED.position, updated_at = now()
-WHERE c.position < EXCLUDED.position`
-}
-
 // SaveCheckpoint stores a source's position under name, unless the stored
 // one is already at or after it (positions compare as byte strings: see
 // Position).
@@ -30,7 +22,7 @@ func (p *Processor) SaveCheckpoint(ctx context.Context, name string, position Po
 	if name == "" || len(position) == 0 {
 		return errors.New("projection: save checkpoint: empty name or position")
 	}
-	if _, err := p.pool.Exec(ctx, p.saveCheckpointSQL(), name, []byte(position)); err != nil {
+	if err := p.store.Checkpoints.Save(ctx, p.pool, name, position); err != nil {
 		return fmt.Errorf("projection: save checkpoint %s: %w", name, err)
 	}
 	return nil
@@ -42,7 +34,7 @@ func (p *Processor) SaveCheckpointTx(ctx context.Context, tx pgx.Tx, name string
 	if name == "" || len(position) == 0 {
 		return errors.New("projection: save checkpoint: empty name or position")
 	}
-	if _, err := tx.Exec(ctx, p.saveCheckpointSQL(), name, []byte(position)); err != nil {
+	if err := p.store.Checkpoints.Save(ctx, tx, name, position); err != nil {
 		return fmt.Errorf("projection: save checkpoint %s: %w", name, err)
 	}
 	return nil
@@ -51,14 +43,11 @@ func (p *Processor) SaveCheckpointTx(ctx context.Context, tx pgx.Tx, name string
 // LoadCheckpoint returns the position stored under name; ok is false when
 // there is none.
 func (p *Processor) LoadCheckpoint(ctx context.Context, name string) (position Position, ok bool, err error) {
-	err = p.pool.QueryRow(ctx, `SELECT position FROM `+p.table("checkpoints")+` WHERE name = $1`, name).Scan(&position)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, nil
-	}
+	position, ok, err = p.store.Checkpoints.Load(ctx, p.pool, name)
 	if err != nil {
 		return nil, false, fmt.Errorf("projection: load checkpoint %s: %w", name, err)
 	}
-	return position, true, nil
+	return position, ok, nil
 }
 
 // queueCheckpoints queues the writes of a batch's checkpoints (see
@@ -78,7 +67,7 @@ func (p *Processor) queueCheckpoints(b *pgx.Batch, one *Checkpoint, more []Check
 		if cp.Name == "" || len(cp.Position) == 0 {
 			return errors.New("projection: batch checkpoint with an empty name or position")
 		}
-		b.Queue(p.saveCheckpointSQL(), cp.Name, []byte(cp.Position))
+		p.store.Checkpoints.QueueSave(b, cp.Name, cp.Position)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -107,4 +108,97 @@ func assertFailed(t *testing.T, err error) bool {
 		return true
 	}
 	return false
+}
+
+// TestCheckpointFeedingTwoGenerations commits checkpointed batches through
+// the processors a processor derives: while a side-by-side rebuild holds
+// its generation in catch-up, a live batch of the same code version feeds
+// both generations, and a worker of the new code version feeds the new one
+// alone (both through the processor of the generations' view); each stores
+// its checkpoint with its work. The processors a rebuild replays through
+// (in place and side by side) store a batch's checkpoint too.
+func TestCheckpointFeedingTwoGenerations(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	requireCheckpoint := func(proc *projection.Processor, name string, want projection.Position) {
+		t.Helper()
+		got, ok, err := proc.LoadCheckpoint(ctx, name)
+		require.NoError(t, err)
+		require.True(t, ok, name)
+		require.Equal(t, string(want), string(got), name)
+	}
+	late, err := aggregate.New("late-1", 1, ledger.Authorized, ledger.Data{Payer: "a", Payee: "b", Amount: 5})
+	require.NoError(t, err)
+	for _, c := range []struct {
+		name string
+		// build builds generation 2, batches feeds the live batch.
+		build, batches func(b *genBundle) *projection.Processor
+		fed            map[int]bool // the generations the batch feeds
+	}{
+		{"same code version", func(b *genBundle) *projection.Processor { return b.proc },
+			func(b *genBundle) *projection.Processor { return b.proc }, map[int]bool{1: true, 2: true}},
+		{"new code version", func(b *genBundle) *projection.Processor { return genProcessor(t, b.db, genV2{ledger.New(nil)}) },
+			nil, map[int]bool{2: true}},
+	} {
+		b := genSetup(t)
+		events := ledger.Generate(rand.New(rand.NewPCG(41, 42)), 20, 4)
+		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
+		require.NoError(t, err)
+		stream := newGenStream(events, 25)
+		builder := c.build(b)
+		feeder := builder
+		if c.batches != nil {
+			feeder = c.batches(b)
+		}
+		ready := make(chan struct{})
+		var once sync.Once
+		built := make(chan error, 1)
+		go func() {
+			_, err := builder.Build(ctx, "ledger", &projection.BuildOptions{Stream: stream, Hold: true, Progress: func(pr projection.BuildProgress) {
+				if pr.Phase == projection.PhaseReady {
+					once.Do(func() { close(ready) })
+				}
+			}})
+			built <- err
+		}()
+		select {
+		case <-ready:
+		case err := <-built:
+			t.Fatalf("%s: the build ended before it was ready: %v", c.name, err)
+		}
+		require.Equal(t, map[int]string{1: projection.StateLive, 2: projection.StateCatchUp}, genStates(t, b.proc), c.name)
+
+		res, err := feeder.Process(ctx, projection.Batch{Events: []aggregate.Event{late},
+			Checkpoint: &projection.Checkpoint{Name: "live", Position: genPos(len(events) + 1)}})
+		require.NoError(t, err, "%s: a checkpointed batch through the generations' view", c.name)
+		require.Equal(t, projection.Applied, res[0].Outcome, c.name)
+		requireCheckpoint(b.proc, "live", genPos(len(events)+1))
+		// Appended once the batch committed: the rebuild's catch-up, reading
+		// the stream meanwhile, finds it applied.
+		stream.Append(late)
+
+		require.NoError(t, builder.Switch(ctx, "ledger", 2, "test"), c.name)
+		require.NoError(t, <-built, c.name)
+		withLate := genFold(t, append(slices.Clone(events), late))
+		require.Equal(t, withLate, genModel(t, b, genLive(t, b.proc).Schema), c.name)
+		if c.fed[1] {
+			require.Equal(t, withLate, genModel(t, b, ""), c.name)
+		} else {
+			require.Equal(t, genFold(t, events), genModel(t, b, ""), c.name)
+		}
+	}
+
+	// The replays' processors.
+	db := pgtest.NewMigrated(t)
+	proc := opProcessor(t, db, nil, ledger.New(nil))
+	for i, derived := range []*projection.Processor{projection.Solo(proc, "ledger"), projection.GenProcessor(proc, "ledger")} {
+		e, err := aggregate.New(fmt.Sprintf("pay-%d", i), 1, ledger.Authorized, ledger.Data{Payer: "a", Payee: "b", Amount: 1})
+		require.NoError(t, err)
+		name := fmt.Sprintf("replay-%d", i)
+		res, err := derived.Process(ctx, projection.Batch{Events: []aggregate.Event{e},
+			Checkpoint: &projection.Checkpoint{Name: name, Position: projection.Position("0001")}})
+		require.NoError(t, err, name)
+		require.Equal(t, projection.Applied, res[0].Outcome, name)
+		requireCheckpoint(proc, name, projection.Position("0001"))
+	}
 }

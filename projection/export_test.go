@@ -38,3 +38,14 @@ func SetInlineRuns(t *Tx, events []aggregate.Event) {
 // transaction (the Sums of TxSums), as the processor does after a
 // handler's last call.
 func Finish(t *Tx) { t.finish() }
+
+// Solo returns the processor an in-place rebuild of projection runs its
+// replay through (see Processor.solo).
+func Solo(p *Processor, projection string) *Processor { return p.solo(p.byName[projection]) }
+
+// GenProcessor returns the processor a side-by-side rebuild replays
+// generation 1 of projection through (see Processor.genProcessor).
+func GenProcessor(p *Processor, projection string) *Processor {
+	r := p.byName[projection]
+	return p.genProcessor(r, r.key, r.schema)
+}

@@ -389,8 +389,8 @@ func (p *Processor) buildView(epoch int64, rows []genRow) *genView {
 		return gv
 	}
 	slices.SortFunc(targets, func(a, b *registered) int { return strings.Compare(a.key, b.key) })
-	v := &Processor{pool: p.pool, cfg: p.cfg, policy: p.policy, tracer: p.tracer, log: p.log, buf: p.buf, sql: p.sql,
-		pauseLock: p.pauseLock, projs: targets, byName: map[string]*registered{}}
+	v := p.derive(targets...)
+	v.pauseLock = p.pauseLock
 	for i, t := range targets {
 		t.index = i
 		base := p.byName[t.name]

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder/inorder/buffer"
+	"github.com/inorder/inorder/projection/internal/store"
 )
 
 // This file holds the processor's read-only operator views: what the CLI's
@@ -182,7 +183,7 @@ WHERE v.projection = `+p.liveKeySQL(1), name, int64(math.MaxInt64)).QueryRow(fun
 		}
 		b.Queue(`SELECT count(*), count(*) FILTER (WHERE resolved_at IS NULL) FROM ` + p.table("rejected")).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&st.Rejected.Total, &st.Rejected.Pending) })
-		queueCheckpoints(b, p.table("checkpoints"), &st.Checkpoints)
+		p.queueCheckpointViews(b, &st.Checkpoints)
 		p.queueGenerations(b, p.Projections(), &st.Generations)
 		b.Queue(`SELECT coalesce(array_agg(DISTINCT projection ORDER BY projection), '{}') FROM `+p.table("generations")+`
 WHERE projection <> ALL($1) AND state <> 'dropped'`, p.Projections()).QueryRow(func(row pgx.Row) error { return row.Scan(&st.Others) })
@@ -275,19 +276,12 @@ WHERE v.projection = $1`, g.Key, int64(math.MaxInt64)).Scan(&n)
 	}
 }
 
-func queueCheckpoints(b *pgx.Batch, table string, into *[]Checkpoint) {
-	b.Queue(`SELECT name, position, updated_at, greatest(extract(epoch FROM clock_timestamp() - updated_at), 0)::float8
-FROM ` + table + ` ORDER BY name COLLATE "C"`).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var c Checkpoint
-			var age float64
-			if err := rows.Scan(&c.Name, &c.Position, &c.UpdatedAt, &age); err != nil {
-				return err
-			}
-			c.Age, c.AgeSeconds = time.Duration(age*float64(time.Second)), age
-			*into = append(*into, c)
+func (p *Processor) queueCheckpointViews(b *pgx.Batch, into *[]Checkpoint) {
+	p.store.Checkpoints.QueueList(b, func(cps []store.Checkpoint) {
+		for _, c := range cps {
+			*into = append(*into, Checkpoint{Name: c.Name, Position: c.Position, UpdatedAt: c.UpdatedAt,
+				Age: time.Duration(c.AgeSeconds * float64(time.Second)), AgeSeconds: c.AgeSeconds})
 		}
-		return rows.Err()
 	})
 }
 
@@ -295,7 +289,7 @@ FROM ` + table + ` ORDER BY name COLLATE "C"`).Query(func(rows pgx.Rows) error {
 func (p *Processor) Checkpoints(ctx context.Context) ([]Checkpoint, error) {
 	var out []Checkpoint
 	b := &pgx.Batch{}
-	queueCheckpoints(b, p.table("checkpoints"), &out)
+	p.queueCheckpointViews(b, &out)
 	if err := p.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("projection: checkpoints: %w", err)
 	}

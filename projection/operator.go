@@ -11,6 +11,7 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/buffer"
+	"github.com/inorder/inorder/projection/internal/store"
 )
 
 // RetryQuarantined applies the quarantined event of an aggregate again —
@@ -210,7 +211,8 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action string,
 			p.queueResolveRejected(wb, agg, from+1, to, "declared-gap", o,
 				fmt.Sprintf("%s in %s generation %d: %s", action, projection, r.generation, reason), &rep.Resolved)
 		}
-		wb.Queue(p.sql.operatorLog, action, projection, genParam(r.generation), agg, from, to, reason, o.By)
+		p.store.OpLog.Queue(wb, store.OpEntry{Action: action, Projection: projection, Generation: r.generation, Aggregate: agg,
+			From: from, To: to, Reason: reason, Actor: o.By})
 		if err := tx.SendBatch(ctx, wb).Close(); err != nil {
 			return fmt.Errorf("write: %w", err)
 		}
@@ -379,7 +381,8 @@ WHERE id = $1 FOR UPDATE`, id).Scan(&agg, &version, &resolution, &resolved)
 		b := &pgx.Batch{}
 		b.Queue(`UPDATE `+p.table("rejected")+` SET resolved_at = now(), resolution = 'dismissed', resolved_by = $2, resolve_reason = $3
 WHERE id = $1`, id, o.By, o.Reason)
-		b.Queue(p.sql.operatorLog, "dismiss-rejected", "", nil, agg, version, version, cmp.Or(o.Reason, fmt.Sprintf("rejected event %d", id)), o.By)
+		p.store.OpLog.Queue(b, store.OpEntry{Action: "dismiss-rejected", Aggregate: agg, From: version, To: version,
+			Reason: cmp.Or(o.Reason, fmt.Sprintf("rejected event %d", id)), Actor: o.By})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
@@ -421,14 +424,8 @@ func (p *Processor) LogAction(ctx context.Context, a Action) (bool, error) {
 	if a.Action == "" {
 		return false, errors.New("projection: log action: empty action")
 	}
-	ol := p.table("operator_log")
-	sql := `INSERT INTO ` + ol + ` (action, projection, generation, aggregate, from_version, to_version, reason, actor)
-SELECT $1, $2, $3, $4, $5, $6, $7, $8`
-	if a.Once {
-		sql += ` WHERE NOT EXISTS (SELECT 1 FROM ` + ol + ` WHERE action = $1 AND projection = $2
-  AND generation IS NOT DISTINCT FROM $3::integer AND aggregate = $4
-  AND from_version IS NOT DISTINCT FROM $5 AND to_version IS NOT DISTINCT FROM $6)`
-	}
+	e := store.OpEntry{Action: a.Action, Projection: a.Projection, Generation: a.Generation, Aggregate: a.Aggregate,
+		From: a.From, To: a.To, Reason: a.Reason, Actor: a.By}
 	var written bool
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		if a.Once {
@@ -439,9 +436,12 @@ SELECT $1, $2, $3, $4, $5, $6, $7, $8`
 			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, advisoryKey64(key)); err != nil {
 				return err
 			}
+			var err error
+			written, err = p.store.OpLog.InsertOnce(ctx, tx, e)
+			return err
 		}
-		tag, err := tx.Exec(ctx, sql, a.Action, a.Projection, genParam(a.Generation), a.Aggregate, a.From, a.To, a.Reason, a.By)
-		written = tag.RowsAffected() == 1
+		err := p.store.OpLog.Insert(ctx, tx, e)
+		written = err == nil
 		return err
 	})
 	if err != nil {
@@ -478,8 +478,8 @@ WHERE id = $1 FOR UPDATE`, id).Scan(&key, &agg, &version, &already)
 		}
 		b := &pgx.Batch{}
 		b.Queue(`UPDATE `+p.table("conflicts")+` SET acked_at = now(), ack_reason = $2 WHERE id = $1`, id, o.Reason)
-		b.Queue(p.sql.operatorLog, "ack-conflict", rep.Projection, genParam(rep.Generation), agg, version, version,
-			cmp.Or(o.Reason, fmt.Sprintf("conflict %d", id)), o.By)
+		p.store.OpLog.Queue(b, store.OpEntry{Action: "ack-conflict", Projection: rep.Projection, Generation: rep.Generation, Aggregate: agg,
+			From: version, To: version, Reason: cmp.Or(o.Reason, fmt.Sprintf("conflict %d", id)), Actor: o.By})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/inorder/inorder/buffer"
 	"github.com/inorder/inorder/internal/retry"
 	"github.com/inorder/inorder/migrations"
+	"github.com/inorder/inorder/projection/internal/store"
 )
 
 // This file is the processor's front: its configuration, construction and
@@ -92,14 +93,10 @@ type Config struct {
 // version gate. It is safe for concurrent use by many goroutines, and any
 // number of processes may run processors on the same schema at once.
 type Processor struct {
+	// shared is what the processors derived from this one (derive) share
+	// with it.
+	shared
 	totals    totalsCache // the status totals' last reading (statustotals.go)
-	pool      *pgxpool.Pool
-	cfg       Config
-	policy    retry.Policy
-	tracer    trace.Tracer
-	log       *slog.Logger
-	buf       *buffer.Buffer
-	sql       statements
 	projs     []*registered
 	byName    map[string]*registered
 	pauseLock bool // take the projection's shared rebuild lock in each batch
@@ -129,6 +126,34 @@ type Processor struct {
 	// gens caches the generations the processor feeds (generations.go);
 	// nil in the processors that feed a fixed set (views, rebuilds).
 	gens *genCache
+}
+
+// shared is what every processor derived from one New shares: the
+// processors of a generations' view, of a rebuild's replay and of an
+// in-place rebuild (derive) copy it whole, so none lacks a part of it.
+type shared struct {
+	pool   *pgxpool.Pool
+	cfg    Config
+	policy retry.Policy
+	tracer trace.Tracer
+	log    *slog.Logger
+	buf    *buffer.Buffer
+	sql    statements
+	store  *store.Store
+}
+
+// derive returns a processor of projs sharing p's pool, configuration and
+// statements, with counts and caches of its own; byName maps each
+// projection's name to the first of projs with it. It feeds the
+// generations projs name: no generation lookup, no rebuild lock.
+func (p *Processor) derive(projs ...*registered) *Processor {
+	d := &Processor{shared: p.shared, projs: projs, byName: make(map[string]*registered, len(projs))}
+	for _, r := range projs {
+		if _, ok := d.byName[r.name]; !ok {
+			d.byName[r.name] = r
+		}
+	}
+	return d
 }
 
 // noMixedBatches is how many batches are general after a mixed attempt
@@ -190,13 +215,16 @@ func New(pool *pgxpool.Pool, cfg *Config, projections ...Projection) (*Processor
 		return nil, errors.New("projection: New needs at least one projection")
 	}
 	p := &Processor{
-		pool:      pool,
-		cfg:       c,
-		policy:    retry.Policy{Initial: c.RetryBackoff, MaxElapsed: c.MaxRetryTime},
-		tracer:    c.tracer(),
-		log:       c.Logger,
-		buf:       buffer.New(c.Schema),
-		sql:       newStatements(c.Schema),
+		shared: shared{
+			pool:   pool,
+			cfg:    c,
+			policy: retry.Policy{Initial: c.RetryBackoff, MaxElapsed: c.MaxRetryTime},
+			tracer: c.tracer(),
+			log:    c.Logger,
+			buf:    buffer.New(c.Schema),
+			sql:    newStatements(c.Schema),
+			store:  store.New(c.Schema),
+		},
 		byName:    make(map[string]*registered),
 		pauseLock: true,
 		gens:      &genCache{stats: map[string]*counters{}},

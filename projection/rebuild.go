@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/projection/internal/store"
 )
 
 // ErrNotResettable reports a rebuild of a projection that does not implement
@@ -23,11 +24,6 @@ var ErrNotResettable = errors.New("projection does not implement Resetter")
 // call is one transaction through the gate; emit is safe for concurrent use,
 // and its errors must be returned (a rebuild whose emit failed fails).
 type Replay func(ctx context.Context, emit func(ctx context.Context, events []aggregate.Event) error) error
-
-// gateTables are the tables of a projection's gate state that this package
-// owns, keyed by the projection's gate key; the parked table's rows are
-// package buffer's (Buffer.QueueClear).
-var gateTables = []string{"versions", "applied", "quarantine", "conflicts"}
 
 // RebuildOptions configures Processor.Rebuild. A nil *RebuildOptions is valid.
 type RebuildOptions struct {
@@ -118,14 +114,12 @@ func (p *Processor) Rebuild(ctx context.Context, projection string, replay Repla
 	start := time.Now()
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		for _, t := range gateTables {
-			b.Queue(`DELETE FROM `+p.table(t)+` WHERE projection = $1`, r.key)
-		}
+		p.store.Gate.QueueClear(b, r.key, nil)
 		p.buf.QueueClear(b, r.key)
 		// Processors reload their view of the generations, and forget
 		// the rows they wrote (see rowCache).
 		b.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
-		b.Queue(p.sql.operatorLog, "rebuild-start", projection, nil, "", nil, nil, "", opts.By)
+		p.store.OpLog.Queue(b, store.OpEntry{Action: "rebuild-start", Projection: projection, Actor: opts.By})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("delete gate state: %w", err)
 		}
@@ -166,8 +160,8 @@ func (p *Processor) Rebuild(ctx context.Context, projection string, replay Repla
 		// The replay swallowed it; the rebuild is incomplete all the same.
 		return fail("replay", emitErr)
 	}
-	if _, err := p.pool.Exec(ctx, p.sql.operatorLog, "rebuild-done", projection, nil, "", nil, nil,
-		fmt.Sprintf("%d events in %v", events, time.Since(start).Round(time.Millisecond)), opts.By); err != nil {
+	if err := p.store.OpLog.Insert(ctx, p.pool, store.OpEntry{Action: "rebuild-done", Projection: projection,
+		Reason: fmt.Sprintf("%d events in %v", events, time.Since(start).Round(time.Millisecond)), Actor: opts.By}); err != nil {
 		return fail("log", err)
 	}
 	p.log.InfoContext(ctx, "rebuild done", "projection", projection, "events", events, "elapsed", time.Since(start))
@@ -192,15 +186,5 @@ func progress(events int64, elapsed time.Duration, total int64) RebuildProgress 
 func (p *Processor) solo(r *registered) *Processor {
 	nr := &registered{name: r.name, key: r.key, generation: r.generation, schema: r.schema, version: r.version, p: r.p, event: r.event, batch: r.batch,
 		lockKey: r.lockKey, stats: &counters{}}
-	return &Processor{
-		pool:   p.pool,
-		cfg:    p.cfg,
-		policy: p.policy,
-		tracer: p.tracer,
-		log:    p.log,
-		buf:    p.buf,
-		sql:    p.sql,
-		projs:  []*registered{nr},
-		byName: map[string]*registered{nr.name: nr},
-	}
+	return p.derive(nr)
 }

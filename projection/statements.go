@@ -20,7 +20,6 @@ type statements struct {
 	loadQuarantineRefs, loadQuarantine    string
 	upsertQuarantine, deleteQuarantine    string
 	upsertConflicts, upsertRejected       string
-	operatorLog                           string
 }
 
 func newStatements(schema string) statements {
@@ -214,7 +213,5 @@ SET count = c.count + EXCLUDED.count, last_seen = now()`,
 SELECT * FROM unnest($1::bytea[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[],
   $7::bytea[], $8::bytea[], $9::text[], $10::text[], $11::bigint[], $12::bytea[], $13::bytea[], $14::bytea[], $15::text[])
 ON CONFLICT (fingerprint) DO UPDATE SET count = r.count + EXCLUDED.count, last_seen = now()`,
-		operatorLog: `INSERT INTO ` + t("operator_log") + ` (action, projection, generation, aggregate, from_version, to_version, reason, actor)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 	}
 }

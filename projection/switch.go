@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inorder/inorder/internal/retry"
+	"github.com/inorder/inorder/projection/internal/store"
 )
 
 // This file holds the end of a side-by-side rebuild — verification and the
@@ -140,9 +140,10 @@ WHERE projection = $1 AND state = 'live'`, name, b.opts.Retention)
 		bb.Queue(`UPDATE `+p.table("generations")+` SET state = 'live', phase = '', error = '', live_at = now(), updated_at = now()
 WHERE key = $1`, g.Key)
 		bb.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
-		bb.Queue(p.sql.operatorLog, "rebuild-switch", name, g.Generation, "", int64(live.Generation), int64(g.Generation),
-			fmt.Sprintf("generation %d (code version %d) live; generation %d (code version %d) previous", g.Generation, g.CodeVersion,
-				live.Generation, live.CodeVersion), b.opts.By)
+		p.store.OpLog.Queue(bb, store.OpEntry{Action: "rebuild-switch", Projection: name, Generation: g.Generation,
+			From: int64(live.Generation), To: int64(g.Generation),
+			Reason: fmt.Sprintf("generation %d (code version %d) live; generation %d (code version %d) previous", g.Generation, g.CodeVersion,
+				live.Generation, live.CodeVersion), Actor: b.opts.By})
 		return tx.SendBatch(ctx, bb).Close()
 	})
 	return previous, err
@@ -316,7 +317,8 @@ func (p *Processor) setFailed(ctx context.Context, g Generation, reason string) 
 		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'failed', phase = '', error = $2, ended_at = now(), updated_at = now()
 WHERE key = $1`, g.Key, reason)
 		b.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
-		b.Queue(p.sql.operatorLog, "rebuild-failed", g.Projection, g.Generation, "", nil, int64(g.Generation), reason, "")
+		p.store.OpLog.Queue(b, store.OpEntry{Action: "rebuild-failed", Projection: g.Projection, Generation: g.Generation,
+			To: int64(g.Generation), Reason: reason})
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
@@ -373,8 +375,8 @@ WHERE projection = $1 AND generation = $2`, projection, live, keep)
 		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'live', keep_until = NULL, live_at = now(), updated_at = now()
 WHERE projection = $1 AND generation = $2`, projection, prev)
 		b.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
-		b.Queue(p.sql.operatorLog, "rebuild-rollback", projection, genParam(prev), "", int64(live), int64(prev),
-			cmp.Or(o.Reason, fmt.Sprintf("generation %d live again; generation %d previous", prev, live)), o.By)
+		p.store.OpLog.Queue(b, store.OpEntry{Action: "rebuild-rollback", Projection: projection, Generation: prev,
+			From: int64(live), To: int64(prev), Reason: cmp.Or(o.Reason, fmt.Sprintf("generation %d live again; generation %d previous", prev, live)), Actor: o.By})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
@@ -457,14 +459,7 @@ func (p *Processor) dropPreview(ctx context.Context, rep ActionReport, g Generat
 	rep.Deleted = map[string]int64{}
 	err := p.snapshot(ctx, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		for _, t := range gateTables {
-			b.Queue(`SELECT count(*) FROM `+p.table(t)+` WHERE projection = $1`, g.Key).QueryRow(func(row pgx.Row) error {
-				var n int64
-				err := row.Scan(&n)
-				rep.Deleted[t] = n
-				return err
-			})
-		}
+		p.store.Gate.QueueCount(b, g.Key, func(table string, n int64) { rep.Deleted[table] = n })
 		if g.Schema != "" {
 			b.Queue(`SELECT count(*) FROM pg_tables WHERE schemaname = $1`, g.Schema).QueryRow(func(row pgx.Row) error {
 				var n int64
@@ -512,16 +507,11 @@ WHERE key = $1 AND state <> 'live'`, g.Key)
 	}
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		for _, t := range gateTables {
-			b.Queue(`DELETE FROM `+p.table(t)+` WHERE projection = $1`, g.Key).Exec(func(ct pgconn.CommandTag) error {
-				deleted[t] = ct.RowsAffected()
-				return nil
-			})
-		}
+		p.store.Gate.QueueClear(b, g.Key, func(table string, n int64) { deleted[table] = n })
 		p.buf.QueueClear(b, g.Key)
 		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'dropped', updated_at = now() WHERE key = $1`, g.Key)
-		b.Queue(p.sql.operatorLog, "rebuild-drop", g.Projection, genParam(g.Generation), "", nil, int64(g.Generation),
-			cmp.Or(o.Reason, fmt.Sprintf("generation %d (code version %d, was %s) dropped", g.Generation, g.CodeVersion, g.State)), o.By)
+		p.store.OpLog.Queue(b, store.OpEntry{Action: "rebuild-drop", Projection: g.Projection, Generation: g.Generation,
+			To: int64(g.Generation), Reason: cmp.Or(o.Reason, fmt.Sprintf("generation %d (code version %d, was %s) dropped", g.Generation, g.CodeVersion, g.State)), Actor: o.By})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}

@@ -1,0 +1,42 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Store holds the statements on the gate tables of one schema. It holds no
+// connection; each method takes the batch or Querier to use. A Store is safe
+// for concurrent use.
+type Store struct {
+	// Gate is the set of tables that hold a projection's gate state
+	// (tables.go).
+	Gate Gate
+	// Checkpoints is the checkpoints table (checkpoints.go).
+	Checkpoints Checkpoints
+	// OpLog is the operator_log table (oplog.go).
+	OpLog OpLog
+}
+
+// New returns the statements on the gate tables of schema.
+func New(schema string) *Store {
+	t := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	return &Store{
+		Gate:        newGate(t),
+		Checkpoints: newCheckpoints(t),
+		OpLog:       newOpLog(t),
+	}
+}
+
+// Querier runs one statement: *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy
+// it.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// qualify returns the qualified name of one of the schema's tables.
+type qualify func(table string) string
