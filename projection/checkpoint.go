@@ -28,18 +28,6 @@ func (p *Processor) SaveCheckpoint(ctx context.Context, name string, position Po
 	return nil
 }
 
-// SaveCheckpointTx is SaveCheckpoint in tx: for a Batch.BeforeCommit hook
-// that computes the position only at commit time.
-func (p *Processor) SaveCheckpointTx(ctx context.Context, tx pgx.Tx, name string, position Position) error {
-	if name == "" || len(position) == 0 {
-		return errors.New("projection: save checkpoint: empty name or position")
-	}
-	if err := p.store.Checkpoints.Save(ctx, tx, name, position); err != nil {
-		return fmt.Errorf("projection: save checkpoint %s: %w", name, err)
-	}
-	return nil
-}
-
 // LoadCheckpoint returns the position stored under name; ok is false when
 // there is none.
 func (p *Processor) LoadCheckpoint(ctx context.Context, name string) (position Position, ok bool, err error) {

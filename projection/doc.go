@@ -36,7 +36,8 @@
 //     up front (and keeps locking up front for a while, since writers are
 //     competing);
 //  5. call the handler with the run, park, delete drained parked events;
-//  6. run the batch's BeforeCommit hook (a source's checkpoint) and commit.
+//  6. write the batch's checkpoints (a source's position), run its
+//     BeforeCommit hook, and commit.
 //
 // A batch whose versions form one contiguous run per aggregate (what an
 // in-order stream delivers) skips step 2 while the previous batches were in

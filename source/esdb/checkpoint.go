@@ -7,7 +7,6 @@ import (
 	"time"
 
 	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
@@ -16,9 +15,10 @@ import (
 // This file holds committed batches and the catch-up checkpoint: saving the
 // watermark with a batch or on a clock, loading it, and its encoding.
 
-// beforeCommit saves, in the batch's transaction, the low watermark that
-// includes the batch's own deliveries.
-func (s *Source) beforeCommit(ctx context.Context, tx pgx.Tx, batch []*source.Delivery) error {
+// checkpoints returns the position a batch's transaction stores
+// (source.Config.Checkpoints): the low watermark with the batch's own
+// deliveries counted as committed, unless the saved checkpoint covers it.
+func (s *Source) checkpoints(batch []*source.Delivery) []projection.Checkpoint {
 	tickets := make([]source.Ticket, 0, len(batch))
 	for _, d := range batch {
 		if d.Ticket != 0 {
@@ -30,13 +30,10 @@ func (s *Source) beforeCommit(ctx context.Context, tx pgx.Tx, batch []*source.De
 	if !ok || s.covered(p) {
 		return nil
 	}
-	if err := s.cfg.Processor.SaveCheckpointTx(ctx, tx, s.cfg.Name, encodePosition(p)); err != nil {
-		return fmt.Errorf("esdb: %w", err)
-	}
 	s.cpMu.Lock()
 	s.batchCP[batch[0]] = p
 	s.cpMu.Unlock()
-	return nil
+	return []projection.Checkpoint{{Name: s.cfg.Name, Position: encodePosition(p)}}
 }
 
 // afterCommit counts and reports a committed batch.

@@ -47,7 +47,7 @@ type Source struct {
 	cpMu     sync.Mutex
 	saved    esdbc.Position // highest checkpoint known to be committed
 	hasSaved bool
-	batchCP  map[*source.Delivery]esdbc.Position // checkpoint written by a batch's transaction, by its first delivery
+	batchCP  map[*source.Delivery]esdbc.Position // checkpoint a batch's transaction stores, by its first delivery
 
 	// knownMissing holds the gaps gap repair recorded as missing at the
 	// source (owned by the repair goroutine).
@@ -84,7 +84,7 @@ func New(cfg *Config) (*Source, error) {
 	dc := c.dispCfg
 	dc.AfterCommit = s.afterCommit
 	if c.Persistent == nil {
-		dc.BeforeCommit = s.beforeCommit
+		dc.Checkpoints = s.checkpoints
 	}
 	s.disp, err = source.NewDispatcher(&dc)
 	if err != nil {
