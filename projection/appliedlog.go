@@ -5,6 +5,8 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder/inorder/projection/internal/store"
 )
 
 // This file holds the applied log: the id and payload hash of every applied
@@ -19,14 +21,14 @@ import (
 // write has taken a row past the end of a page of logPage versions, the
 // same transaction — which holds the row — moves the entries of the full
 // pages into the applied table, one row per version, and trims them from
-// the row (statements.spillLog and trimLog): a log holds the versions of
+// the row (store.Applied.QueueSpill): a log holds the versions of
 // the row's current page, at most logPage entries, between writes.
 // Operator actions move the whole log and start an empty one at the new
 // version, because they may skip versions, which a page cannot hold.
 
 // logPage is the size of the pages of versions that a version row's applied
 // log covers.
-const logPage = 16
+const logPage = store.LogPage
 
 // pageStart returns the version after which the page of version v starts:
 // the log_base a row at version v keeps once its full pages moved out.
@@ -50,8 +52,7 @@ func (p *Processor) queueSpill(b *pgx.Batch, projection string, aggs []string) {
 	if len(aggs) == 0 {
 		return
 	}
-	b.Queue(p.sql.spillLog, projection, aggs)
-	b.Queue(p.sql.trimLog, projection, aggs)
+	p.store.Applied.QueueSpill(b, projection, aggs)
 }
 
 // logEntries gathers, row by row, the applied-log entries that the version
@@ -71,6 +72,9 @@ type logEntries struct {
 	custom  bool   // the current row has an id that is not the default one
 	entries int    // entries of the current row
 }
+
+// args returns the entries as the version statements take them.
+func (l *logEntries) args() store.LogArgs { return store.LogArgs{N: l.n, IDs: l.ids, Hashes: l.hashes} }
 
 // start begins a row.
 func (l *logEntries) start() {

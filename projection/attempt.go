@@ -73,7 +73,7 @@ func (a *attempt) gate(ctx context.Context) error {
 	b := &pgx.Batch{}
 	if p.pauseLock {
 		for _, r := range p.projs {
-			b.Queue(p.sql.pauseShared, r.lockKey)
+			p.store.Locks.QueueShared(b, r.lockKey)
 		}
 	}
 	// After the rebuild locks: a rebuild in place changes the epoch before

@@ -66,7 +66,7 @@ SET state = 'catchup', phase = 'catch-up', position = $2, position_time = $3, ev
 // writeGateState writes, from the journal, the version row of every
 // aggregate the replay applied and the gate did not take — its last
 // version, and its log's current page — and the applied log of the
-// earlier pages (statements.go and appliedlog.go have the layout). One
+// earlier pages (internal/store and appliedlog.go have the layout). One
 // sort of the journal does both.
 //
 // An inline projection's rows hold the versions and logs (see replay): it

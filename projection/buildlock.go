@@ -27,8 +27,8 @@ func (b *builder) lock(ctx context.Context) (waitedFor int, err error) {
 	// try for a moment before deciding that another process holds it.
 	bo := retry.Policy{Initial: 5 * time.Millisecond, Max: 640 * time.Millisecond, MaxElapsed: 1300 * time.Millisecond}.Start()
 	for {
-		var ok bool
-		if err := b.conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, b.lockKey()).Scan(&ok); err != nil {
+		ok, err := b.p.store.Locks.TrySession(ctx, b.conn, b.lockKey())
+		if err != nil {
 			return 0, fmt.Errorf("build lock: %w", err)
 		}
 		if ok {
@@ -61,7 +61,7 @@ func (b *builder) lock(ctx context.Context) (waitedFor int, err error) {
 	}
 	b.gen = other
 	b.note(fmt.Sprintf("waiting: %s is being built by another process", what))
-	if _, err := b.conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, b.lockKey()); err != nil {
+	if err := b.p.store.Locks.Session(ctx, b.conn, b.lockKey()); err != nil {
 		return 0, fmt.Errorf("build lock: %w", err)
 	}
 	return other.Generation, nil
@@ -72,8 +72,7 @@ func (b *builder) lock(ctx context.Context) (waitedFor int, err error) {
 func (b *builder) unlock(ctx context.Context) {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	var released bool
-	if err := b.conn.QueryRow(uctx, `SELECT pg_advisory_unlock($1)`, b.lockKey()).Scan(&released); err != nil || !released {
+	if released, err := b.p.store.Locks.Release(uctx, b.conn, b.lockKey()); err != nil || !released {
 		_ = b.conn.Conn().Close(uctx)
 	}
 }

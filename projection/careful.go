@@ -109,7 +109,7 @@ func (a *attempt) lockUnder(ctx context.Context, r *registered, aggs []string) e
 		return nil
 	}
 	return a.savepoint(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, a.p.sql.lockVersions, r.key, aggs)
+		rows, err := a.p.store.Versions.Lock(ctx, tx, r.key, aggs)
 		if err != nil {
 			return err
 		}

@@ -165,7 +165,7 @@ func (a *attempt) queueInlineSpeculation(b *pgx.Batch, r *registered, written *i
 		b.Queue(r.inlineSQL().exist, existing).QueryRow(count)
 	}
 	if len(fresh) > 0 {
-		b.Queue(a.p.sql.markVersions, r.key, fresh).QueryRow(count)
+		a.p.store.Versions.QueueMark(b, r.key, fresh).QueryRow(count)
 	}
 }
 

@@ -84,12 +84,12 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action string,
 			DryRun: o.DryRun, By: o.By, Reason: reason}
 		if p.pauseLock {
 			// Wait for a rebuild of the projection, as Process does.
-			if _, err := tx.Exec(ctx, p.sql.pauseShared, r.lockKey); err != nil {
+			if err := p.store.Locks.Shared(ctx, tx, r.lockKey); err != nil {
 				return fmt.Errorf("pause lock: %w", err)
 			}
 		}
 		var st aggState
-		if err := tx.QueryRow(ctx, p.sql.lockOne, key, agg).Scan(&st.version, &st.parked, &st.blocked); err != nil {
+		if err := p.store.Versions.LockOne(ctx, tx, key, agg).Scan(&st.version, &st.parked, &st.blocked); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("%w: aggregate %q has no state", ErrNotFound, agg)
 			}
@@ -109,7 +109,7 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action string,
 		var q *candidate
 		if st.blocked {
 			c := candidate{idx: -1, origin: fromQuarantine}
-			err := tx.QueryRow(ctx, p.sql.loadQuarantine, key, agg).Scan(&c.ev.Version, &c.id, &c.hash, &c.ev.Type, &c.ev.Data, &c.ev.Metadata)
+			err := p.store.Quarantine.Load(ctx, tx, key, agg).Scan(&c.ev.Version, &c.id, &c.hash, &c.ev.Type, &c.ev.Data, &c.ev.Metadata)
 			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return fmt.Errorf("load quarantine: %w", err)
 			}
@@ -184,20 +184,20 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action string,
 		if action == "skip" {
 			// Before queueWrites: a parked successor that fails while it
 			// drains is quarantined by an upsert that must survive.
-			wb.Queue(p.sql.deleteQuarantine, key, agg)
+			p.store.Quarantine.QueueDelete(wb, key, agg)
 		}
 		pl.written = pl.after() // written below, whatever the plan says
 		after := pl.after()
 		// The version row's log starts anew at the new version (an operator
 		// may skip versions, which a log cannot hold), so this action's
 		// applied entries go to the applied table, after the old log's.
-		wb.Queue(p.sql.spillAll, key, agg)
+		p.store.Applied.QueueSpillAll(wb, key, agg)
 		if action == "skip" && q != nil {
 			// The skipped event holds its version in the applied log, so
 			// its redeliveries are duplicates, not conflicts.
-			wb.Queue(p.sql.insertApplied, key, []string{agg}, []int64{q.ev.Version}, []string{q.id}, [][]byte{q.hash})
+			p.store.Applied.QueueInsert(wb, key, []string{agg}, []int64{q.ev.Version}, []string{q.id}, [][]byte{q.hash})
 		}
-		wb.Queue(p.sql.resetVersion, key, agg, after.version, after.parked, after.blocked)
+		p.store.Versions.QueueReset(wb, key, agg, after.version, after.parked, after.blocked)
 		w := gateWrites{r: r, plans: []*aggPlan{pl}, tally: &tally}
 		if it != nil {
 			if mark, change := markChange(pl, row, row.found, prepared); change {
@@ -433,7 +433,7 @@ func (p *Processor) LogAction(ctx context.Context, a Action) (bool, error) {
 			// see it unrecorded.
 			key := fmt.Sprintf("inorder.oplog\x00%s\x00%s\x00%s\x00%d\x00%s\x00%v\x00%v", p.cfg.Schema, a.Action, a.Projection,
 				a.Generation, a.Aggregate, ptrValue(a.From), ptrValue(a.To))
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, advisoryKey64(key)); err != nil {
+			if err := p.store.Locks.Exclusive(ctx, tx, advisoryKey64(key)); err != nil {
 				return err
 			}
 			var err error

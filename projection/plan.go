@@ -346,7 +346,7 @@ func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []confli
 		})
 	}
 	if len(blockedAggs) > 0 {
-		batch.Queue(p.sql.loadQuarantineRefs, r.key, blockedAggs).Query(func(rows pgx.Rows) error {
+		p.store.Quarantine.QueueLoadRefs(batch, r.key, blockedAggs).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var agg string
 				var q quarantineRef
@@ -389,11 +389,7 @@ func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []confli
 		staleAggs, staleVers = restAggs, restVers
 	}
 	if len(staleAggs) > 0 {
-		load := p.sql.loadApplied
-		if inline {
-			load = p.sql.loadAppliedTable
-		}
-		batch.Queue(load, r.key, staleAggs, staleVers).Query(func(rows pgx.Rows) error {
+		p.store.Applied.QueueLoad(batch, r.key, staleAggs, staleVers, !inline).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var agg string
 				var v int64

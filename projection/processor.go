@@ -138,7 +138,6 @@ type shared struct {
 	tracer trace.Tracer
 	log    *slog.Logger
 	buf    *buffer.Buffer
-	sql    statements
 	store  *store.Store
 }
 
@@ -222,7 +221,6 @@ func New(pool *pgxpool.Pool, cfg *Config, projections ...Projection) (*Processor
 			tracer: c.tracer(),
 			log:    c.Logger,
 			buf:    buffer.New(c.Schema),
-			sql:    newStatements(c.Schema),
 			store:  store.New(c.Schema),
 		},
 		byName:    make(map[string]*registered),

@@ -94,7 +94,7 @@ func (p *Processor) Rebuild(ctx context.Context, projection string, replay Repla
 	}
 	defer conn.Release()
 	p.log.InfoContext(ctx, "rebuild waiting for the projection's lock", "projection", projection)
-	if _, err := conn.Exec(ctx, p.sql.pauseExclusive, r.lockKey); err != nil {
+	if err := p.store.Locks.Session(ctx, conn, r.lockKey); err != nil {
 		// A cancelled wait may have closed the connection; the lock, if it
 		// was granted, went with the session.
 		return fail("take lock", err)
@@ -104,8 +104,7 @@ func (p *Processor) Rebuild(ctx context.Context, projection string, replay Repla
 		// that fails close the session, which releases it.
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		var released bool
-		if uerr := conn.QueryRow(uctx, p.sql.pauseRelease, r.lockKey).Scan(&released); uerr != nil || !released {
+		if released, uerr := p.store.Locks.Release(uctx, conn, r.lockKey); uerr != nil || !released {
 			p.log.WarnContext(uctx, "rebuild could not unlock; closing its connection", "projection", projection, "error", uerr)
 			_ = conn.Conn().Close(uctx)
 		}

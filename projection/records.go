@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/projection/internal/store"
 )
 
 // This file holds the gate's records: what a transaction writes besides the
@@ -74,15 +75,15 @@ func (p *Processor) queueWrites(b *pgx.Batch, w gateWrites) {
 				case fromParked:
 					delAggs, delVers = append(delAggs, pl.agg), append(delVers, c.ev.Version)
 				case fromQuarantine:
-					b.Queue(p.sql.deleteQuarantine, name, pl.agg)
+					p.store.Quarantine.QueueDelete(b, name, pl.agg)
 				}
 			case k == pl.cut:
 				if c.origin == fromParked {
 					delAggs, delVers = append(delAggs, pl.agg), append(delVers, c.ev.Version)
 				}
 				msg, _ := escapeText(pl.err.Error()) // a handler's error may echo any bytes
-				b.Queue(p.sql.upsertQuarantine, name, pl.agg, c.ev.Version, c.id, c.hash, c.ev.Type, c.ev.Data, c.ev.Metadata,
-					msg, cmp.Or(pl.attempts, p.cfg.MaxAttempts))
+				p.store.Quarantine.QueueUpsert(b, name, pl.agg, store.Event{Version: c.ev.Version, ID: c.id, Hash: c.hash,
+					Type: c.ev.Type, Data: c.ev.Data, Metadata: c.ev.Metadata, Error: msg, Attempts: cmp.Or(pl.attempts, p.cfg.MaxAttempts)})
 				if c.origin != fromBatch {
 					tally.n[Quarantined]++
 				}
@@ -101,7 +102,7 @@ func (p *Processor) queueWrites(b *pgx.Batch, w gateWrites) {
 			if inline {
 				trim = 0 // the row holds none
 			}
-			b.Queue(p.sql.setVersion, name, pl.agg, after.version, after.parked, after.blocked, trim)
+			p.store.Versions.QueueSet(b, name, pl.agg, after.version, after.parked, after.blocked, trim)
 		}
 		if w.logInRow && !inline && crossesPage(pl.before.version, after.version) {
 			spill = append(spill, pl.agg)
@@ -114,7 +115,7 @@ func (p *Processor) queueWrites(b *pgx.Batch, w gateWrites) {
 		p.buf.QueueDelete(b, name, delAggs, delVers)
 	}
 	if len(logAggs) > 0 {
-		b.Queue(p.sql.insertApplied, name, logAggs, logVers, logIDs, logHashes)
+		p.store.Applied.QueueInsert(b, name, logAggs, logVers, logIDs, logHashes)
 	}
 	p.queueSpill(b, name, spill)
 	if len(w.conflicts) > 0 {
@@ -146,7 +147,8 @@ func (p *Processor) queueConflicts(b *pgx.Batch, projection string, cs []conflic
 		}
 		iids[i], ihash[i], types[i], data[i], meta[i], counts[i] = c.incoming.id, c.incoming.hash, c.incoming.ev.Type, c.incoming.ev.Data, c.incoming.ev.Metadata, c.count
 	}
-	b.Queue(p.sql.upsertConflicts, projection, aggs, vers, states, eids, ehash, iids, ihash, types, data, meta, counts)
+	p.store.Conflicts.QueueUpsert(b, projection, store.ConflictRows{Aggregates: aggs, Versions: vers, States: states, ExistingIDs: eids,
+		ExistingHashes: ehash, IncomingIDs: iids, IncomingHashes: ihash, Types: types, Data: data, Metadata: meta, Counts: counts})
 }
 
 // rejection is an invalid delivery to record.
@@ -234,5 +236,7 @@ func (p *Processor) queueRejected(b *pgx.Batch, rs []rejection) {
 		reasons[i], _ = escapeText(r.reason)
 		errs[i], _ = escapeText(r.err)
 	}
-	b.Queue(p.sql.upsertRejected, fps, srcs, ids, aggs, vers, types, data, meta, reasons, errs, counts, rawIDs, rawAggs, rawTypes, cts)
+	p.store.Rejected.QueueUpsert(b, store.RejectedRows{Fingerprints: fps, Sources: srcs, IDs: ids, Aggregates: aggs, Versions: vers,
+		Types: types, Data: data, Metadata: meta, Reasons: reasons, Errors: errs, Counts: counts, RawIDs: rawIDs, RawAggregates: rawAggs,
+		RawTypes: rawTypes, ContentTypes: cts})
 }

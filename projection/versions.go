@@ -33,13 +33,9 @@ type aggState struct {
 func (a *attempt) queueReads(b *pgx.Batch, locked bool) {
 	locked = locked || a.p.hasInline()
 	for _, r := range a.p.projs {
-		read := a.p.sql.readVersions
-		if locked {
-			read = a.p.sql.lockVersions
-		}
 		into := a.states[r.index]
 		a.assumeFast(r)
-		b.Queue(read, r.key, a.slowAggs(r)).Query(func(rows pgx.Rows) error {
+		a.p.store.Versions.QueueRead(b, r.key, a.slowAggs(r), locked).Query(func(rows pgx.Rows) error {
 			return scanStates(rows, into)
 		})
 	}
@@ -109,7 +105,7 @@ func continues(runs []run, states []map[string]aggState) bool {
 // batch's runs from the version before its run to its last version, for
 // projection r, with the runs' applied-log entries, and fills the states
 // the runs assume. *written receives the number of rows written as assumed
-// (see statements.specVersions).
+// (see store.Versions.QueueSpeculate).
 func (a *attempt) queueSpeculation(b *pgx.Batch, r *registered, written *int64) error {
 	runs, valid := a.bt.runs, a.bt.valid
 	states := a.states[r.index]
@@ -131,7 +127,7 @@ func (a *attempt) queueSpeculation(b *pgx.Batch, r *registered, written *int64) 
 	if log.err != nil {
 		return log.err
 	}
-	b.Queue(a.p.sql.specVersions, r.key, aggs, from, to, log.ids, log.hashes).QueryRow(func(row pgx.Row) error {
+	a.p.store.Versions.QueueSpeculate(b, r.key, aggs, from, to, log.args()).QueryRow(func(row pgx.Row) error {
 		return row.Scan(written)
 	})
 	return nil
@@ -214,7 +210,7 @@ func (a *attempt) queueVersionWrite(b *pgx.Batch, r *registered, plans []*aggPla
 		return nil, log.err
 	}
 	var n int64
-	b.Queue(a.p.sql.casVersions, r.key, aggs, vers, parked, blocked, revs, log.n, log.ids, log.hashes).Exec(func(ct pgconn.CommandTag) error {
+	a.p.store.Versions.QueueWrite(b, r.key, aggs, vers, parked, blocked, revs, log.args()).Exec(func(ct pgconn.CommandTag) error {
 		n = ct.RowsAffected()
 		return nil
 	})

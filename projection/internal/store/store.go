@@ -18,6 +18,19 @@ type Store struct {
 	Checkpoints Checkpoints
 	// OpLog is the operator_log table (oplog.go).
 	OpLog OpLog
+	// Versions is the versions table (versions.go).
+	Versions Versions
+	// Applied is the applied table and the moves of the version rows'
+	// logs into it (applied.go).
+	Applied Applied
+	// Quarantine is the quarantine table (quarantine.go).
+	Quarantine Quarantine
+	// Conflicts is the conflicts table (conflicts.go).
+	Conflicts Conflicts
+	// Rejected is the rejected table (rejected.go).
+	Rejected Rejected
+	// Locks are the advisory locks (locks.go).
+	Locks Locks
 }
 
 // New returns the statements on the gate tables of schema.
@@ -27,6 +40,11 @@ func New(schema string) *Store {
 		Gate:        newGate(t),
 		Checkpoints: newCheckpoints(t),
 		OpLog:       newOpLog(t),
+		Versions:    newVersions(t),
+		Applied:     newApplied(t),
+		Quarantine:  newQuarantine(t),
+		Conflicts:   newConflicts(t),
+		Rejected:    newRejected(t),
 	}
 }
 

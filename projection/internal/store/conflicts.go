@@ -1,0 +1,40 @@
+package store
+
+import "github.com/jackc/pgx/v5"
+
+// Conflicts is the conflicts table: deliveries of an applied version whose
+// event id or payload differ from the applied event's, counted per
+// (projection, aggregate, version, incoming event id and hash).
+type Conflicts struct {
+	upsert string
+}
+
+func newConflicts(t qualify) Conflicts {
+	return Conflicts{
+		upsert: `INSERT INTO ` + t("conflicts") + ` AS c
+  (projection, aggregate, version, existing_state, existing_event_id, existing_hash,
+   incoming_event_id, incoming_hash, type, data, metadata, count)
+SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::text[], $6::bytea[],
+  $7::text[], $8::bytea[], $9::text[], $10::bytea[], $11::bytea[], $12::bigint[])
+ON CONFLICT (projection, aggregate, version, incoming_event_id, incoming_hash) DO UPDATE
+SET count = c.count + EXCLUDED.count, last_seen = now()`,
+	}
+}
+
+// ConflictRows are conflicts to record, column by column (index-aligned),
+// sorted by their key so that writers lock rows in one order.
+type ConflictRows struct {
+	Aggregates, States, ExistingIDs []string
+	Versions                        []int64
+	ExistingHashes                  [][]byte
+	IncomingIDs, Types              []string
+	IncomingHashes, Data, Metadata  [][]byte
+	Counts                          []int64
+}
+
+// QueueUpsert queues the recording of rows, counting again the ones seen
+// before.
+func (c *Conflicts) QueueUpsert(b *pgx.Batch, key string, r ConflictRows) *pgx.QueuedQuery {
+	return b.Queue(c.upsert, key, r.Aggregates, r.Versions, r.States, r.ExistingIDs, r.ExistingHashes,
+		r.IncomingIDs, r.IncomingHashes, r.Types, r.Data, r.Metadata, r.Counts)
+}
