@@ -270,9 +270,7 @@ func actionMessage(action string, from, to, drained int64, retryErr error) strin
 // deliveries of versions from … to of an aggregate; their ids are appended
 // to ids.
 func (p *Processor) queueResolveRejected(b *pgx.Batch, agg string, from, to int64, resolution string, o ActionOptions, reason string, ids *[]int64) {
-	b.Queue(`UPDATE `+p.table("rejected")+` SET resolved_at = now(), resolution = $4, resolved_by = $5, resolve_reason = $6
-WHERE md5(aggregate) = md5($1) AND aggregate = $1 AND version BETWEEN $2 AND $3 AND resolved_at IS NULL RETURNING id`,
-		agg, from, to, resolution, o.By, reason).Query(func(rows pgx.Rows) error {
+	p.store.Rejected.QueueResolveVersions(b, agg, from, to, store.Resolution{Resolution: resolution, By: o.By, Reason: reason}).Query(func(rows pgx.Rows) error {
 		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		*ids = append(*ids, got...)
 		return err
@@ -292,8 +290,7 @@ func (p *Processor) ReplayRejected(ctx context.Context, id int64, opts *ActionOp
 	var e aggregate.Event
 	var source string
 	var rawID, rawAgg, rawType []byte
-	err := p.pool.QueryRow(ctx, `SELECT source, event_id, aggregate, version, type, coalesce(data, ''), metadata,
-  raw_event_id, raw_aggregate, raw_type, content_type FROM `+p.table("rejected")+` WHERE id = $1`, id).
+	err := p.store.Rejected.Load(ctx, p.pool, id).
 		Scan(&source, &e.ID, &e.Aggregate, &e.Version, &e.Type, &e.Data, &e.Metadata, &rawID, &rawAgg, &rawType, &e.ContentType)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return rep, fmt.Errorf("%w: rejected event %d", ErrNotFound, id)
@@ -318,7 +315,7 @@ func (p *Processor) ReplayRejected(ctx context.Context, id int64, opts *ActionOp
 		if !o.DryRun {
 			reason, _ := escapeText(aggregate.Reason(verr))
 			text, _ := escapeText(verr.Error())
-			if _, err := p.pool.Exec(ctx, `UPDATE `+p.table("rejected")+` SET reason = $2, error = $3 WHERE id = $1`, id, reason, text); err != nil {
+			if err := p.store.Rejected.SetReason(ctx, p.pool, id, reason, text); err != nil {
 				return rep, fmt.Errorf("projection: rejected event %d: %w", id, err)
 			}
 		}
@@ -329,13 +326,8 @@ func (p *Processor) ReplayRejected(ctx context.Context, id int64, opts *ActionOp
 			// Resolved, unless the database refused to store it again in
 			// this transaction (an UnstorableError: the careful path set it
 			// aside as rejected, which moved last_seen to now()).
-			_, err := tx.Exec(ctx, `WITH r AS (
-  UPDATE `+p.table("rejected")+` SET replayed_at = now(), resolved_at = now(), resolution = 'replayed',
-    resolved_by = $2, resolve_reason = $3 WHERE id = $1 AND last_seen <> now() RETURNING id)
-INSERT INTO `+p.table("operator_log")+` (action, projection, generation, aggregate, from_version, to_version, reason, actor)
-SELECT 'replay-rejected', '', NULL, $4, $5, $5, $6, $2 FROM r`,
-				id, o.By, o.Reason, e.Aggregate, e.Version, cmp.Or(o.Reason, fmt.Sprintf("rejected event %d", id)))
-			return err
+			return p.store.Rejected.Replayed(ctx, tx, id, store.Resolution{By: o.By, Reason: o.Reason}, e.Aggregate, e.Version,
+				cmp.Or(o.Reason, fmt.Sprintf("rejected event %d", id)))
 		}})
 	if err != nil {
 		return rep, err
@@ -365,8 +357,7 @@ func (p *Processor) DismissRejected(ctx context.Context, id int64, opts *ActionO
 		var version int64
 		var resolution string
 		var resolved bool
-		err := tx.QueryRow(ctx, `SELECT aggregate, version, resolution, resolved_at IS NOT NULL FROM `+p.table("rejected")+`
-WHERE id = $1 FOR UPDATE`, id).Scan(&agg, &version, &resolution, &resolved)
+		err := p.store.Rejected.Lock(ctx, tx, id).Scan(&agg, &version, &resolution, &resolved)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: rejected event %d", ErrNotFound, id)
 		}
@@ -379,8 +370,7 @@ WHERE id = $1 FOR UPDATE`, id).Scan(&agg, &version, &resolution, &resolved)
 			return nil
 		}
 		b := &pgx.Batch{}
-		b.Queue(`UPDATE `+p.table("rejected")+` SET resolved_at = now(), resolution = 'dismissed', resolved_by = $2, resolve_reason = $3
-WHERE id = $1`, id, o.By, o.Reason)
+		p.store.Rejected.QueueDismiss(b, id, o.By, o.Reason)
 		p.store.OpLog.Queue(b, store.OpEntry{Action: "dismiss-rejected", Aggregate: agg, From: version, To: version,
 			Reason: cmp.Or(o.Reason, fmt.Sprintf("rejected event %d", id)), Actor: o.By})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -462,8 +452,7 @@ func (p *Processor) AckConflict(ctx context.Context, id int64, opts *ActionOptio
 		var key, agg string
 		var version int64
 		var already bool
-		err := tx.QueryRow(ctx, `SELECT projection, aggregate, version, acked_at IS NOT NULL FROM `+p.table("conflicts")+`
-WHERE id = $1 FOR UPDATE`, id).Scan(&key, &agg, &version, &already)
+		err := p.store.Conflicts.Lock(ctx, tx, id).Scan(&key, &agg, &version, &already)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: conflict %d", ErrNotFound, id)
 		}
@@ -477,7 +466,7 @@ WHERE id = $1 FOR UPDATE`, id).Scan(&key, &agg, &version, &already)
 			return nil
 		}
 		b := &pgx.Batch{}
-		b.Queue(`UPDATE `+p.table("conflicts")+` SET acked_at = now(), ack_reason = $2 WHERE id = $1`, id, o.Reason)
+		p.store.Conflicts.QueueAck(b, id, o.Reason)
 		p.store.OpLog.Queue(b, store.OpEntry{Action: "ack-conflict", Projection: rep.Projection, Generation: rep.Generation, Aggregate: agg,
 			From: version, To: version, Reason: cmp.Or(o.Reason, fmt.Sprintf("conflict %d", id)), Actor: o.By})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {

@@ -1,12 +1,16 @@
 package store
 
-import "github.com/jackc/pgx/v5"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // Conflicts is the conflicts table: deliveries of an applied version whose
 // event id or payload differ from the applied event's, counted per
 // (projection, aggregate, version, incoming event id and hash).
 type Conflicts struct {
-	upsert string
+	upsert, lock, ack string
 }
 
 func newConflicts(t qualify) Conflicts {
@@ -18,6 +22,9 @@ SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::text[], $6::b
   $7::text[], $8::bytea[], $9::text[], $10::bytea[], $11::bytea[], $12::bigint[])
 ON CONFLICT (projection, aggregate, version, incoming_event_id, incoming_hash) DO UPDATE
 SET count = c.count + EXCLUDED.count, last_seen = now()`,
+		lock: `SELECT projection, aggregate, version, acked_at IS NOT NULL FROM ` + t("conflicts") + `
+WHERE id = $1 FOR UPDATE`,
+		ack: `UPDATE ` + t("conflicts") + ` SET acked_at = now(), ack_reason = $2 WHERE id = $1`,
 	}
 }
 
@@ -37,4 +44,15 @@ type ConflictRows struct {
 func (c *Conflicts) QueueUpsert(b *pgx.Batch, key string, r ConflictRows) *pgx.QueuedQuery {
 	return b.Queue(c.upsert, key, r.Aggregates, r.Versions, r.States, r.ExistingIDs, r.ExistingHashes,
 		r.IncomingIDs, r.IncomingHashes, r.Types, r.Data, r.Metadata, r.Counts)
+}
+
+// Lock locks conflict id: a row of (gate key, aggregate, version, acked),
+// none when there is none.
+func (c *Conflicts) Lock(ctx context.Context, q Querier, id int64) pgx.Row {
+	return q.QueryRow(ctx, c.lock, id)
+}
+
+// QueueAck queues the acknowledgement of conflict id, for reason.
+func (c *Conflicts) QueueAck(b *pgx.Batch, id int64, reason string) *pgx.QueuedQuery {
+	return b.Queue(c.ack, id, reason)
 }
