@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder/inorder/projection/internal/store"
 )
 
 // This file holds the generation filter of the operator listings
@@ -101,3 +103,6 @@ func (p *Processor) genFilter(ctx context.Context, opts ListOptions) (genFilter,
 	f.exclude = nonNil(f.exclude) // an SQL NULL would exclude every row
 	return f, nil
 }
+
+// keys returns f's gate keys for a listing's statement.
+func (f genFilter) keys() store.Keys { return store.Keys{Include: f.include, Exclude: f.exclude} }

@@ -66,6 +66,11 @@ type ListOptions struct {
 	OmitPayloads bool
 }
 
+// page returns o's paging for a listing's statement.
+func (o ListOptions) page() store.Page {
+	return store.Page{Aggregate: o.Aggregate, Limit: o.limit(), AfterID: o.AfterID, After: o.After, Open: o.Open, OmitPayloads: o.OmitPayloads}
+}
+
 func (o ListOptions) limit() int {
 	if o.Limit <= 0 {
 		return DefaultListLimit
@@ -296,15 +301,6 @@ func (p *Processor) Checkpoints(ctx context.Context) ([]Checkpoint, error) {
 	return out, nil
 }
 
-// payloadColumns returns the data and metadata columns to select, or NULLs
-// when the listing omits payloads.
-func payloadColumns(opts ListOptions) string {
-	if opts.OmitPayloads {
-		return "NULL::bytea, NULL::bytea"
-	}
-	return "data, metadata"
-}
-
 // Quarantined lists quarantined events, the longest quarantined first.
 func (p *Processor) Quarantined(ctx context.Context, opts ListOptions) ([]QuarantineEntry, error) {
 	if err := p.checkFilter(opts); err != nil {
@@ -314,11 +310,7 @@ func (p *Processor) Quarantined(ctx context.Context, opts ListOptions) ([]Quaran
 	if err != nil {
 		return nil, err
 	}
-	rows, err := p.pool.Query(ctx, `SELECT projection, aggregate, version, event_id, type, `+payloadColumns(opts)+`, error, attempts,
-  quarantined_at, last_attempt_at
-FROM `+p.table("quarantine")+`
-WHERE `+keyCondition(1, 4)+` AND ($2 = '' OR aggregate = $2)
-ORDER BY quarantined_at, projection, aggregate LIMIT $3`, f.include, opts.Aggregate, opts.limit(), f.exclude)
+	rows, err := p.store.Quarantine.List(ctx, p.pool, f.keys(), opts.page())
 	if err != nil {
 		return nil, fmt.Errorf("projection: list quarantine: %w", err)
 	}
@@ -345,11 +337,7 @@ func (p *Processor) Conflicts(ctx context.Context, opts ListOptions) ([]Conflict
 	if err != nil {
 		return nil, err
 	}
-	rows, err := p.pool.Query(ctx, `SELECT id, projection, aggregate, version, existing_state, existing_event_id, existing_hash,
-  incoming_event_id, incoming_hash, type, `+payloadColumns(opts)+`, count, first_seen, last_seen, acked_at, ack_reason
-FROM `+p.table("conflicts")+`
-WHERE `+keyCondition(1, 6)+` AND ($2 = '' OR aggregate = $2) AND id > $4 AND (NOT $5 OR acked_at IS NULL)
-ORDER BY id LIMIT $3`, f.include, opts.Aggregate, opts.limit(), opts.AfterID, opts.Open, f.exclude)
+	rows, err := p.store.Conflicts.List(ctx, p.pool, f.keys(), opts.page())
 	if err != nil {
 		return nil, fmt.Errorf("projection: list conflicts: %w", err)
 	}
@@ -373,12 +361,7 @@ ORDER BY id LIMIT $3`, f.include, opts.Aggregate, opts.limit(), opts.AfterID, op
 // Rejected lists rejected deliveries in id order (the order they were first
 // seen); page with ListOptions.AfterID. ListOptions.Projection is ignored.
 func (p *Processor) Rejected(ctx context.Context, opts ListOptions) ([]RejectedEntry, error) {
-	rows, err := p.pool.Query(ctx, `SELECT id, fingerprint, source, event_id, aggregate, version, type, content_type, `+payloadColumns(opts)+`,
-  coalesce(octet_length(data), 0), reason, error, count, first_seen, last_seen, replayed_at,
-  resolved_at, resolution, resolved_by, resolve_reason
-FROM `+p.table("rejected")+`
-WHERE ($1 = '' OR aggregate = $1) AND id > $3 AND (NOT $4 OR resolved_at IS NULL)
-ORDER BY id LIMIT $2`, opts.Aggregate, opts.limit(), opts.AfterID, opts.Open)
+	rows, err := p.store.Rejected.List(ctx, p.pool, opts.page())
 	if err != nil {
 		return nil, fmt.Errorf("projection: list rejected: %w", err)
 	}
@@ -404,11 +387,7 @@ ORDER BY id LIMIT $2`, opts.Aggregate, opts.limit(), opts.AfterID, opts.Open)
 // OperatorLog lists the operator log in id order (oldest first); page with
 // ListOptions.AfterID, filter with Projection, Aggregate and Action.
 func (p *Processor) OperatorLog(ctx context.Context, opts ListOptions) ([]OperatorLogEntry, error) {
-	rows, err := p.pool.Query(ctx, `SELECT id, at, action, projection, coalesce(generation, 0), aggregate, from_version, to_version, reason, actor
-FROM `+p.table("operator_log")+`
-WHERE ($1 = '' OR projection = $1) AND ($2 = '' OR aggregate = $2) AND ($3 = '' OR action = $3) AND id > $5
-  AND ($6 = 0 OR generation = $6)
-ORDER BY id LIMIT $4`, opts.Projection, opts.Aggregate, opts.Action, opts.limit(), opts.AfterID, opts.Generation)
+	rows, err := p.store.OpLog.List(ctx, p.pool, opts.Projection, opts.Action, opts.Generation, opts.page())
 	if err != nil {
 		return nil, fmt.Errorf("projection: list operator log: %w", err)
 	}
@@ -505,9 +484,7 @@ func (p *Processor) AppliedLog(ctx context.Context, opts ListOptions) ([]Applied
 		}
 		return out, err
 	}
-	rows, err := p.pool.Query(ctx, `SELECT aggregate, version, event_id, hash FROM `+p.table("applied_log")+`
-WHERE projection = $1 AND ($2 = '' OR aggregate = $2) AND aggregate COLLATE "C" > $3
-ORDER BY aggregate COLLATE "C", version LIMIT $4`, opts.Projection, opts.Aggregate, opts.After, opts.limit())
+	rows, err := p.store.Applied.ListLog(ctx, p.pool, opts.Projection, opts.page())
 	if err != nil {
 		return nil, fmt.Errorf("projection: list applied log: %w", err)
 	}
@@ -529,11 +506,4 @@ func (p *Processor) needProjection(opts ListOptions) error {
 		return fmt.Errorf("%w: a projection is required", ErrUnknownProjection)
 	}
 	return p.checkFilter(opts)
-}
-
-// keyCondition is the condition on a gate table's projection column of a
-// generation filter (genFilter) whose include and exclude keys are the
-// parameters $in and $ex.
-func keyCondition(in, ex int) string {
-	return fmt.Sprintf("(cardinality($%d::text[]) = 0 OR projection = ANY($%d)) AND NOT (projection = ANY($%d::text[]))", in, in, ex)
 }

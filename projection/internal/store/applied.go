@@ -1,6 +1,8 @@
 package store
 
 import (
+	"context"
+
 	"github.com/jackc/pgx/v5"
 )
 
@@ -13,6 +15,7 @@ type Applied struct {
 	spill, trim, spillAll string
 	load, loadTable       string
 	insert                string
+	listLog               string
 }
 
 func newApplied(t qualify) Applied {
@@ -70,6 +73,9 @@ CROSS JOIN LATERAL (SELECT event_id, hash FROM ` + applied + `
    WHERE projection = $1 AND aggregate = k.aggregate AND version = k.version OFFSET 0) a`,
 		insert: `INSERT INTO ` + applied + ` (projection, aggregate, version, event_id, hash)
 SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::bytea[])`,
+		listLog: `SELECT aggregate, version, event_id, hash FROM ` + t("applied_log") + `
+WHERE projection = $1 AND ($2 = '' OR aggregate = $2) AND aggregate COLLATE "C" > $3
+ORDER BY aggregate COLLATE "C", version LIMIT $4`,
 	}
 }
 
@@ -102,4 +108,11 @@ func (a *Applied) QueueLoad(b *pgx.Batch, key string, aggs []string, versions []
 // ids[i], hashes[i]).
 func (a *Applied) QueueInsert(b *pgx.Batch, key string, aggs []string, versions []int64, ids []string, hashes [][]byte) *pgx.QueuedQuery {
 	return b.Queue(a.insert, key, aggs, versions, ids, hashes)
+}
+
+// ListLog lists the applied log (the applied_log view: the version rows'
+// pages and the applied table) of key by aggregate in byte order and
+// version: rows of (aggregate, version, event id, hash).
+func (a *Applied) ListLog(ctx context.Context, q Querier, key string, p Page) (pgx.Rows, error) {
+	return q.Query(ctx, a.listLog, key, p.Aggregate, p.After, p.Limit)
 }

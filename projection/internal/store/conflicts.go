@@ -11,6 +11,7 @@ import (
 // (projection, aggregate, version, incoming event id and hash).
 type Conflicts struct {
 	upsert, lock, ack string
+	list              [2]string
 }
 
 func newConflicts(t qualify) Conflicts {
@@ -25,6 +26,13 @@ SET count = c.count + EXCLUDED.count, last_seen = now()`,
 		lock: `SELECT projection, aggregate, version, acked_at IS NOT NULL FROM ` + t("conflicts") + `
 WHERE id = $1 FOR UPDATE`,
 		ack: `UPDATE ` + t("conflicts") + ` SET acked_at = now(), ack_reason = $2 WHERE id = $1`,
+		list: payloads(func(payload string) string {
+			return `SELECT id, projection, aggregate, version, existing_state, existing_event_id, existing_hash,
+  incoming_event_id, incoming_hash, type, ` + payload + `, count, first_seen, last_seen, acked_at, ack_reason
+FROM ` + t("conflicts") + `
+WHERE ` + KeyCondition(1, 6) + ` AND ($2 = '' OR aggregate = $2) AND id > $4 AND (NOT $5 OR acked_at IS NULL)
+ORDER BY id LIMIT $3`
+		}),
 	}
 }
 
@@ -55,4 +63,12 @@ func (c *Conflicts) Lock(ctx context.Context, q Querier, id int64) pgx.Row {
 // QueueAck queues the acknowledgement of conflict id, for reason.
 func (c *Conflicts) QueueAck(b *pgx.Batch, id int64, reason string) *pgx.QueuedQuery {
 	return b.Queue(c.ack, id, reason)
+}
+
+// List lists the conflicts of keys in id order: rows of (id, gate key,
+// aggregate, version, existing state, existing event id, existing hash,
+// incoming event id, incoming hash, type, data, metadata, count, first seen,
+// last seen, acked at, ack reason).
+func (c *Conflicts) List(ctx context.Context, q Querier, keys Keys, p Page) (pgx.Rows, error) {
+	return q.Query(ctx, pick(c.list, p), keys.Include, p.Aggregate, p.Limit, p.AfterID, p.Open, keys.Exclude)
 }

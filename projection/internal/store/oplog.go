@@ -9,7 +9,7 @@ import (
 // OpLog is the operator_log table: every operator decision and every
 // finding a source or a rebuild records, in id order.
 type OpLog struct {
-	insert, insertOnce string
+	insert, insertOnce, list string
 }
 
 func newOpLog(t qualify) OpLog {
@@ -24,6 +24,11 @@ func newOpLog(t qualify) OpLog {
 WHERE NOT EXISTS (SELECT 1 FROM ` + ol + ` WHERE action = $1 AND projection = $2
   AND generation IS NOT DISTINCT FROM $3::integer AND aggregate = $4
   AND from_version IS NOT DISTINCT FROM $5 AND to_version IS NOT DISTINCT FROM $6)`,
+		list: `SELECT id, at, action, projection, coalesce(generation, 0), aggregate, from_version, to_version, reason, actor
+FROM ` + ol + `
+WHERE ($1 = '' OR projection = $1) AND ($2 = '' OR aggregate = $2) AND ($3 = '' OR action = $3) AND id > $5
+  AND ($6 = 0 OR generation = $6)
+ORDER BY id LIMIT $4`,
 	}
 }
 
@@ -70,4 +75,12 @@ func (o *OpLog) Insert(ctx context.Context, q Querier, e OpEntry) error {
 func (o *OpLog) InsertOnce(ctx context.Context, q Querier, e OpEntry) (bool, error) {
 	tag, err := q.Exec(ctx, o.insertOnce, e.args()...)
 	return tag.RowsAffected() == 1, err
+}
+
+// List lists the operator log in id order, of projection, action and
+// generation when set (not empty, not 0): rows of (id, at, action,
+// projection, generation, aggregate, from version, to version, reason,
+// actor).
+func (o *OpLog) List(ctx context.Context, q Querier, projection, action string, generation int, p Page) (pgx.Rows, error) {
+	return q.Query(ctx, o.list, projection, p.Aggregate, action, p.Limit, p.AfterID, generation)
 }

@@ -11,6 +11,7 @@ import (
 // operator retries or skips it.
 type Quarantine struct {
 	loadRefs, load, upsert, delete string
+	list                           [2]string
 }
 
 func newQuarantine(t qualify) Quarantine {
@@ -30,6 +31,13 @@ SET version = EXCLUDED.version, event_id = EXCLUDED.event_id, hash = EXCLUDED.ha
     data = EXCLUDED.data, metadata = EXCLUDED.metadata, error = EXCLUDED.error,
     attempts = q.attempts + EXCLUDED.attempts, last_attempt_at = now()`,
 		delete: `DELETE FROM ` + quarantine + ` WHERE projection = $1 AND aggregate = $2`,
+		list: payloads(func(payload string) string {
+			return `SELECT projection, aggregate, version, event_id, type, ` + payload + `, error, attempts,
+  quarantined_at, last_attempt_at
+FROM ` + quarantine + `
+WHERE ` + KeyCondition(1, 4) + ` AND ($2 = '' OR aggregate = $2)
+ORDER BY quarantined_at, projection, aggregate LIMIT $3`
+		}),
 	}
 }
 
@@ -67,4 +75,11 @@ func (q *Quarantine) QueueUpsert(b *pgx.Batch, key, agg string, e Event) *pgx.Qu
 // QueueDelete queues the deletion of agg's quarantined event.
 func (q *Quarantine) QueueDelete(b *pgx.Batch, key, agg string) *pgx.QueuedQuery {
 	return b.Queue(q.delete, key, agg)
+}
+
+// List lists the quarantined events of keys, the longest quarantined first:
+// rows of (gate key, aggregate, version, event id, type, data, metadata,
+// error, attempts, quarantined at, last attempt at).
+func (q *Quarantine) List(ctx context.Context, db Querier, keys Keys, p Page) (pgx.Rows, error) {
+	return db.Query(ctx, pick(q.list, p), keys.Include, p.Aggregate, p.Limit, keys.Exclude)
 }

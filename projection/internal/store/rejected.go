@@ -11,6 +11,7 @@ import (
 // dismissal.
 type Rejected struct {
 	upsert, resolveVersions, load, setReason, replayed, lock, dismiss string
+	list                                                              [2]string
 }
 
 func newRejected(t qualify) Rejected {
@@ -37,6 +38,14 @@ SELECT 'replay-rejected', '', NULL, $4, $5, $5, $6, $2 FROM r`,
 WHERE id = $1 FOR UPDATE`,
 		dismiss: `UPDATE ` + t("rejected") + ` SET resolved_at = now(), resolution = 'dismissed', resolved_by = $2, resolve_reason = $3
 WHERE id = $1`,
+		list: payloads(func(payload string) string {
+			return `SELECT id, fingerprint, source, event_id, aggregate, version, type, content_type, ` + payload + `,
+  coalesce(octet_length(data), 0), reason, error, count, first_seen, last_seen, replayed_at,
+  resolved_at, resolution, resolved_by, resolve_reason
+FROM ` + t("rejected") + `
+WHERE ($1 = '' OR aggregate = $1) AND id > $3 AND (NOT $4 OR resolved_at IS NULL)
+ORDER BY id LIMIT $2`
+		}),
 	}
 }
 
@@ -103,4 +112,12 @@ func (r *Rejected) Lock(ctx context.Context, q Querier, id int64) pgx.Row {
 // QueueDismiss queues the dismissal of id by by, for reason.
 func (r *Rejected) QueueDismiss(b *pgx.Batch, id int64, by, reason string) *pgx.QueuedQuery {
 	return b.Queue(r.dismiss, id, by, reason)
+}
+
+// List lists rejected deliveries in id order: rows of (id, fingerprint,
+// source, event id, aggregate, version, type, content type, data, metadata,
+// size, reason, error, count, first seen, last seen, replayed at, resolved
+// at, resolution, resolved by, resolve reason).
+func (r *Rejected) List(ctx context.Context, q Querier, p Page) (pgx.Rows, error) {
+	return q.Query(ctx, pick(r.list, p), p.Aggregate, p.Limit, p.AfterID, p.Open)
 }
