@@ -3,7 +3,6 @@ package projection
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -78,30 +77,12 @@ func (b *builder) writeGateState(ctx context.Context, tx pgx.Tx, journal string)
 		return nil
 	}
 	if t := b.gate.projs[0].inlineTable(); t != nil {
-		v := pgx.Identifier{t.Version}.Sanitize()
-		_, err := tx.Exec(ctx, `INSERT INTO `+b.p.table("versions")+` (projection, aggregate, version, log_base)
-SELECT $1, `+pgx.Identifier{t.Key}.Sanitize()+`, `+v+`, `+v+` FROM `+t.Table.Sanitize()+`
-ON CONFLICT (projection, aggregate) DO NOTHING`, b.gen.Key)
-		if err != nil {
+		if err := b.p.store.Versions.SeedInline(ctx, tx, b.gen.Key, t.ref()); err != nil {
 			return fmt.Errorf("write the version rows: %w", err)
 		}
 		return nil
 	}
-	page := strconv.Itoa(logPage)
-	base := `greatest((last - 1) / ` + page + ` * ` + page + `, 0)`
-	sql := `WITH s AS MATERIALIZED (
-  SELECT aggregate, version, event_id, hash, max(version) OVER (PARTITION BY aggregate) AS last FROM ` + journal + `),
-a AS (
-  INSERT INTO ` + b.p.table("applied") + ` (projection, aggregate, version, event_id, hash)
-  SELECT $1, aggregate, version, coalesce(event_id, aggregate || ':' || version), hash FROM s WHERE version <= ` + base + `
-  ON CONFLICT DO NOTHING)
-INSERT INTO ` + b.p.table("versions") + ` (projection, aggregate, version, log_base, log_ids, log_hashes)
-SELECT $1, aggregate, last, ` + base + `,
-  coalesce(array_agg(event_id ORDER BY version) FILTER (WHERE version > ` + base + `), '{}'),
-  coalesce(string_agg(hash, ''::bytea ORDER BY version) FILTER (WHERE version > ` + base + `), ''::bytea)
-FROM s GROUP BY aggregate, last
-ON CONFLICT (projection, aggregate) DO NOTHING`
-	if _, err := tx.Exec(ctx, sql, b.gen.Key); err != nil {
+	if err := b.p.store.SeedFromJournal(ctx, tx, b.gen.Key, journal); err != nil {
 		return fmt.Errorf("write the version rows: %w", err)
 	}
 	return nil

@@ -358,10 +358,7 @@ func (rp *replay) lookup(ctx context.Context, aggs []string) error {
 	if t := rp.inline; t != nil {
 		last = `SELECT ` + pgx.Identifier{t.Version}.Sanitize() + ` FROM ` + t.Table.Sanitize() + ` WHERE ` + pgx.Identifier{t.Key}.Sanitize() + ` = k.a`
 	}
-	rows, err := rp.b.conn.Query(ctx, `SELECT k.a,
-  coalesce((`+last+`), 0),
-  EXISTS (SELECT 1 FROM `+rp.b.p.table("versions")+` v WHERE v.projection = $1 AND v.aggregate = k.a)
-FROM unnest($2::text[]) AS k(a)`, rp.b.gen.Key, missing)
+	rows, err := rp.b.p.store.Versions.Gated(ctx, rp.b.conn, rp.b.gen.Key, missing, last)
 	if err != nil {
 		return fmt.Errorf("look up versions: %w", err)
 	}
@@ -397,14 +394,9 @@ func (rp *replay) throughGate(ctx context.Context, ds []delivery) error {
 				return err
 			}
 			bt := &pgx.Batch{}
-			bt.Queue(`INSERT INTO `+b.p.table("versions")+` (projection, aggregate, version, log_base)
-SELECT $1, k.a, k.v, k.v FROM unnest($2::text[], $3::bigint[]) AS k(a, v) ORDER BY k.a COLLATE "C"
-ON CONFLICT (projection, aggregate) DO NOTHING`, b.gen.Key, aggs, vers)
+			b.p.store.Versions.QueueSeed(bt, b.gen.Key, aggs, vers)
 			if rp.inline == nil {
-				bt.Queue(`INSERT INTO `+b.p.table("applied")+` (projection, aggregate, version, event_id, hash)
-SELECT $1, j.aggregate, j.version, coalesce(j.event_id, j.aggregate || ':' || j.version), j.hash
-FROM `+rp.journal+` j WHERE j.aggregate = ANY($2)
-ON CONFLICT DO NOTHING`, b.gen.Key, aggs)
+				b.p.store.Applied.QueueFromJournal(bt, b.gen.Key, rp.journal, aggs)
 			}
 			return tx.SendBatch(ctx, bt).Close()
 		})

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder/inorder/projection/internal/store"
 )
 
 // This file holds what the operator views read of inline projections'
@@ -37,6 +39,13 @@ func (p *Processor) inlineViewOf(ctx context.Context, projection string, n int) 
 		return nil
 	}
 	return r.inlineTable()
+}
+
+// ref returns t's table and columns, quoted, for package store's
+// statements.
+func (t *InlineTable) ref() store.InlineRef {
+	return store.InlineRef{Table: t.Table.Sanitize(), Key: pgx.Identifier{t.Key}.Sanitize(),
+		Version: pgx.Identifier{t.Version}.Sanitize(), Log: pgx.Identifier{t.Log}.Sanitize()}
 }
 
 // versionJoin returns, for the versions table aliased v, the expression of

@@ -109,9 +109,7 @@ func (p *Processor) currentVersions(ctx context.Context, q pgx.Tx, keys []gateKe
 	for i, k := range keys {
 		projs[i], aggs[i] = k.projection, k.aggregate
 	}
-	rows, err := q.Query(ctx, `SELECT v.projection, v.aggregate, v.version
-FROM unnest($1::text[], $2::text[]) AS k(projection, aggregate)
-JOIN `+p.table("versions")+` v ON v.projection = k.projection AND v.aggregate = k.aggregate`, projs, aggs)
+	rows, err := p.store.Versions.Current(ctx, q, projs, aggs)
 	if err != nil {
 		return nil, fmt.Errorf("current versions: %w", err)
 	}

@@ -160,10 +160,8 @@ func (b *builder) setPhaseTx(ctx context.Context, tx pgx.Tx, phase string) error
 // the stream, or an error.
 func (p *Processor) verify(ctx context.Context, tx pgx.Tx, b *builder, live, g *Generation) ([]string, error) {
 	var problems []string
-	var quarantined, parked int64
-	err := tx.QueryRow(ctx, `SELECT count(*) FROM `+p.table("quarantine")+` n WHERE n.projection = $1
-  AND NOT EXISTS (SELECT 1 FROM `+p.table("quarantine")+` o WHERE o.projection = $2 AND o.aggregate = n.aggregate AND o.version = n.version)`,
-		g.Key, live.Key).Scan(&quarantined)
+	var parked int64
+	quarantined, err := p.store.Quarantine.Unmatched(ctx, tx, g.Key, live.Key)
 	if err != nil {
 		return nil, fmt.Errorf("compare gate state: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 // full pages out of the version rows' logs into it. The applied_log view
 // shows both.
 type Applied struct {
+	table                 string // qualified
 	spill, trim, spillAll string
 	load, loadTable       string
 	insert                string
@@ -21,6 +22,7 @@ type Applied struct {
 func newApplied(t qualify) Applied {
 	versions, applied := t("versions"), t("applied")
 	return Applied{
+		table: applied,
 		// spill moves the entries of the full pages of the logs of the
 		// rows of $2 — rows the transaction holds, past the end of a page
 		// since their log began — into applied; trim then drops them from

@@ -12,6 +12,7 @@ import (
 type Quarantine struct {
 	loadRefs, load, upsert, delete string
 	list                           [2]string
+	unmatched                      string
 }
 
 func newQuarantine(t qualify) Quarantine {
@@ -31,6 +32,8 @@ SET version = EXCLUDED.version, event_id = EXCLUDED.event_id, hash = EXCLUDED.ha
     data = EXCLUDED.data, metadata = EXCLUDED.metadata, error = EXCLUDED.error,
     attempts = q.attempts + EXCLUDED.attempts, last_attempt_at = now()`,
 		delete: `DELETE FROM ` + quarantine + ` WHERE projection = $1 AND aggregate = $2`,
+		unmatched: `SELECT count(*) FROM ` + quarantine + ` n WHERE n.projection = $1
+  AND NOT EXISTS (SELECT 1 FROM ` + quarantine + ` o WHERE o.projection = $2 AND o.aggregate = n.aggregate AND o.version = n.version)`,
 		list: payloads(func(payload string) string {
 			return `SELECT projection, aggregate, version, event_id, type, ` + payload + `, error, attempts,
   quarantined_at, last_attempt_at
@@ -82,4 +85,12 @@ func (q *Quarantine) QueueDelete(b *pgx.Batch, key, agg string) *pgx.QueuedQuery
 // error, attempts, quarantined at, last attempt at).
 func (q *Quarantine) List(ctx context.Context, db Querier, keys Keys, p Page) (pgx.Rows, error) {
 	return db.Query(ctx, pick(q.list, p), keys.Include, p.Aggregate, p.Limit, keys.Exclude)
+}
+
+// Unmatched counts the events quarantined under key that are not
+// quarantined, at the same version, under other.
+func (q *Quarantine) Unmatched(ctx context.Context, db Querier, key, other string) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, q.unmatched, key, other).Scan(&n)
+	return n, err
 }

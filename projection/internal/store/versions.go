@@ -17,6 +17,7 @@ const LogPage = 16
 // aggregate is blocked by a quarantined event, the row's revision and the
 // applied log of its current page.
 type Versions struct {
+	table               string // qualified
 	read, lock, lockOne string
 	cas, spec, mark     string
 	set, reset          string
@@ -39,6 +40,7 @@ var pageStart = `greatest((v.version - 1) / ` + strconv.Itoa(LogPage) + ` * ` + 
 func newVersions(t qualify) Versions {
 	versions := t("versions")
 	return Versions{
+		table: versions,
 		// Version rows are probed one aggregate at a time: "aggregate =
 		// ANY($2)" on the key's second column makes Postgres 15 scan the
 		// projection's rows instead. OFFSET 0 keeps the probes from being
@@ -193,4 +195,12 @@ func (v *Versions) QueueSet(b *pgx.Batch, key, agg string, version int64, parked
 // transaction holds, its log starting again, empty, at version.
 func (v *Versions) QueueReset(b *pgx.Batch, key, agg string, version int64, parked int32, blocked bool) *pgx.QueuedQuery {
 	return b.Queue(v.reset, key, agg, version, parked, blocked)
+}
+
+// Current reads the version rows of (keys[i], aggs[i]): rows of (gate key,
+// aggregate, version); a pair without a row has none.
+func (v *Versions) Current(ctx context.Context, q Querier, keys, aggs []string) (pgx.Rows, error) {
+	return q.Query(ctx, `SELECT v.projection, v.aggregate, v.version
+FROM unnest($1::text[], $2::text[]) AS k(projection, aggregate)
+JOIN `+v.table+` v ON v.projection = k.projection AND v.aggregate = k.aggregate`, keys, aggs)
 }
