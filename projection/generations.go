@@ -182,7 +182,7 @@ func (p *Processor) queueEpochCheck(b *pgx.Batch, epoch int64) {
 	if epoch == 0 {
 		return
 	}
-	b.Queue(`SELECT epoch FROM ` + p.table("generation_epoch")).QueryRow(func(row pgx.Row) error {
+	p.store.Epoch.QueueRead(b).QueryRow(func(row pgx.Row) error {
 		var now int64
 		if err := row.Scan(&now); err != nil {
 			return err

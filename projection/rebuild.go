@@ -117,7 +117,7 @@ func (p *Processor) Rebuild(ctx context.Context, projection string, replay Repla
 		p.buf.QueueClear(b, r.key)
 		// Processors reload their view of the generations, and forget
 		// the rows they wrote (see rowCache).
-		b.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
+		p.store.Epoch.QueueBump(b)
 		p.store.OpLog.Queue(b, store.OpEntry{Action: "rebuild-start", Projection: projection, Actor: opts.By})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("delete gate state: %w", err)

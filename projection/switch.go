@@ -139,7 +139,7 @@ WHERE projection = $1 AND state = 'live'`, name, b.opts.Retention)
 		}
 		bb.Queue(`UPDATE `+p.table("generations")+` SET state = 'live', phase = '', error = '', live_at = now(), updated_at = now()
 WHERE key = $1`, g.Key)
-		bb.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
+		p.store.Epoch.QueueBump(bb)
 		p.store.OpLog.Queue(bb, store.OpEntry{Action: "rebuild-switch", Projection: name, Generation: g.Generation,
 			From: int64(live.Generation), To: int64(g.Generation),
 			Reason: fmt.Sprintf("generation %d (code version %d) live; generation %d (code version %d) previous", g.Generation, g.CodeVersion,
@@ -314,7 +314,7 @@ func (p *Processor) setFailed(ctx context.Context, g Generation, reason string) 
 		b := &pgx.Batch{}
 		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'failed', phase = '', error = $2, ended_at = now(), updated_at = now()
 WHERE key = $1`, g.Key, reason)
-		b.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
+		p.store.Epoch.QueueBump(b)
 		p.store.OpLog.Queue(b, store.OpEntry{Action: "rebuild-failed", Projection: g.Projection, Generation: g.Generation,
 			To: int64(g.Generation), Reason: reason})
 		return tx.SendBatch(ctx, b).Close()
@@ -372,7 +372,7 @@ WHERE projection = $1 AND state IN ('live', 'previous') FOR UPDATE`, projection)
 WHERE projection = $1 AND generation = $2`, projection, live, keep)
 		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'live', keep_until = NULL, live_at = now(), updated_at = now()
 WHERE projection = $1 AND generation = $2`, projection, prev)
-		b.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
+		p.store.Epoch.QueueBump(b)
 		p.store.OpLog.Queue(b, store.OpEntry{Action: "rebuild-rollback", Projection: projection, Generation: prev,
 			From: int64(live), To: int64(prev), Reason: cmp.Or(o.Reason, fmt.Sprintf("generation %d live again; generation %d previous", prev, live)), Actor: o.By})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -497,7 +497,7 @@ func (p *Processor) dropGeneration(ctx context.Context, r *registered, g Generat
 		b := &pgx.Batch{}
 		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'retired', phase = '', ended_at = coalesce(ended_at, now()), updated_at = now()
 WHERE key = $1 AND state <> 'live'`, g.Key)
-		b.Queue(`UPDATE ` + p.table("generation_epoch") + ` SET epoch = epoch + 1`)
+		p.store.Epoch.QueueBump(b)
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {

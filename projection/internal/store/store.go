@@ -31,6 +31,8 @@ type Store struct {
 	Rejected Rejected
 	// Locks are the advisory locks (locks.go).
 	Locks Locks
+	// Epoch is the generation_epoch table (epoch.go).
+	Epoch Epoch
 }
 
 // New returns the statements on the gate tables of schema.
@@ -45,6 +47,7 @@ func New(schema string) *Store {
 		Quarantine:  newQuarantine(t),
 		Conflicts:   newConflicts(t),
 		Rejected:    newRejected(t),
+		Epoch:       newEpoch(t),
 	}
 }
 
