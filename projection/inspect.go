@@ -175,9 +175,7 @@ ORDER BY n.ord`, p.Projections(), int64(math.MaxInt64), opts.NoTotals).Query(fun
 			if t == nil || opts.NoTotals {
 				continue
 			}
-			expr, join := versionJoin(t)
-			b.Queue(`SELECT least(coalesce(sum(`+expr+`::numeric), 0), $2::numeric)::bigint FROM `+p.table("versions")+` v`+join+`
-WHERE v.projection = `+p.liveKeySQL(1), name, int64(math.MaxInt64)).QueryRow(func(row pgx.Row) error {
+			p.store.Versions.QueueAppliedSum(b, p.liveKeySQL(1), refOf(t), name, int64(math.MaxInt64)).QueryRow(func(row pgx.Row) error {
 				var n *int64
 				if err := row.Scan(&n); err != nil || n == nil || i >= len(st.Projections) {
 					return err
@@ -269,10 +267,7 @@ func (p *Processor) generationsApplied(ctx context.Context, gens []Generation, l
 		if r == nil || g.Applied != nil || g.State == StateDropped {
 			continue
 		}
-		expr, join := versionJoin(inlineTableIn(r.p, g.Schema))
-		var n int64
-		err := p.pool.QueryRow(ctx, `SELECT least(coalesce(sum(`+expr+`::numeric), 0), $2::numeric)::bigint FROM `+p.table("versions")+` v`+join+`
-WHERE v.projection = $1`, g.Key, int64(math.MaxInt64)).Scan(&n)
+		n, err := p.store.Versions.AppliedSum(ctx, p.pool, g.Key, refOf(inlineTableIn(r.p, g.Schema)), int64(math.MaxInt64))
 		if err != nil {
 			p.log.DebugContext(ctx, "status: applied count of a generation", "projection", g.Projection, "generation", g.Generation, "error", err)
 			continue
@@ -409,7 +404,7 @@ func (p *Processor) Version(ctx context.Context, projection, aggregate string) (
 		return 0, fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
 	}
 	var v int64
-	err := p.pool.QueryRow(ctx, p.inlineVersionSQL(p.inlineView(ctx, projection), p.liveKeySQL(1)), projection, aggregate).Scan(&v)
+	err := p.pool.QueryRow(ctx, p.store.Versions.VersionOf(refOf(p.inlineView(ctx, projection)), p.liveKeySQL(1)), projection, aggregate).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
@@ -436,16 +431,14 @@ func (p *Processor) Aggregates(ctx context.Context, opts ListOptions) ([]Aggrega
 	if opts.AllGenerations {
 		return nil, errors.New("projection: list aggregates: one generation at a time")
 	}
-	expr, join := versionJoin(p.inlineViewOf(ctx, opts.Projection, opts.Generation))
+	it := refOf(p.inlineViewOf(ctx, opts.Projection, opts.Generation))
 	f, err := p.genFilter(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	key := f.include[0]
 	name, gen := f.ref(key)
-	rows, err := p.pool.Query(ctx, `SELECT v.aggregate, `+expr+`, v.parked, v.blocked FROM `+p.table("versions")+` v`+join+`
-WHERE v.projection = $1 AND ($2 = '' OR v.aggregate = $2) AND v.aggregate COLLATE "C" > $3
-ORDER BY v.aggregate COLLATE "C" LIMIT $4`, key, opts.Aggregate, opts.After, opts.limit())
+	rows, err := p.store.Versions.List(ctx, p.pool, key, it, opts.page())
 	if err != nil {
 		return nil, fmt.Errorf("projection: list aggregates: %w", err)
 	}

@@ -125,7 +125,7 @@ func (p *Processor) ReadAggregate(ctx context.Context, projection, aggregate str
 	err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		b.Queue(p.liveSchemaSQL(), projection)
-		b.Queue(p.inlineVersionSQL(it, p.liveKeySQL(1)),
+		b.Queue(p.store.Versions.VersionOf(refOf(it), p.liveKeySQL(1)),
 			projection, aggregate).QueryRow(func(row pgx.Row) error {
 			if err := row.Scan(&view.Version); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return err

@@ -186,14 +186,8 @@ func (p *Processor) verify(ctx context.Context, tx pgx.Tx, b *builder, live, g *
 	}
 	// Where each generation is, per aggregate. An inline projection's
 	// versions are its rows' (inline_views.go).
-	var behind, ahead int64
-	nExpr, nJoin := versionJoin(inlineTableIn(b.r.p, g.Schema))
-	oExpr, oJoin := versionJoin(inlineTableIn(b.r.p, live.Schema))
-	err = tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE coalesce(n.version, 0) < coalesce(o.version, 0)),
-  count(*) FILTER (WHERE coalesce(n.version, 0) > coalesce(o.version, 0)) FROM
-  (SELECT v.aggregate, `+nExpr+` AS version FROM `+p.table("versions")+` v`+nJoin+` WHERE v.projection = $1) n
-  FULL JOIN (SELECT v.aggregate, `+oExpr+` AS version FROM `+p.table("versions")+` v`+oJoin+` WHERE v.projection = $2) o USING (aggregate)`,
-		g.Key, live.Key).Scan(&behind, &ahead)
+	behind, ahead, err := p.store.Versions.Compare(ctx, tx, g.Key, refOf(inlineTableIn(b.r.p, g.Schema)),
+		live.Key, refOf(inlineTableIn(b.r.p, live.Schema)))
 	if err != nil {
 		return nil, fmt.Errorf("compare versions: %w", err)
 	}

@@ -1,0 +1,107 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// This file holds the reads of aggregates' versions that the operator views
+// and a rebuild's verification make. An inline projection's versions are
+// the later of its version rows' and its own rows' (its fast path writes
+// only the row), so these statements take the projection's inline table
+// (nil when it has none).
+
+// versionJoin returns, for the versions table aliased v, the expression of
+// an aggregate's version and the join that it needs: for an inline
+// projection (t not nil), the later of v's and its row's.
+func versionJoin(t *InlineRef) (expr, join string) {
+	if t == nil {
+		return "v.version", ""
+	}
+	return "greatest(v.version, coalesce(i." + t.Version + ", 0))",
+		" LEFT JOIN " + t.Table + " i ON i." + t.Key + " = v.aggregate"
+}
+
+// appliedSum is the statement of the sum of the versions of the projection
+// whose gate key is the SQL expression keySQL, at most $2.
+func (v *Versions) appliedSum(keySQL string, t *InlineRef) string {
+	expr, join := versionJoin(t)
+	return `SELECT least(coalesce(sum(` + expr + `::numeric), 0), $2::numeric)::bigint FROM ` + v.table + ` v` + join + `
+WHERE v.projection = ` + keySQL
+}
+
+// QueueAppliedSum queues the sum of the versions of the projection whose
+// gate key is keySQL (an SQL expression of the parameter $1), at most max:
+// one row of a bigint, NULL when the sum is 0.
+func (v *Versions) QueueAppliedSum(b *pgx.Batch, keySQL string, t *InlineRef, arg1 any, max int64) *pgx.QueuedQuery {
+	return b.Queue(v.appliedSum(keySQL, t), arg1, max)
+}
+
+// AppliedSum returns the sum of the versions of the projection with gate
+// key key, at most max.
+func (v *Versions) AppliedSum(ctx context.Context, q Querier, key string, t *InlineRef, max int64) (int64, error) {
+	var n int64
+	err := q.QueryRow(ctx, v.appliedSum("$1", t), key, max).Scan(&n)
+	return n, err
+}
+
+// Compare counts the aggregates that the projection with gate key key (its
+// inline table t) has behind, and ahead of, the one with gate key other
+// (its inline table ot).
+func (v *Versions) Compare(ctx context.Context, q Querier, key string, t *InlineRef, other string, ot *InlineRef) (behind, ahead int64, err error) {
+	nExpr, nJoin := versionJoin(t)
+	oExpr, oJoin := versionJoin(ot)
+	err = q.QueryRow(ctx, `SELECT count(*) FILTER (WHERE coalesce(n.version, 0) < coalesce(o.version, 0)),
+  count(*) FILTER (WHERE coalesce(n.version, 0) > coalesce(o.version, 0)) FROM
+  (SELECT v.aggregate, `+nExpr+` AS version FROM `+v.table+` v`+nJoin+` WHERE v.projection = $1) n
+  FULL JOIN (SELECT v.aggregate, `+oExpr+` AS version FROM `+v.table+` v`+oJoin+` WHERE v.projection = $2) o USING (aggregate)`,
+		key, other).Scan(&behind, &ahead)
+	return behind, ahead, err
+}
+
+// List lists the version rows of key by aggregate in byte order: rows of
+// (aggregate, version, parked, blocked).
+func (v *Versions) List(ctx context.Context, q Querier, key string, t *InlineRef, p Page) (pgx.Rows, error) {
+	expr, join := versionJoin(t)
+	return q.Query(ctx, `SELECT v.aggregate, `+expr+`, v.parked, v.blocked FROM `+v.table+` v`+join+`
+WHERE v.projection = $1 AND ($2 = '' OR v.aggregate = $2) AND v.aggregate COLLATE "C" > $3
+ORDER BY v.aggregate COLLATE "C" LIMIT $4`, key, p.Aggregate, p.After, p.Limit)
+}
+
+// VersionOf returns a query of the version of aggregate $2 in the
+// projection whose gate key is keySQL (an SQL expression of $1), with t
+// its inline table (nil if it has none).
+func (v *Versions) VersionOf(t *InlineRef, keySQL string) string {
+	sql := `SELECT version FROM ` + v.table + ` WHERE projection = ` + keySQL + ` AND aggregate = $2`
+	if t == nil {
+		return sql
+	}
+	// The later of the version row's and the projection row's, either of
+	// which may be missing (an aggregate with only parked events has no
+	// row yet).
+	return `SELECT greatest(coalesce((` + sql + `), 0), coalesce((SELECT ` + t.Version +
+		` FROM ` + t.Table + ` WHERE ` + t.Key + ` = $2), 0))`
+}
+
+// ListInlineLog lists the applied log of the inline projection with gate
+// key key from its rows' logs (entries of entrySize bytes) and the applied
+// table (versions that operator actions recorded), by aggregate in byte
+// order and version: rows of (aggregate, version, event id, hash, whether
+// the entry is the row's).
+func (a *Applied) ListInlineLog(ctx context.Context, q Querier, key string, t InlineRef, entrySize int, p Page) (pgx.Rows, error) {
+	k, ver, lg := t.Key, t.Version, t.Log
+	size := fmt.Sprint(entrySize)
+	return q.Query(ctx, `WITH r AS (
+  SELECT `+k+` AS aggregate, `+ver+` AS version, `+lg+` AS log FROM `+t.Table+`
+  WHERE ($2 = '' OR `+k+` = $2) AND `+k+` COLLATE "C" > $3 ORDER BY `+k+` COLLATE "C" LIMIT $4)
+SELECT * FROM (
+SELECT r.aggregate, r.version - n + 1 AS version, NULL::text AS event_id, substring(r.log FROM octet_length(r.log) / `+size+` * `+size+` - `+size+` * n + 1 FOR `+size+`) AS hash, true AS inline
+FROM r, generate_series(1, octet_length(r.log) / `+size+`) AS n
+UNION ALL
+SELECT a.aggregate, a.version, a.event_id, a.hash, false FROM `+a.table+` a
+WHERE a.projection = $1 AND a.aggregate IN (SELECT aggregate FROM r)
+  AND NOT EXISTS (SELECT 1 FROM r WHERE r.aggregate = a.aggregate AND a.version > r.version - octet_length(r.log) / `+size+` AND a.version <= r.version)) u
+ORDER BY u.aggregate COLLATE "C", u.version`, key, p.Aggregate, p.After, p.Limit)
+}
