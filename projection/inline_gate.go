@@ -531,14 +531,7 @@ func (a *attempt) preRead(ctx context.Context, b *pgx.Batch) (*pgx.Batch, error)
 			continue
 		}
 		read = true
-		k, v, l := pgx.Identifier{t.Key}.Sanitize(), pgx.Identifier{t.Version}.Sanitize(), pgx.Identifier{t.Log}.Sanitize()
-		// An aggregate's row, if it has one, says all (its mark stands for
-		// its version row); the version row is read only for the others.
-		b.Queue(`SELECT k.aggregate, t.version, t.marked, v.version FROM unnest($2::text[]) AS k(aggregate)
-LEFT JOIN LATERAL (SELECT `+v+` AS version, octet_length(`+l+`) % `+strconv.Itoa(inlineEntrySize)+` <> 0 AS marked FROM `+t.Table.Sanitize()+`
-  WHERE `+k+` = k.aggregate OFFSET 0) t ON true
-LEFT JOIN LATERAL (SELECT version FROM `+a.p.table("versions")+`
-  WHERE t.version IS NULL AND projection = $1 AND aggregate = k.aggregate OFFSET 0) v ON true`, r.key, unknown).Query(func(rows pgx.Rows) error {
+		a.p.store.Versions.QueueInlineStates(b, r.key, t.ref(), inlineEntrySize, unknown).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var agg string
 				var tv, vv *int64

@@ -141,21 +141,7 @@ func (p *Processor) Status(ctx context.Context, opts *StatusOptions) (Status, er
 		b.Queue(`SELECT now()`).QueryRow(func(row pgx.Row) error { return row.Scan(&st.Time) })
 		// Each projection's figures are those of its live generation (gate
 		// key n.key).
-		b.Queue(`WITH n AS (SELECT n.name, n.ord, coalesce(g.key, n.name) AS key
-  FROM unnest($1::text[]) WITH ORDINALITY AS n(name, ord)
-  LEFT JOIN `+p.table("generations")+` g ON g.projection = n.name AND g.state = 'live')
-SELECT n.name, n.key, coalesce(v.aggs, 0), coalesce(v.events, 0),
-  coalesce(q.n, 0), coalesce(c.open, 0), coalesce(c.acked, 0)
-FROM n
-LEFT JOIN (SELECT projection, count(*) AS aggs,
-    least(sum(version::numeric), $2::numeric)::bigint AS events
-  FROM `+p.table("versions")+` WHERE projection IN (SELECT key FROM n) AND NOT $3 GROUP BY projection) v ON v.projection = n.key
-LEFT JOIN (SELECT projection, count(*) AS n
-  FROM `+p.table("quarantine")+` WHERE projection IN (SELECT key FROM n) GROUP BY projection) q ON q.projection = n.key
-LEFT JOIN (SELECT projection, count(*) FILTER (WHERE acked_at IS NULL) AS open,
-    count(*) FILTER (WHERE acked_at IS NOT NULL) AS acked
-  FROM `+p.table("conflicts")+` WHERE projection IN (SELECT key FROM n) GROUP BY projection) c ON c.projection = n.key
-ORDER BY n.ord`, p.Projections(), int64(math.MaxInt64), opts.NoTotals).Query(func(rows pgx.Rows) error {
+		p.store.QueueProjectionCounts(b, p.Projections(), int64(math.MaxInt64), opts.NoTotals).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var s ProjectionStatus
 				var key string
@@ -184,7 +170,7 @@ ORDER BY n.ord`, p.Projections(), int64(math.MaxInt64), opts.NoTotals).Query(fun
 				return nil
 			})
 		}
-		b.Queue(`SELECT count(*), count(*) FILTER (WHERE resolved_at IS NULL) FROM ` + p.table("rejected")).
+		p.store.Rejected.QueueCounts(b).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&st.Rejected.Total, &st.Rejected.Pending) })
 		p.queueCheckpointViews(b, &st.Checkpoints)
 		p.queueGenerations(b, p.Projections(), &st.Generations)

@@ -1,8 +1,13 @@
 // Package store owns the statements on inorder's gate tables: every SQL
 // statement the projection package runs on versions, applied, applied_log,
-// quarantine, conflicts, rejected, checkpoints and operator_log is in this
-// package, one file per table, and nowhere else. The parked table is package
-// buffer's; the effects table is package effects'.
+// quarantine, conflicts, rejected, checkpoints, operator_log and
+// generation_epoch, and the advisory locks, is in this package, one file per
+// table (versions.go, applied.go, quarantine.go, conflicts.go, rejected.go,
+// checkpoints.go, oplog.go, epoch.go, locks.go), and nowhere else; a few
+// statements read several tables at once (status.go, versionviews.go,
+// seed.go, tables.go). The parked table is package buffer's; the effects
+// table is package effects'. The generations table's statements are still
+// projection's (its generation files).
 //
 // A Store holds the statements of one schema, with its tables qualified,
 // built once by New. Each table's type offers what the gate does with the

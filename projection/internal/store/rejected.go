@@ -12,6 +12,7 @@ import (
 type Rejected struct {
 	upsert, resolveVersions, load, setReason, replayed, lock, dismiss string
 	list                                                              [2]string
+	counts                                                            string
 }
 
 func newRejected(t qualify) Rejected {
@@ -38,6 +39,7 @@ SELECT 'replay-rejected', '', NULL, $4, $5, $5, $6, $2 FROM r`,
 WHERE id = $1 FOR UPDATE`,
 		dismiss: `UPDATE ` + t("rejected") + ` SET resolved_at = now(), resolution = 'dismissed', resolved_by = $2, resolve_reason = $3
 WHERE id = $1`,
+		counts: `SELECT count(*), count(*) FILTER (WHERE resolved_at IS NULL) FROM ` + t("rejected"),
 		list: payloads(func(payload string) string {
 			return `SELECT id, fingerprint, source, event_id, aggregate, version, type, content_type, ` + payload + `,
   coalesce(octet_length(data), 0), reason, error, count, first_seen, last_seen, replayed_at,

@@ -33,6 +33,8 @@ type Store struct {
 	Locks Locks
 	// Epoch is the generation_epoch table (epoch.go).
 	Epoch Epoch
+
+	projectionCounts string // status.go
 }
 
 // New returns the statements on the gate tables of schema.
@@ -48,6 +50,8 @@ func New(schema string) *Store {
 		Conflicts:   newConflicts(t),
 		Rejected:    newRejected(t),
 		Epoch:       newEpoch(t),
+
+		projectionCounts: projectionCounts(t),
 	}
 }
 

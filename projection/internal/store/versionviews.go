@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -104,4 +105,18 @@ SELECT a.aggregate, a.version, a.event_id, a.hash, false FROM `+a.table+` a
 WHERE a.projection = $1 AND a.aggregate IN (SELECT aggregate FROM r)
   AND NOT EXISTS (SELECT 1 FROM r WHERE r.aggregate = a.aggregate AND a.version > r.version - octet_length(r.log) / `+size+` AND a.version <= r.version)) u
 ORDER BY u.aggregate COLLATE "C", u.version`, key, p.Aggregate, p.After, p.Limit)
+}
+
+// QueueInlineStates queues the read, for each of aggs, of its inline row's
+// version and whether the gate marks the row (its log's length not a
+// multiple of entrySize), and, for those without a row, of its version
+// row's version: rows of (aggregate, row version, marked, version row's
+// version), NULL where there is none. An aggregate's row, if it has one,
+// says all (its mark stands for its version row).
+func (v *Versions) QueueInlineStates(b *pgx.Batch, key string, t InlineRef, entrySize int, aggs []string) *pgx.QueuedQuery {
+	return b.Queue(`SELECT k.aggregate, t.version, t.marked, v.version FROM unnest($2::text[]) AS k(aggregate)
+LEFT JOIN LATERAL (SELECT `+t.Version+` AS version, octet_length(`+t.Log+`) % `+strconv.Itoa(entrySize)+` <> 0 AS marked FROM `+t.Table+`
+  WHERE `+t.Key+` = k.aggregate OFFSET 0) t ON true
+LEFT JOIN LATERAL (SELECT version FROM `+v.table+`
+  WHERE t.version IS NULL AND projection = $1 AND aggregate = k.aggregate OFFSET 0) v ON true`, key, aggs)
 }
