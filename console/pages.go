@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -347,78 +348,51 @@ func (h *handler) listPage(w http.ResponseWriter, r *http.Request, name, title s
 	return f, true
 }
 
-func (h *handler) quarantine(w http.ResponseWriter, r *http.Request) {
-	f, ok := h.listPage(w, r, "quarantine", "Quarantine")
+// listing answers the list page name of rows fetch returns for its filter
+// (listOptions asks for one more than the limit, to tell there are more).
+// With id set, a cut page links to the next one after its last row's id;
+// without, it says it was cut.
+func listing[T any](h *handler, w http.ResponseWriter, r *http.Request, name, title string, payloads bool,
+	fetch func(context.Context, projection.ListOptions) ([]T, error), id func(T) int64) {
+	f, ok := h.listPage(w, r, name, title)
 	if !ok {
 		return
 	}
 	ctx, cancel := h.ctx(r)
 	defer cancel()
-	rows, err := h.proc.Quarantined(ctx, f.listOptions(h.opts.ShowPayloads))
+	rows, err := fetch(ctx, f.listOptions(payloads))
 	if err != nil {
-		h.fail(w, r, "quarantine", "Quarantine", err)
+		h.fail(w, r, name, title, err)
 		return
 	}
-	p := page[projection.QuarantineEntry]{Filter: f, Projections: h.proc.Projections()}
-	p.Rows, p.More = cut(rows, f.Limit)
-	h.render(w, r, http.StatusOK, "quarantine", view{Title: "Quarantine", Nav: "quarantine", Data: p})
+	p := page[T]{Filter: f, Projections: h.proc.Projections()}
+	var more bool
+	p.Rows, more = cut(rows, f.Limit)
+	switch {
+	case id == nil:
+		p.More = more
+	case more:
+		p.Next = f.query("after_id", strconv.FormatInt(id(p.Rows[len(p.Rows)-1]), 10))
+	}
+	h.render(w, r, http.StatusOK, name, view{Title: title, Nav: name, Data: p})
+}
+
+func (h *handler) quarantine(w http.ResponseWriter, r *http.Request) {
+	listing(h, w, r, "quarantine", "Quarantine", h.opts.ShowPayloads, h.proc.Quarantined, nil)
 }
 
 func (h *handler) parked(w http.ResponseWriter, r *http.Request) {
-	f, ok := h.listPage(w, r, "parked", "Parked")
-	if !ok {
-		return
-	}
-	ctx, cancel := h.ctx(r)
-	defer cancel()
-	rows, err := h.proc.Parked(ctx, f.listOptions(h.opts.ShowPayloads))
-	if err != nil {
-		h.fail(w, r, "parked", "Parked", err)
-		return
-	}
-	p := page[projection.ParkedEntry]{Filter: f, Projections: h.proc.Projections()}
-	p.Rows, p.More = cut(rows, f.Limit)
-	h.render(w, r, http.StatusOK, "parked", view{Title: "Parked", Nav: "parked", Data: p})
+	listing(h, w, r, "parked", "Parked", h.opts.ShowPayloads, h.proc.Parked, nil)
 }
 
 func (h *handler) rejected(w http.ResponseWriter, r *http.Request) {
-	f, ok := h.listPage(w, r, "rejected", "Rejected")
-	if !ok {
-		return
-	}
-	ctx, cancel := h.ctx(r)
-	defer cancel()
-	rows, err := h.proc.Rejected(ctx, f.listOptions(h.opts.ShowPayloads))
-	if err != nil {
-		h.fail(w, r, "rejected", "Rejected", err)
-		return
-	}
-	p := page[projection.RejectedEntry]{Filter: f, Projections: h.proc.Projections()}
-	var more bool
-	if p.Rows, more = cut(rows, f.Limit); more {
-		p.Next = f.query("after_id", strconv.FormatInt(p.Rows[len(p.Rows)-1].ID, 10))
-	}
-	h.render(w, r, http.StatusOK, "rejected", view{Title: "Rejected", Nav: "rejected", Data: p})
+	listing(h, w, r, "rejected", "Rejected", h.opts.ShowPayloads, h.proc.Rejected,
+		func(e projection.RejectedEntry) int64 { return e.ID })
 }
 
 func (h *handler) conflicts(w http.ResponseWriter, r *http.Request) {
-	f, ok := h.listPage(w, r, "conflicts", "Conflicts")
-	if !ok {
-		return
-	}
-	ctx, cancel := h.ctx(r)
-	defer cancel()
-	rows, err := h.proc.Conflicts(ctx, f.listOptions(h.opts.ShowPayloads))
-	if err != nil {
-		h.fail(w, r, "conflicts", "Conflicts", err)
-		return
-	}
-	p := page[projection.ConflictEntry]{Filter: f, Projections: h.proc.Projections()}
-	var more bool
-	if p.Rows, more = cut(rows, f.Limit); more {
-		p.Next = f.query("after_id", strconv.FormatInt(p.Rows[len(p.Rows)-1].ID, 10))
-	}
-	h.render(w, r, http.StatusOK, "conflicts", view{Title: "Conflicts", Nav: "conflicts", Data: p})
+	listing(h, w, r, "conflicts", "Conflicts", h.opts.ShowPayloads, h.proc.Conflicts,
+		func(e projection.ConflictEntry) int64 { return e.ID })
 }
 
 func (h *handler) effectsPage(w http.ResponseWriter, r *http.Request) {
@@ -445,23 +419,8 @@ func (h *handler) effectsPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) oplog(w http.ResponseWriter, r *http.Request) {
-	f, ok := h.listPage(w, r, "log", "Operator log")
-	if !ok {
-		return
-	}
-	ctx, cancel := h.ctx(r)
-	defer cancel()
-	rows, err := h.proc.OperatorLog(ctx, f.listOptions(false))
-	if err != nil {
-		h.fail(w, r, "log", "Operator log", err)
-		return
-	}
-	p := page[projection.OperatorLogEntry]{Filter: f, Projections: h.proc.Projections()}
-	var more bool
-	if p.Rows, more = cut(rows, f.Limit); more {
-		p.Next = f.query("after_id", strconv.FormatInt(p.Rows[len(p.Rows)-1].ID, 10))
-	}
-	h.render(w, r, http.StatusOK, "log", view{Title: "Operator log", Nav: "log", Data: p})
+	listing(h, w, r, "log", "Operator log", false, h.proc.OperatorLog,
+		func(e projection.OperatorLogEntry) int64 { return e.ID })
 }
 
 // rebuildData is the rebuild page.
