@@ -1,7 +1,6 @@
 package buffer
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -160,87 +159,62 @@ func (b *Buffer) QueueClear(batch *pgx.Batch, projection string) {
 	batch.Queue(b.clear, projection)
 }
 
-// Unmatched returns how many events projection has parked that other has
-// not parked at the same (aggregate, version): a new generation compared
-// with the live one before a switch.
-func (b *Buffer) Unmatched(ctx context.Context, q Querier, projection, other string) (int64, error) {
-	rows, err := q.Query(ctx, b.unmatch, projection, other)
-	if err != nil {
-		return 0, fmt.Errorf("buffer: compare parked: %w", err)
-	}
-	n, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
-	if err != nil {
-		return 0, fmt.Errorf("buffer: compare parked: %w", err)
-	}
-	return n, nil
+// QueueUnmatched queues a count of the events projection has parked that
+// other has not parked at the same (aggregate, version): a new generation
+// compared with the live one before a switch. fn receives it when the
+// batch is sent.
+func (b *Buffer) QueueUnmatched(batch *pgx.Batch, projection, other string, fn func(int64)) {
+	batch.Queue(b.unmatch, projection, other).QueryRow(func(row pgx.Row) error {
+		var n int64
+		if err := row.Scan(&n); err != nil {
+			return fmt.Errorf("buffer: compare parked: %w", err)
+		}
+		fn(n)
+		return nil
+	})
 }
 
-// Contiguous returns the prefix of parked (sorted by version, one
-// aggregate) that directly follows current: versions current+1,
-// current+2, … without a gap.
-func Contiguous(current int64, parked []Parked) []Parked {
-	n := 0
-	for n < len(parked) && parked[n].Version == current+int64(n)+1 {
-		n++
-	}
-	return parked[:n]
-}
-
-// Querier is what the operator views need: a pool, a connection or a
-// transaction.
-type Querier interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-// ListOptions filters List and Waiting. The zero value lists everything up to
-// the default limit.
-type ListOptions struct {
-	// Projection restricts the listing to one projection.
-	Projection string
-	// Projections, when not empty, restricts the listing to these
-	// projections (and Projection, if set).
-	Projections []string
+// Filter selects the parked events of QueueList and the aggregates of
+// QueueWaiting. The zero value selects everything, up to the default limit.
+type Filter struct {
+	// Include, when not empty, keeps only these projections (gate keys:
+	// a generation's projection is "<name>@<n>").
+	Include []string
 	// Exclude leaves these projections out.
 	Exclude []string
-	// Aggregate restricts the listing to one aggregate.
+	// Aggregate, when set, keeps only this aggregate.
 	Aggregate string
 	// OlderThan, when positive, keeps only events parked at least that long ago.
 	OlderThan time.Duration
-	// Limit caps the rows returned; default 100.
+	// Limit caps the rows; zero or less means 100.
 	Limit int
-	// OmitPayloads leaves the events' data and metadata out of List (nil).
+	// OmitPayloads leaves the events' data and metadata out of QueueList
+	// (nil).
 	OmitPayloads bool
 }
 
 // before returns the parked_at bound of OlderThan, or nil.
-func (o ListOptions) before() *time.Time {
-	if o.OlderThan <= 0 {
+func (f Filter) before() *time.Time {
+	if f.OlderThan <= 0 {
 		return nil
 	}
-	t := time.Now().Add(-o.OlderThan)
+	t := time.Now().Add(-f.OlderThan)
 	return &t
 }
 
-// include returns the projections the listing is restricted to, never nil
-// (empty: all).
-func (o ListOptions) include() []string {
-	in := append([]string{}, o.Projections...)
-	if o.Projection != "" {
-		in = append(in, o.Projection)
-	}
-	return in
-}
-
-// exclude returns Exclude, never nil.
-func (o ListOptions) exclude() []string {
-	return append([]string{}, o.Exclude...)
-}
-
-func (o ListOptions) limit() int {
-	if o.Limit <= 0 {
+func (f Filter) limit() int {
+	if f.Limit <= 0 {
 		return 100
 	}
-	return o.Limit
+	return f.Limit
+}
+
+// nonNil returns xs, or an empty slice for nil (the statements take arrays).
+func nonNil(xs []string) []string {
+	if xs == nil {
+		return []string{}
+	}
+	return xs
 }
 
 // Entry is a parked event as operators see it. The aggregate's applied
@@ -252,16 +226,20 @@ type Entry struct {
 	Projection string
 }
 
-// List returns parked events, oldest first.
-func (b *Buffer) List(ctx context.Context, q Querier, opts ListOptions) ([]Entry, error) {
-	rows, err := q.Query(ctx, b.list, opts.include(), opts.Aggregate, opts.limit(), opts.before(), opts.OmitPayloads, opts.exclude())
-	if err != nil {
-		return nil, fmt.Errorf("buffer: list parked: %w", err)
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Entry, error) {
-		var e Entry
-		err := row.Scan(&e.Projection, &e.Aggregate, &e.Version, &e.ID, &e.Hash, &e.Type, &e.Data, &e.Metadata, &e.ParkedAt)
-		return e, err
+// QueueList queues a read of the parked events f selects, the longest
+// parked first; fn receives them when the batch is sent.
+func (b *Buffer) QueueList(batch *pgx.Batch, f Filter, fn func([]Entry)) {
+	batch.Queue(b.list, nonNil(f.Include), f.Aggregate, f.limit(), f.before(), f.OmitPayloads, nonNil(f.Exclude)).Query(func(rows pgx.Rows) error {
+		es, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Entry, error) {
+			var e Entry
+			err := row.Scan(&e.Projection, &e.Aggregate, &e.Version, &e.ID, &e.Hash, &e.Type, &e.Data, &e.Metadata, &e.ParkedAt)
+			return e, err
+		})
+		if err != nil {
+			return fmt.Errorf("buffer: list parked: %w", err)
+		}
+		fn(es)
+		return nil
 	})
 }
 
@@ -278,17 +256,21 @@ type Waiting struct {
 	Oldest time.Time
 }
 
-// Waiting lists the aggregates that have parked events, the longest waiting
-// first.
-func (b *Buffer) Waiting(ctx context.Context, q Querier, opts ListOptions) ([]Waiting, error) {
-	rows, err := q.Query(ctx, b.perAggr, opts.include(), opts.Aggregate, opts.limit(), opts.before(), opts.exclude())
-	if err != nil {
-		return nil, fmt.Errorf("buffer: list waiting aggregates: %w", err)
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Waiting, error) {
-		var w Waiting
-		err := row.Scan(&w.Projection, &w.Aggregate, &w.Count, &w.MinVersion, &w.MaxVersion, &w.Oldest)
-		return w, err
+// QueueWaiting queues a read of the aggregates with parked events that f
+// selects, the longest waiting first; fn receives them when the batch is
+// sent.
+func (b *Buffer) QueueWaiting(batch *pgx.Batch, f Filter, fn func([]Waiting)) {
+	batch.Queue(b.perAggr, nonNil(f.Include), f.Aggregate, f.limit(), f.before(), nonNil(f.Exclude)).Query(func(rows pgx.Rows) error {
+		ws, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Waiting, error) {
+			var w Waiting
+			err := row.Scan(&w.Projection, &w.Aggregate, &w.Count, &w.MinVersion, &w.MaxVersion, &w.Oldest)
+			return w, err
+		})
+		if err != nil {
+			return fmt.Errorf("buffer: list waiting aggregates: %w", err)
+		}
+		fn(ws)
+		return nil
 	})
 }
 
@@ -303,16 +285,20 @@ type Stats struct {
 	Oldest time.Time
 }
 
-// Stats returns parked counts per projection, of the given projections (none
-// means all); projections without parked events are absent.
-func (b *Buffer) Stats(ctx context.Context, q Querier, projections ...string) ([]Stats, error) {
-	rows, err := q.Query(ctx, b.stats, projections)
-	if err != nil {
-		return nil, fmt.Errorf("buffer: parked stats: %w", err)
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Stats, error) {
-		var s Stats
-		err := row.Scan(&s.Projection, &s.Events, &s.Aggregates, &s.Oldest)
-		return s, err
+// QueueStats queues the parked counts per projection of projections (none
+// means all; projections without parked events are absent); fn receives
+// them when the batch is sent.
+func (b *Buffer) QueueStats(batch *pgx.Batch, projections []string, fn func([]Stats)) {
+	batch.Queue(b.stats, projections).Query(func(rows pgx.Rows) error {
+		ss, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Stats, error) {
+			var s Stats
+			err := row.Scan(&s.Projection, &s.Events, &s.Aggregates, &s.Oldest)
+			return s, err
+		})
+		if err != nil {
+			return fmt.Errorf("buffer: parked stats: %w", err)
+		}
+		fn(ss)
+		return nil
 	})
 }

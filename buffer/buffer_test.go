@@ -18,28 +18,12 @@ func ev(agg string, v int64) aggregate.Event {
 	return aggregate.Event{Aggregate: agg, Version: v, Type: "t", Data: []byte(fmt.Sprintf(`{"v":%d}`, v))}
 }
 
-func parked(vs ...int64) []buffer.Parked {
-	out := make([]buffer.Parked, len(vs))
-	for i, v := range vs {
-		out[i] = buffer.Parked{Event: ev("a", v)}
-	}
-	return out
-}
-
 func versions(ps []buffer.Parked) []int64 {
 	out := []int64{}
 	for _, p := range ps {
 		out = append(out, p.Version)
 	}
 	return out
-}
-
-func TestContiguous(t *testing.T) {
-	t.Parallel()
-	require.Equal(t, []int64{4, 5}, versions(buffer.Contiguous(3, parked(4, 5, 7))))
-	require.Equal(t, []int64{}, versions(buffer.Contiguous(2, parked(4, 5))))
-	require.Equal(t, []int64{1}, versions(buffer.Contiguous(0, parked(1))))
-	require.Equal(t, []int64{}, versions(buffer.Contiguous(0, nil)))
 }
 
 type bundle struct {
@@ -61,6 +45,34 @@ func (b *bundle) park(t *testing.T, projection string, events ...aggregate.Event
 	batch := &pgx.Batch{}
 	b.buf.QueuePark(batch, projection, events, hashes)
 	require.NoError(t, b.db.Pool.SendBatch(context.Background(), batch).Close())
+}
+
+// send sends a batch of the buffer's statements.
+func (b *bundle) send(t *testing.T, queue func(*pgx.Batch)) {
+	t.Helper()
+	batch := &pgx.Batch{}
+	queue(batch)
+	require.NoError(t, b.db.Pool.SendBatch(context.Background(), batch).Close())
+}
+
+func (b *bundle) list(t *testing.T, f buffer.Filter) (out []buffer.Entry) {
+	b.send(t, func(batch *pgx.Batch) { b.buf.QueueList(batch, f, func(es []buffer.Entry) { out = es }) })
+	return out
+}
+
+func (b *bundle) waiting(t *testing.T, f buffer.Filter) (out []buffer.Waiting) {
+	b.send(t, func(batch *pgx.Batch) { b.buf.QueueWaiting(batch, f, func(ws []buffer.Waiting) { out = ws }) })
+	return out
+}
+
+func (b *bundle) stats(t *testing.T, projections ...string) (out []buffer.Stats) {
+	b.send(t, func(batch *pgx.Batch) { b.buf.QueueStats(batch, projections, func(ss []buffer.Stats) { out = ss }) })
+	return out
+}
+
+func (b *bundle) unmatched(t *testing.T, projection, other string) (n int64) {
+	b.send(t, func(batch *pgx.Batch) { b.buf.QueueUnmatched(batch, projection, other, func(got int64) { n = got }) })
+	return n
 }
 
 func (b *bundle) load(t *testing.T, projection string, aggs ...string) []buffer.Parked {
@@ -110,46 +122,46 @@ func TestOperatorViews(t *testing.T) {
 	_, err := b.db.Pool.Exec(ctx, `UPDATE parked SET parked_at = now() - interval '1 hour' WHERE aggregate = 'a'`)
 	require.NoError(t, err)
 
-	entries, err := b.buf.List(ctx, b.db.Pool, buffer.ListOptions{Projection: "p1"})
-	require.NoError(t, err)
+	entries := b.list(t, buffer.Filter{Include: []string{"p1"}})
 	require.Len(t, entries, 3)
 	require.Equal(t, "a", entries[0].Aggregate, "oldest first")
 	require.EqualValues(t, 5, entries[0].Version)
 
-	w, err := b.buf.Waiting(ctx, b.db.Pool, buffer.ListOptions{Projection: "p1"})
-	require.NoError(t, err)
+	w := b.waiting(t, buffer.Filter{Include: []string{"p1"}})
 	require.Len(t, w, 2)
 	require.Equal(t, "a", w[0].Aggregate)
 	require.EqualValues(t, 2, w[0].Count)
 	require.EqualValues(t, 5, w[0].MinVersion)
 	require.EqualValues(t, 6, w[0].MaxVersion)
 
-	old, err := b.buf.Waiting(ctx, b.db.Pool, buffer.ListOptions{OlderThan: 30 * time.Minute})
-	require.NoError(t, err)
+	old := b.waiting(t, buffer.Filter{OlderThan: 30 * time.Minute})
 	require.Len(t, old, 1)
 	require.Equal(t, "a", old[0].Aggregate)
 
-	one, err := b.buf.Waiting(ctx, b.db.Pool, buffer.ListOptions{Aggregate: "b"})
-	require.NoError(t, err)
+	one := b.waiting(t, buffer.Filter{Aggregate: "b"})
 	require.Len(t, one, 1)
 	require.EqualValues(t, 3, one[0].MinVersion)
 
-	stats, err := b.buf.Stats(ctx, b.db.Pool)
-	require.NoError(t, err)
+	stats := b.stats(t)
 	require.Len(t, stats, 2)
 	require.Equal(t, "p1", stats[0].Projection)
 	require.EqualValues(t, 3, stats[0].Events)
 	require.EqualValues(t, 2, stats[0].Aggregates)
 	require.WithinDuration(t, time.Now().Add(-time.Hour), stats[0].Oldest, time.Minute)
-	some, err := b.buf.Stats(ctx, b.db.Pool, "p2", "p3")
-	require.NoError(t, err)
+	some := b.stats(t, "p2", "p3")
 	require.Len(t, some, 1)
 	require.Equal(t, "p2", some[0].Projection)
 	require.EqualValues(t, 1, some[0].Events)
 
-	limited, err := b.buf.List(ctx, b.db.Pool, buffer.ListOptions{Limit: 1})
-	require.NoError(t, err)
+	limited := b.list(t, buffer.Filter{Limit: 1})
 	require.Len(t, limited, 1)
+	excluded := b.waiting(t, buffer.Filter{Exclude: []string{"p1"}})
+	require.Len(t, excluded, 1)
+	require.Equal(t, "p2", excluded[0].Projection)
+	masked := b.list(t, buffer.Filter{Include: []string{"p2"}, OmitPayloads: true})
+	require.Len(t, masked, 1)
+	require.Nil(t, masked[0].Data)
+	require.NotNil(t, entries[0].Data)
 }
 
 func TestLoadKeys(t *testing.T) {
@@ -173,12 +185,8 @@ func TestClearAndUnmatched(t *testing.T) {
 	b := setup(t)
 	b.park(t, "p1", ev("a", 5), ev("a", 6), ev("b", 3))
 	b.park(t, "p1@2", ev("a", 5), ev("b", 4))
-	n, err := b.buf.Unmatched(ctx, b.db.Pool, "p1@2", "p1")
-	require.NoError(t, err)
-	require.EqualValues(t, 1, n, "b:4 is parked in p1@2 only")
-	n, err = b.buf.Unmatched(ctx, b.db.Pool, "p1", "p1@2")
-	require.NoError(t, err)
-	require.EqualValues(t, 2, n, "a:6 and b:3 are parked in p1 only")
+	require.EqualValues(t, 1, b.unmatched(t, "p1@2", "p1"), "b:4 is parked in p1@2 only")
+	require.EqualValues(t, 2, b.unmatched(t, "p1", "p1@2"), "a:6 and b:3 are parked in p1 only")
 
 	batch := &pgx.Batch{}
 	b.buf.QueueClear(batch, "p1")

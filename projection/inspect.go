@@ -176,13 +176,11 @@ func (p *Processor) Status(ctx context.Context, opts *StatusOptions) (Status, er
 		p.queueGenerations(b, p.Projections(), &st.Generations)
 		b.Queue(`SELECT coalesce(array_agg(DISTINCT projection ORDER BY projection), '{}') FROM `+p.table("generations")+`
 WHERE projection <> ALL($1) AND state <> 'dropped'`, p.Projections()).QueryRow(func(row pgx.Row) error { return row.Scan(&st.Others) })
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return err
-		}
 		// The parked counts, in the same snapshot, from the parked table's
 		// owner.
-		parked, err := p.buf.Stats(ctx, tx, keys...)
-		if err != nil {
+		var parked []buffer.Stats
+		p.buf.QueueStats(b, keys, func(ss []buffer.Stats) { parked = ss })
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		byKey := make(map[string]buffer.Stats, len(parked))

@@ -25,8 +25,10 @@ func (p *Processor) Parked(ctx context.Context, opts ListOptions) ([]ParkedEntry
 	}
 	var out []ParkedEntry
 	err = p.snapshot(ctx, func(tx pgx.Tx) error {
-		es, err := p.buf.List(ctx, tx, p.bufferOptions(opts, f))
-		if err != nil {
+		var es []buffer.Entry
+		b := &pgx.Batch{}
+		p.buf.QueueList(b, p.bufferFilter(opts, f), func(got []buffer.Entry) { es = got })
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		keys := make([]gateKey, len(es))
@@ -63,8 +65,10 @@ func (p *Processor) Waiting(ctx context.Context, opts ListOptions) ([]WaitingEnt
 	}
 	var out []WaitingEntry
 	err = p.snapshot(ctx, func(tx pgx.Tx) error {
-		ws, err := p.buf.Waiting(ctx, tx, p.bufferOptions(opts, f))
-		if err != nil {
+		var ws []buffer.Waiting
+		b := &pgx.Batch{}
+		p.buf.QueueWaiting(b, p.bufferFilter(opts, f), func(got []buffer.Waiting) { ws = got })
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		keys := make([]gateKey, len(ws))
@@ -124,8 +128,8 @@ func (p *Processor) currentVersions(ctx context.Context, q pgx.Tx, keys []gateKe
 	return out, nil
 }
 
-// bufferOptions returns the buffer's listing options for opts.
-func (p *Processor) bufferOptions(opts ListOptions, f genFilter) buffer.ListOptions {
-	return buffer.ListOptions{Projections: f.include, Exclude: f.exclude, Aggregate: opts.Aggregate, OlderThan: opts.OlderThan,
+// bufferFilter returns the buffer's filter for opts.
+func (p *Processor) bufferFilter(opts ListOptions, f genFilter) buffer.Filter {
+	return buffer.Filter{Include: f.include, Exclude: f.exclude, Aggregate: opts.Aggregate, OlderThan: opts.OlderThan,
 		Limit: opts.limit(), OmitPayloads: opts.OmitPayloads}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inorder/inorder/buffer"
 	"github.com/inorder/inorder/internal/retry"
 	"github.com/inorder/inorder/projection/internal/store"
 )
@@ -165,7 +166,9 @@ func (p *Processor) verify(ctx context.Context, tx pgx.Tx, b *builder, live, g *
 	if err != nil {
 		return nil, fmt.Errorf("compare gate state: %w", err)
 	}
-	if parked, err = p.buf.Unmatched(ctx, tx, g.Key, live.Key); err != nil {
+	pb := &pgx.Batch{}
+	p.buf.QueueUnmatched(pb, g.Key, live.Key, func(n int64) { parked = n })
+	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
 		return nil, fmt.Errorf("compare gate state: %w", err)
 	}
 	if quarantined > 0 {
@@ -460,15 +463,13 @@ func (p *Processor) dropPreview(ctx context.Context, rep ActionReport, g Generat
 				return err
 			})
 		}
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return err
-		}
-		ps, err := p.buf.Stats(ctx, tx, g.Key)
 		rep.Deleted["parked"] = 0
-		for _, s := range ps {
-			rep.Deleted["parked"] += s.Events
-		}
-		return err
+		p.buf.QueueStats(b, []string{g.Key}, func(ps []buffer.Stats) {
+			for _, s := range ps {
+				rep.Deleted["parked"] += s.Events
+			}
+		})
+		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
 		return rep, fmt.Errorf("projection %s: drop generation %d: %w", g.Projection, g.Generation, err)
