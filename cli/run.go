@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 	"log/slog"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/httpapi"
 	"github.com/inorder/inorder/internal/clikit"
+	"github.com/inorder/inorder/metrics"
 	"github.com/inorder/inorder/migrations"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
@@ -165,7 +167,66 @@ it creates, leases on partitions). It calls the effects' other sides.`,
 // Run runs the workers until the first signal, then drains.
 func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	logger := o.log.Logger(c.a.stderr)
-	con := clikit.NewConsole(c.a.stderr, &o.log)
+	w, err := c.open(ctx, o, logger)
+	defer w.close()
+	if err != nil {
+		return err
+	}
+	oc := o.src.openConfig(&o.db, o.Name, logger)
+	oc.Processor, oc.Workers, oc.BatchSize, oc.MaxWait = w.proc, o.Workers, o.BatchSize, o.MaxWait
+	oc.FromEnd, oc.DrainTimeout = o.FromEnd, o.DrainTimeout
+	oc.OnReady = func() { w.ready.Set(true, "") }
+	src, err := o.src.opener.Open(ctx, o.src.url, oc)
+	if err != nil {
+		return err
+	}
+	if o.ReadyMaxLag > 0 {
+		w.ready.MaxLag = o.ReadyMaxLag
+		w.ready.Lag = func() (time.Duration, bool) {
+			l := src.Lag()
+			return l.Behind, l.Known
+		}
+	}
+	if err := src.RegisterMetrics(w.m.Registry()); err != nil {
+		return err
+	}
+	srv, err := c.serve(ctx, o, w, src, logger)
+	if err != nil {
+		return err
+	}
+	if w.fx != nil && o.fx.Workers > 0 {
+		if err := w.fx.Start(context.WithoutCancel(ctx)); err != nil {
+			return err
+		}
+		logRecovery(logger.With("river_schema", o.db.River()), w.fx, o.fx.Workers)
+	}
+	logger.Info("workers starting", "source", o.src.title(), "name", oc.Name, "workers", o.Workers, "batch_size", o.BatchSize,
+		"projections", strings.Join(w.proc.Projections(), ","), "schema", o.db.Schema)
+	return c.work(ctx, o, w, src, srv, logger)
+}
+
+// runParts is what a run holds open: closed, newest first, by close.
+type runParts struct {
+	tracing *clikit.Tracing
+	pool    *pgxpool.Pool
+	fx      *effects.Client
+	proc    *projection.Processor
+	m       *metrics.Metrics
+	ready   *clikit.Readiness
+	closers []func()
+}
+
+func (w *runParts) close() {
+	for i := len(w.closers) - 1; i >= 0; i-- {
+		w.closers[i]()
+	}
+}
+
+// open connects, migrates (with --migrate), announces the worker, and
+// builds the effects client and the instrumented processor, its
+// projections set up. The caller closes what it returns, on error too.
+func (c *runCmd) open(ctx context.Context, o *runOptions, logger *slog.Logger) (*runParts, error) {
+	w := &runParts{}
 	conns := o.Workers + 6
 	if o.Build {
 		conns += 3 // a side-by-side rebuild of a new code version
@@ -174,104 +235,90 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 		conns += effectsConns(o.fx.Workers)
 	}
 	// Tracing first: a bad OTEL_* variable is a usage error, before connecting.
-	tracing, err := c.a.tracing(ctx, logger)
-	if err != nil {
-		return err
+	var err error
+	if w.tracing, err = c.a.tracing(ctx, logger); err != nil {
+		return w, err
 	}
-	defer shutdownTracing(tracing, logger)
-	pool, err := clikit.Connect(ctx, &o.db, int32(conns), logger)
-	if err != nil {
-		return err
+	w.closers = append(w.closers, func() { shutdownTracing(w.tracing, logger) })
+	if w.pool, err = clikit.Connect(ctx, &o.db, int32(conns), logger); err != nil {
+		return w, err
 	}
-	defer pool.Close()
-	if err := c.a.prepareSchema(ctx, pool, &o.db, o.Migrate, true, logger); err != nil {
-		return err
+	w.closers = append(w.closers, w.pool.Close)
+	if err := c.a.prepareSchema(ctx, w.pool, &o.db, o.Migrate, true, logger); err != nil {
+		return w, err
 	}
 	// After migrating: a migrator refuses offline migrations while workers
 	// have announced themselves, until the drain is over.
-	presence, err := migrations.Announce(ctx, pool, o.db.Schema, logger)
+	presence, err := migrations.Announce(ctx, w.pool, o.db.Schema, logger)
 	if err != nil {
-		return err
+		return w, err
 	}
-	defer presence.Close()
+	w.closers = append(w.closers, presence.Close)
 	// The effects client first: the projections that record intents get it
 	// before any batch runs.
-	fx, err := c.a.effectsClient(pool, &o.db, logger, &o.fx)
-	if err != nil {
-		return err
+	if w.fx, err = c.a.effectsClient(w.pool, &o.db, logger, &o.fx); err != nil {
+		return w, err
 	}
 	pc := c.a.cfg.Processor
 	if pc.TracerProvider == nil {
-		pc.TracerProvider = tracing.Provider // a span per batch, with the HTTP API's exporter
+		pc.TracerProvider = w.tracing.Provider // a span per batch, with the HTTP API's exporter
 	}
-	proc, m, closeMetrics, err := clikit.InstrumentedProcessor(ctx, pool, &o.db, pc, c.a.cfg.Projections, c.a.version(), true, logger)
-	if err != nil {
-		return err
+	var closeMetrics func()
+	if w.proc, w.m, closeMetrics, err = clikit.InstrumentedProcessor(ctx, w.pool, &o.db, pc, c.a.cfg.Projections, c.a.version(), true, logger); err != nil {
+		return w, err
 	}
-	defer closeMetrics()
-	if fx != nil {
-		if err := fx.RegisterMetrics(m.Registry()); err != nil {
-			return fmt.Errorf("effects metrics: %w", err)
+	w.closers = append(w.closers, closeMetrics)
+	if w.fx != nil {
+		if err := w.fx.RegisterMetrics(w.m.Registry()); err != nil {
+			return w, fmt.Errorf("effects metrics: %w", err)
 		}
 	}
-	if err := proc.Setup(ctx); err != nil {
-		return err // the processor names the projection and the step
+	if err := w.proc.Setup(ctx); err != nil {
+		return w, err // the processor names the projection and the step
 	}
-	ready := clikit.NewReadiness(pool, o.db.Schema)
-	ready.Set(false, "the workers have not subscribed yet")
-	oc := o.src.openConfig(&o.db, o.Name, logger)
-	oc.Processor, oc.Workers, oc.BatchSize, oc.MaxWait = proc, o.Workers, o.BatchSize, o.MaxWait
-	oc.FromEnd, oc.DrainTimeout = o.FromEnd, o.DrainTimeout
-	oc.OnReady = func() { ready.Set(true, "") }
-	src, err := o.src.opener.Open(ctx, o.src.url, oc)
-	if err != nil {
-		return err
-	}
-	if o.ReadyMaxLag > 0 {
-		ready.MaxLag = o.ReadyMaxLag
-		ready.Lag = func() (time.Duration, bool) {
-			l := src.Lag()
-			return l.Behind, l.Known
-		}
-	}
-	if err := src.RegisterMetrics(m.Registry()); err != nil {
-		return err
-	}
+	w.ready = clikit.NewReadiness(w.pool, o.db.Schema)
+	w.ready.Set(false, "the workers have not subscribed yet")
+	return w, nil
+}
 
-	var srv *clikit.Server
-	if o.http.Addr != "" {
-		sources := func() []console.SourceLag {
-			l := src.Lag()
-			return []console.SourceLag{{Name: l.Source, Kind: o.src.title(), Known: l.Known, Events: l.Events, Behind: l.Behind,
-				Workers: o.Workers, Projections: proc.Projections()}}
-		}
-		rebuilds := &consoleRebuilds{proc: proc, logger: logger, ctx: ctx, replayer: func(ctx context.Context) (projection.Stream, error) {
-			return o.src.opener.Replayer(ctx, o.src.url, o.src.openConfig(&o.db, o.Name, logger))
-		}}
-		defer rebuilds.wait()
-		var repairs httpapi.Repairer
-		if rp, ok := o.src.opener.(source.Repairer); ok {
-			repairs = repairFunc(func(ctx context.Context, opts *source.RepairOptions) ([]source.Repair, error) {
-				rc := o.src.openConfig(&o.db, o.Name, logger)
-				rc.Processor = proc
-				return rp.Repair(ctx, o.src.url, rc, opts)
-			})
-		}
-		if srv, err = clikit.StartHTTP(&o.http, clikit.Serve{Processor: proc, Effects: fx, Ready: ready, Metrics: m, Tracing: tracing,
-			Sources: sources, Rebuilds: rebuilds, Repairs: repairs, Logger: logger}); err != nil {
-			return err
-		}
-		con.Printf([]any{"url", srv.URL()}, "serving %s", srv.URL())
+// serve starts the HTTP API, health checks, metrics and console on
+// --http-addr; nil without one. The console's rebuilds are waited for when
+// w closes.
+func (c *runCmd) serve(ctx context.Context, o *runOptions, w *runParts, src source.Feed, logger *slog.Logger) (*clikit.Server, error) {
+	if o.http.Addr == "" {
+		return nil, nil
 	}
-	if fx != nil && o.fx.Workers > 0 {
-		if err := fx.Start(context.WithoutCancel(ctx)); err != nil {
-			return err
-		}
-		logRecovery(logger.With("river_schema", o.db.River()), fx, o.fx.Workers)
+	sources := func() []console.SourceLag {
+		l := src.Lag()
+		return []console.SourceLag{{Name: l.Source, Kind: o.src.title(), Known: l.Known, Events: l.Events, Behind: l.Behind,
+			Workers: o.Workers, Projections: w.proc.Projections()}}
 	}
-	logger.Info("workers starting", "source", o.src.title(), "name", oc.Name, "workers", o.Workers, "batch_size", o.BatchSize,
-		"projections", strings.Join(proc.Projections(), ","), "schema", o.db.Schema)
+	rebuilds := &consoleRebuilds{proc: w.proc, logger: logger, ctx: ctx, replayer: func(ctx context.Context) (projection.Stream, error) {
+		return o.src.opener.Replayer(ctx, o.src.url, o.src.openConfig(&o.db, o.Name, logger))
+	}}
+	w.closers = append(w.closers, rebuilds.wait)
+	var repairs httpapi.Repairer
+	if rp, ok := o.src.opener.(source.Repairer); ok {
+		repairs = repairFunc(func(ctx context.Context, opts *source.RepairOptions) ([]source.Repair, error) {
+			rc := o.src.openConfig(&o.db, o.Name, logger)
+			rc.Processor = w.proc
+			return rp.Repair(ctx, o.src.url, rc, opts)
+		})
+	}
+	srv, err := clikit.StartHTTP(&o.http, clikit.Serve{Processor: w.proc, Effects: w.fx, Ready: w.ready, Metrics: w.m, Tracing: w.tracing,
+		Sources: sources, Rebuilds: rebuilds, Repairs: repairs, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	clikit.NewConsole(c.a.stderr, &o.log).Printf([]any{"url", srv.URL()}, "serving %s", srv.URL())
+	return srv, nil
+}
 
+// work runs the source (and, with --build, the side-by-side builds of new
+// code versions) until it ends, the HTTP server fails, or a signal asks
+// for the drain; then drains (a second signal aborts), stops the effects
+// workers and the HTTP server, and returns the first error.
+func (c *runCmd) work(ctx context.Context, o *runOptions, w *runParts, src source.Feed, srv *clikit.Server, logger *slog.Logger) error {
 	// Run drains when its context ends (the first signal) and stops at
 	// once on Abort (the second).
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
@@ -285,11 +332,11 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 			stopBuilds()
 			builds.Wait()
 		}()
-		if err := c.buildNewVersions(buildCtx, proc, o, logger, &builds); err != nil {
+		if err := c.buildNewVersions(buildCtx, w.proc, o, logger, &builds); err != nil {
 			return err
 		}
 	}
-	var httpErr error
+	var err, httpErr error
 	finished := false
 	select {
 	case err = <-done:
@@ -299,7 +346,7 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 	case httpErr = <-srv.Err():
 	}
 	if !finished {
-		ready.Set(false, "draining")
+		w.ready.Set(false, "draining")
 		logger.Info("draining: finishing the batches in flight (signal again to stop at once)")
 		stopRun()
 		select {
@@ -310,10 +357,10 @@ func (c *runCmd) Run(ctx context.Context, o *runOptions) error {
 		}
 	}
 	var fxErr error
-	if fx != nil && o.fx.Workers > 0 {
+	if w.fx != nil && o.fx.Workers > 0 {
 		// After the projection workers: their last batches' intents are
 		// committed; those left are performed by the next process.
-		fxErr = stopEffects(ctx, fx, o.DrainTimeout)
+		fxErr = stopEffects(ctx, w.fx, o.DrainTimeout)
 	}
 	if srv != nil {
 		if serr := srv.Shutdown(5 * time.Second); serr != nil && httpErr == nil {
