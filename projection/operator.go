@@ -66,171 +66,24 @@ func (p *Processor) DeclareGap(ctx context.Context, projection, agg string, to i
 
 // operate runs an operator action on one aggregate under its version lock:
 // mutate decides the new state (and may return an event to apply first),
-// then the aggregate's parked successors are drained under savepoints.
+// then the aggregate's parked successors are drained under savepoints. A
+// transient failure runs the whole transaction again, with backoff.
 func (p *Processor) operate(ctx context.Context, projection, agg, action string, o ActionOptions,
 	mutate func(st *aggState, q *candidate) (apply *candidate, from, to int64, err error)) (ActionReport, error) {
-	reason := o.Reason
 	// The generation acted on: its gate key, its schema, its handler.
 	r, err := p.target(ctx, projection, o.Generation)
 	if err != nil {
 		return ActionReport{Action: action, Projection: projection, Generation: o.Generation, Aggregate: agg, DryRun: o.DryRun}, err
 	}
-	key := r.key // the gate rows' projection column
-	var retryErr error
-	var rep ActionReport
-	txFunc := func(tx pgx.Tx) error {
-		retryErr = nil
-		rep = ActionReport{Action: action, Projection: projection, Generation: r.generation, Aggregate: agg,
-			DryRun: o.DryRun, By: o.By, Reason: reason}
-		if p.pauseLock {
-			// Wait for a rebuild of the projection, as Process does.
-			if err := p.store.Locks.Shared(ctx, tx, r.lockKey); err != nil {
-				return fmt.Errorf("pause lock: %w", err)
-			}
-		}
-		var st aggState
-		if err := p.store.Versions.LockOne(ctx, tx, key, agg).Scan(&st.version, &st.parked, &st.blocked); err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("%w: aggregate %q has no state", ErrNotFound, agg)
-			}
-			return fmt.Errorf("lock version: %w", err)
-		}
-		it := r.inlineTable()
-		var row inlineRow
-		if it != nil {
-			// An inline projection's row, after the version row: its
-			// version is the later of the two (see inline_gate.go).
-			var lerr error
-			if row, lerr = lockInlineOne(ctx, tx, r, agg); lerr != nil {
-				return lerr
-			}
-			st.version = max(st.version, row.version)
-		}
-		var q *candidate
-		if st.blocked {
-			c := candidate{idx: -1, origin: fromQuarantine}
-			err := p.store.Quarantine.Load(ctx, tx, key, agg).Scan(&c.ev.Version, &c.id, &c.hash, &c.ev.Type, &c.ev.Data, &c.ev.Metadata)
-			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("load quarantine: %w", err)
-			}
-			if err == nil {
-				c.ev.Aggregate, c.ev.ID = agg, c.id
-				q = &c
-			}
-		}
-		before := st
-		rep.Before, rep.After = st.version, st.version
-		first, from, to, err := mutate(&st, q)
-		if err != nil {
-			return err
-		}
-		b := &pgx.Batch{}
-		var parked []buffer.Parked
-		p.buf.QueueLoad(b, key, []string{agg}, func(ps []buffer.Parked) { parked = ps })
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return err
-		}
-		if action == "declare-gap" && len(parked) > 0 && parked[0].Version <= to {
-			return fmt.Errorf("%w: version %d is parked; declare the gap up to %d at most", ErrBadGap, parked[0].Version, parked[0].Version-1)
-		}
-		if gh, ok := r.p.(GapHandler); ok && (action == "declare-gap" || action == "skip") {
-			// The projection learns of the hole before the versions after
-			// it are applied.
-			ht := newTx(tx, r.name)
-			r.enterSchema(ht)
-			if err := gh.Gap(ctx, ht, Gap{Aggregate: agg, From: from + 1, To: to, Action: action, Reason: reason}); err != nil {
-				return &HandlerError{Projection: projection, Aggregate: agg, Version: to, Err: fmt.Errorf("gap %d-%d: %w", from+1, to, err)}
-			}
-			ht.finish()
-			r.leaveSchema(ht)
-			if err := ht.Flush(ctx); err != nil {
-				return &HandlerError{Projection: projection, Aggregate: agg, Version: to, Err: fmt.Errorf("gap %d-%d: %w", from+1, to, err)}
-			}
-		}
-		prepared := it != nil && row.found && (row.version < st.version || row.marked())
-		if prepared {
-			// The row catches up with a gap, and its mark is cleared, before
-			// the run applies; the writes below mark it again if they must.
-			if _, err := tx.Exec(ctx, r.inlineSQL().prepare, []string{agg}, []int64{st.version}); err != nil {
-				return fmt.Errorf("prepare inline row: %w", err)
-			}
-		}
-		pl := &aggPlan{agg: agg, before: st, attempts: 1}
-		var cands []candidate
-		if first != nil {
-			cands = append(cands, *first)
-		}
-		for _, e := range parked {
-			cands = append(cands, candidate{ev: e.Event, id: e.StableID(), hash: e.Hash, idx: -1, origin: fromParked})
-		}
-		for len(pl.run) < len(cands) && cands[len(pl.run)].ev.Version == st.version+int64(len(pl.run))+1 {
-			pl.run = append(pl.run, cands[len(pl.run)])
-		}
-		pl.cut = len(pl.run)
-		if len(pl.run) > 0 {
-			if err := p.applyCarefully(ctx, tx, r, pl); err != nil {
-				return err
-			}
-		}
-		if first != nil && pl.cut == 0 {
-			retryErr = pl.err
-			var herr *HandlerError
-			if !errors.As(pl.err, &herr) { // wrap once: applying already names the event
-				retryErr = &HandlerError{Projection: projection, Aggregate: agg, Version: first.ev.Version, Err: pl.err}
-			}
-		}
-		var tally counts
-		wb := &pgx.Batch{}
-		if action == "skip" {
-			// Before queueWrites: a parked successor that fails while it
-			// drains is quarantined by an upsert that must survive.
-			p.store.Quarantine.QueueDelete(wb, key, agg)
-		}
-		pl.written = pl.after() // written below, whatever the plan says
-		after := pl.after()
-		// The version row's log starts anew at the new version (an operator
-		// may skip versions, which a log cannot hold), so this action's
-		// applied entries go to the applied table, after the old log's.
-		p.store.Applied.QueueSpillAll(wb, key, agg)
-		if action == "skip" && q != nil {
-			// The skipped event holds its version in the applied log, so
-			// its redeliveries are duplicates, not conflicts.
-			p.store.Applied.QueueInsert(wb, key, []string{agg}, []int64{q.ev.Version}, []string{q.id}, [][]byte{q.hash})
-		}
-		p.store.Versions.QueueReset(wb, key, agg, after.version, after.parked, after.blocked)
-		w := gateWrites{r: r, plans: []*aggPlan{pl}, tally: &tally}
-		if it != nil {
-			if mark, change := markChange(pl, row, row.found, prepared); change {
-				w.markAggs, w.marks = []string{agg}, []bool{mark}
-			}
-		}
-		p.queueWrites(wb, w)
-		if action == "declare-gap" || action == "skip" {
-			// The versions passed without applying anything: their rejected
-			// deliveries wait for nothing any more.
-			p.queueResolveRejected(wb, agg, from+1, to, "declared-gap", o,
-				fmt.Sprintf("%s in %s generation %d: %s", action, projection, r.generation, reason), &rep.Resolved)
-		}
-		p.store.OpLog.Queue(wb, store.OpEntry{Action: action, Projection: projection, Generation: r.generation, Aggregate: agg,
-			From: from, To: to, Reason: reason, Actor: o.By})
-		if err := tx.SendBatch(ctx, wb).Close(); err != nil {
-			return fmt.Errorf("write: %w", err)
-		}
-		rep.After, rep.Drained, rep.Changed = after.version, tally.drained, retryErr == nil
-		rep.Message = actionMessage(action, from, to, tally.drained, retryErr)
-		p.log.InfoContext(ctx, "operator action", "action", action, "projection", projection, "generation", r.generation,
-			"aggregate", agg, "from", from, "to", to, "before", before.version, "after", after.version, "drained", tally.drained,
-			"resolved", len(rep.Resolved), "by", o.By, "dry_run", o.DryRun)
-		return dryRunEnd(o)
-	}
+	op := &operation{p: p, r: r, projection: projection, agg: agg, action: action, o: o, mutate: mutate}
 	backoff := p.policy.Start()
 	for {
-		err := settled(pgx.BeginFunc(ctx, p.pool, txFunc))
+		err := settled(pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error { return op.run(ctx, tx) }))
 		if err == nil {
 			if !o.DryRun {
-				r.stats.drained.Add(rep.Drained)
+				r.stats.drained.Add(op.rep.Drained)
 			}
-			return rep, retryErr
+			return op.rep, op.retryErr
 		}
 		fail := ActionReport{Action: action, Projection: projection, Generation: r.generation, Aggregate: agg, DryRun: o.DryRun}
 		if !IsTransient(err) || ctx.Err() != nil {
@@ -243,6 +96,205 @@ func (p *Processor) operate(ctx context.Context, projection, agg, action string,
 				backoff.Elapsed().Round(time.Millisecond), errors.Join(werr, err))
 		}
 	}
+}
+
+// operation is one operator action on one aggregate (Processor.operate);
+// run is one attempt of its transaction, which sets rep and retryErr.
+type operation struct {
+	p                       *Processor
+	r                       *registered
+	projection, agg, action string
+	o                       ActionOptions
+	mutate                  func(st *aggState, q *candidate) (apply *candidate, from, to int64, err error)
+
+	rep      ActionReport
+	retryErr error // the event the action applies first failed: nothing changed
+}
+
+func (op *operation) run(ctx context.Context, tx pgx.Tx) error {
+	p, r, agg, action := op.p, op.r, op.agg, op.action
+	op.retryErr = nil
+	op.rep = ActionReport{Action: action, Projection: op.projection, Generation: r.generation, Aggregate: agg,
+		DryRun: op.o.DryRun, By: op.o.By, Reason: op.o.Reason}
+	st, row, q, err := op.lock(ctx, tx)
+	if err != nil {
+		return err
+	}
+	before := st
+	op.rep.Before, op.rep.After = st.version, st.version
+	first, from, to, err := op.mutate(&st, q)
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	var parked []buffer.Parked
+	p.buf.QueueLoad(b, r.key, []string{agg}, func(ps []buffer.Parked) { parked = ps })
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	if action == "declare-gap" && len(parked) > 0 && parked[0].Version <= to {
+		return fmt.Errorf("%w: version %d is parked; declare the gap up to %d at most", ErrBadGap, parked[0].Version, parked[0].Version-1)
+	}
+	if err := op.gap(ctx, tx, from, to); err != nil {
+		return err
+	}
+	it := r.inlineTable()
+	prepared := it != nil && row.found && (row.version < st.version || row.marked())
+	if prepared {
+		// The row catches up with a gap, and its mark is cleared, before
+		// the run applies; the writes below mark it again if they must.
+		if _, err := tx.Exec(ctx, r.inlineSQL().prepare, []string{agg}, []int64{st.version}); err != nil {
+			return fmt.Errorf("prepare inline row: %w", err)
+		}
+	}
+	pl, err := op.drain(ctx, tx, st, first, parked)
+	if err != nil {
+		return err
+	}
+	var tally counts
+	after, err := op.write(ctx, tx, pl, q, row, prepared, from, to, &tally)
+	if err != nil {
+		return err
+	}
+	op.rep.After, op.rep.Drained, op.rep.Changed = after.version, tally.drained, op.retryErr == nil
+	op.rep.Message = actionMessage(action, from, to, tally.drained, op.retryErr)
+	p.log.InfoContext(ctx, "operator action", "action", action, "projection", op.projection, "generation", r.generation,
+		"aggregate", agg, "from", from, "to", to, "before", before.version, "after", after.version, "drained", tally.drained,
+		"resolved", len(op.rep.Resolved), "by", op.o.By, "dry_run", op.o.DryRun)
+	return dryRunEnd(op.o)
+}
+
+// lock takes the aggregate's version lock (after the projection's pause
+// lock, as Process does) and reads its state: its version row, an inline
+// projection's row (whose version is the later of the two, see
+// inline_gate.go), and its quarantined event if it is blocked.
+func (op *operation) lock(ctx context.Context, tx pgx.Tx) (st aggState, row inlineRow, q *candidate, err error) {
+	p, r, key, agg := op.p, op.r, op.r.key, op.agg
+	if p.pauseLock {
+		if err := p.store.Locks.Shared(ctx, tx, r.lockKey); err != nil {
+			return st, row, nil, fmt.Errorf("pause lock: %w", err)
+		}
+	}
+	if err := p.store.Versions.LockOne(ctx, tx, key, agg).Scan(&st.version, &st.parked, &st.blocked); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return st, row, nil, fmt.Errorf("%w: aggregate %q has no state", ErrNotFound, agg)
+		}
+		return st, row, nil, fmt.Errorf("lock version: %w", err)
+	}
+	if r.inlineTable() != nil {
+		if row, err = lockInlineOne(ctx, tx, r, agg); err != nil {
+			return st, row, nil, err
+		}
+		st.version = max(st.version, row.version)
+	}
+	if st.blocked {
+		c := candidate{idx: -1, origin: fromQuarantine}
+		err := p.store.Quarantine.Load(ctx, tx, key, agg).Scan(&c.ev.Version, &c.id, &c.hash, &c.ev.Type, &c.ev.Data, &c.ev.Metadata)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return st, row, nil, fmt.Errorf("load quarantine: %w", err)
+		}
+		if err == nil {
+			c.ev.Aggregate, c.ev.ID = agg, c.id
+			q = &c
+		}
+	}
+	return st, row, q, nil
+}
+
+// gap tells a GapHandler projection of the versions from+1…to that a
+// declare-gap or a skip passes, before the versions after them apply.
+func (op *operation) gap(ctx context.Context, tx pgx.Tx, from, to int64) error {
+	gh, ok := op.r.p.(GapHandler)
+	if !ok || (op.action != "declare-gap" && op.action != "skip") {
+		return nil
+	}
+	ht := newTx(tx, op.r.name)
+	op.r.enterSchema(ht)
+	if err := gh.Gap(ctx, ht, Gap{Aggregate: op.agg, From: from + 1, To: to, Action: op.action, Reason: op.o.Reason}); err != nil {
+		return &HandlerError{Projection: op.projection, Aggregate: op.agg, Version: to, Err: fmt.Errorf("gap %d-%d: %w", from+1, to, err)}
+	}
+	ht.finish()
+	op.r.leaveSchema(ht)
+	if err := ht.Flush(ctx); err != nil {
+		return &HandlerError{Projection: op.projection, Aggregate: op.agg, Version: to, Err: fmt.Errorf("gap %d-%d: %w", from+1, to, err)}
+	}
+	return nil
+}
+
+// drain applies, under savepoints, the event the action applies first (if
+// any) and the parked successors that follow the new version without a
+// gap. When the first event fails, retryErr says why.
+func (op *operation) drain(ctx context.Context, tx pgx.Tx, st aggState, first *candidate, parked []buffer.Parked) (*aggPlan, error) {
+	pl := &aggPlan{agg: op.agg, before: st, attempts: 1}
+	var cands []candidate
+	if first != nil {
+		cands = append(cands, *first)
+	}
+	for _, e := range parked {
+		cands = append(cands, candidate{ev: e.Event, id: e.StableID(), hash: e.Hash, idx: -1, origin: fromParked})
+	}
+	for len(pl.run) < len(cands) && cands[len(pl.run)].ev.Version == st.version+int64(len(pl.run))+1 {
+		pl.run = append(pl.run, cands[len(pl.run)])
+	}
+	pl.cut = len(pl.run)
+	if len(pl.run) > 0 {
+		if err := op.p.applyCarefully(ctx, tx, op.r, pl); err != nil {
+			return nil, err
+		}
+	}
+	if first != nil && pl.cut == 0 {
+		op.retryErr = pl.err
+		var herr *HandlerError
+		if !errors.As(pl.err, &herr) { // wrap once: applying already names the event
+			op.retryErr = &HandlerError{Projection: op.projection, Aggregate: op.agg, Version: first.ev.Version, Err: pl.err}
+		}
+	}
+	return pl, nil
+}
+
+// write writes the aggregate's gate state after the action and the drain
+// — its version row (with a new log), the applied entries, an inline row's
+// mark, the rejected deliveries a passed gap resolves and the operator
+// log's entry — and returns that state.
+func (op *operation) write(ctx context.Context, tx pgx.Tx, pl *aggPlan, q *candidate, row inlineRow, prepared bool, from, to int64, tally *counts) (aggState, error) {
+	p, r, key, agg, action := op.p, op.r, op.r.key, op.agg, op.action
+	wb := &pgx.Batch{}
+	if action == "skip" {
+		// Before queueWrites: a parked successor that fails while it
+		// drains is quarantined by an upsert that must survive.
+		p.store.Quarantine.QueueDelete(wb, key, agg)
+	}
+	pl.written = pl.after() // written below, whatever the plan says
+	after := pl.after()
+	// The version row's log starts anew at the new version (an operator
+	// may skip versions, which a log cannot hold), so this action's
+	// applied entries go to the applied table, after the old log's.
+	p.store.Applied.QueueSpillAll(wb, key, agg)
+	if action == "skip" && q != nil {
+		// The skipped event holds its version in the applied log, so
+		// its redeliveries are duplicates, not conflicts.
+		p.store.Applied.QueueInsert(wb, key, []string{agg}, []int64{q.ev.Version}, []string{q.id}, [][]byte{q.hash})
+	}
+	p.store.Versions.QueueReset(wb, key, agg, after.version, after.parked, after.blocked)
+	w := gateWrites{r: r, plans: []*aggPlan{pl}, tally: tally}
+	if r.inlineTable() != nil {
+		if mark, change := markChange(pl, row, row.found, prepared); change {
+			w.markAggs, w.marks = []string{agg}, []bool{mark}
+		}
+	}
+	p.queueWrites(wb, w)
+	if action == "declare-gap" || action == "skip" {
+		// The versions passed without applying anything: their rejected
+		// deliveries wait for nothing any more.
+		p.queueResolveRejected(wb, agg, from+1, to, "declared-gap", op.o,
+			fmt.Sprintf("%s in %s generation %d: %s", action, op.projection, r.generation, op.o.Reason), &op.rep.Resolved)
+	}
+	p.store.OpLog.Queue(wb, store.OpEntry{Action: action, Projection: op.projection, Generation: r.generation, Aggregate: agg,
+		From: from, To: to, Reason: op.o.Reason, Actor: op.o.By})
+	if err := tx.SendBatch(ctx, wb).Close(); err != nil {
+		return after, fmt.Errorf("write: %w", err)
+	}
+	return after, nil
 }
 
 // actionMessage says in a sentence what an action on an aggregate did.
