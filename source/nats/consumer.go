@@ -61,25 +61,25 @@ func (s *Source) bind(ctx context.Context, js jetstream.JetStream) (jetstream.Co
 		if err != nil {
 			return nil, fmt.Errorf("nats: consumer %s on stream %s: %w", s.cfg.Consumer, s.cfg.Stream, err)
 		}
-		return c, waitLeader(ctx, c)
+		return c, waitLeader(ctx, c, clustered(js))
 	}
 	want := s.cfg.consumerConfig()
 	// A consumer already as wanted is used as it is: an update, even one
 	// that changes nothing, goes through the cluster's meta leader, and
 	// every process would send one each time it consumes again.
 	if c, err := js.Consumer(ctx, s.cfg.Stream, s.cfg.Consumer); err == nil && sameConfig(c.CachedInfo().Config, want) {
-		return c, waitLeader(ctx, c)
+		return c, waitLeader(ctx, c, clustered(js))
 	}
 	c, err := js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, want)
 	if err == nil {
-		return c, waitLeader(ctx, c)
+		return c, waitLeader(ctx, c, clustered(js))
 	}
 	var api *jetstream.APIError
 	if errors.As(err, &api) && api.Code == 400 && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		if c, gerr := js.Consumer(ctx, s.cfg.Stream, s.cfg.Consumer); gerr == nil {
 			s.log.Warn("nats consumer exists with a configuration the source cannot update; using it as it is",
 				"name", s.cfg.Name, "consumer", s.cfg.Consumer, "error", err)
-			return c, waitLeader(ctx, c)
+			return c, waitLeader(ctx, c, clustered(js))
 		}
 	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -114,13 +114,24 @@ func (s *Source) rejected(err error) error {
 
 // waitLeader waits until the consumer has a leader. On a cluster the
 // server answers a consumer's creation before its replicas have elected
-// one, and a pull request sent before then reaches no one: it is lost
-// silently, and the process would receive nothing until the missing
-// heartbeats (half of pullExpiry) made it pull again — while the other
-// processes of the consumer took its share.
-func waitLeader(ctx context.Context, c jetstream.Consumer) error {
+// one, and a pull request sent before then is lost silently when the
+// leader is elected (it starts with an empty queue of waiting requests):
+// the process receives nothing until the missing heartbeats (half of
+// pullExpiry) make it pull again, while the other processes of the
+// consumer take its share.
+//
+// A consumer that is found (not created) in that moment is described with
+// no cluster information at all — the node answering has the consumer but
+// not its raft group yet — which is also how a server that is not in a
+// cluster describes every consumer: on a cluster (clustered), no cluster
+// information means no leader yet. Taking it for a leader made the
+// processes that found the consumer just created by another pull too
+// early: in about half the runs of three processes starting together, two
+// lost their pull and one received all the work for 5 s (the conformance
+// suite's Share check on the 3-node cluster).
+func waitLeader(ctx context.Context, c jetstream.Consumer, clustered bool) error {
 	ci := c.CachedInfo()
-	for ci.Cluster != nil && ci.Cluster.Leader == "" {
+	for (ci.Cluster == nil && clustered) || (ci.Cluster != nil && ci.Cluster.Leader == "") {
 		if err := retry.Sleep(ctx, 20*time.Millisecond); err != nil {
 			return fmt.Errorf("nats: consumer %s has no leader: %w", ci.Name, err)
 		}
@@ -132,6 +143,10 @@ func waitLeader(ctx context.Context, c jetstream.Consumer) error {
 	}
 	return nil
 }
+
+// clustered reports whether the server js is connected to is part of a
+// cluster.
+func clustered(js jetstream.JetStream) bool { return js.Conn().ConnectedClusterName() != "" }
 
 // sameConfig reports whether the consumer's configuration has what the
 // source sets.

@@ -273,6 +273,7 @@ func (s *Source) session(soft, hard context.Context, js jetstream.JetStream) (pr
 	it, err := cons.Messages(
 		jetstream.PullMaxMessages(s.cfg.PullBatch),
 		jetstream.PullExpiry(pullExpiry),
+		jetstream.PullHeartbeat(pullHeartbeat),
 	)
 	if err != nil {
 		return false, fmt.Errorf("nats: pull from consumer %s: %w", s.cfg.Consumer, err)
@@ -309,8 +310,17 @@ func (s *Source) session(soft, hard context.Context, js jetstream.JetStream) (pr
 }
 
 // pullExpiry is how long a pull request waits on the server; its idle
-// heartbeats (every half of it) tell a lost pull from an idle stream.
-const pullExpiry = 5 * time.Second
+// heartbeats, every pullHeartbeat, tell a lost pull from an idle stream:
+// two missed, the client pulls again. A pull is lost silently whenever the
+// consumer gets a new leader (the leader starts with an empty queue of
+// waiting requests: a node killed, an election just after the consumer's
+// creation). At the default heartbeat (half of pullExpiry) such a process
+// received nothing for 5 s while the others took its share; at
+// pullHeartbeat, the least the server accepts, for about a second.
+const (
+	pullExpiry    = 5 * time.Second
+	pullHeartbeat = 500 * time.Millisecond
+)
 
 // receive maps a message and dispatches it; it blocks while the window is
 // full.
