@@ -287,18 +287,58 @@ func (p *aggPlan) after() aggState {
 // events, the applied log of stale versions) and classifies the attempt's
 // deliveries for projection r: one plan per aggregate, and the conflicts.
 func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []conflict, error) {
-	p, tx, valid, states := a.p, a.tx, a.valid, a.states[r.index]
+	valid, states := a.valid, a.states[r.index]
 	outcome := a.outcome(r)
-	// What the batch needs to know beyond the version rows: all parked
-	// events of an aggregate the batch can advance (its next version is in
-	// the batch); only the id and hash of parked versions the batch
-	// redelivers otherwise; the quarantined event of a blocked aggregate;
-	// the applied log of stale versions.
-	var parkedAggs, probeAggs, blockedAggs, staleAggs []string
-	var probeVers, staleVers []int64
-	naggs := 0 // the plans to make
+	n := a.needs(r)
+	gs, err := a.load(ctx, r, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	pl := &planner{outcomes: outcome, plans: make([]aggPlan, n.aggs), cands: make([]candidate, len(valid))}
+	plans := make([]*aggPlan, 0, len(pl.plans))
 	for i := 0; i < len(valid); {
-		naggs++
+		agg := valid[i].ev.Aggregate
+		j := i
+		for j < len(valid) && valid[j].ev.Aggregate == agg {
+			j++
+		}
+		var qrec *record
+		q, blocked := gs.quarantined[agg]
+		if blocked {
+			qrec = &q.rec
+		}
+		plans = append(plans, pl.plan(agg, states[agg], valid[i:j], gs.parked[agg], qrec, q.version, gs.applied[agg]))
+		i = j
+	}
+	a.out.tally[r.index].beyond += pl.beyond
+	return plans, pl.conflicts, nil
+}
+
+// gateNeeds is what a batch needs to know beyond the version rows: all
+// parked events of an aggregate the batch can advance (its next version is
+// in the batch); only the id and hash of parked versions the batch
+// redelivers otherwise; the quarantined event of a blocked aggregate; the
+// applied log of stale versions.
+type gateNeeds struct {
+	parkedAggs, probeAggs, blockedAggs, staleAggs []string
+	probeVers, staleVers                          []int64
+	aggs                                          int // the aggregates: the plans to make
+}
+
+// gateState is what load read for gateNeeds, by aggregate.
+type gateState struct {
+	parked      map[string][]buffer.Parked
+	quarantined map[string]quarantineRef
+	applied     map[string]map[int64]record
+}
+
+// needs returns what the attempt's valid deliveries for r need beyond their
+// version rows (a.states).
+func (a *attempt) needs(r *registered) gateNeeds {
+	valid, states := a.valid, a.states[r.index]
+	var n gateNeeds
+	for i := 0; i < len(valid); {
+		n.aggs++
 		agg := valid[i].ev.Aggregate
 		st := states[agg]
 		j := i
@@ -308,10 +348,10 @@ func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []confli
 			j++
 		}
 		if st.blocked {
-			blockedAggs = append(blockedAggs, agg)
+			n.blockedAggs = append(n.blockedAggs, agg)
 		}
 		if st.parked > 0 && advances && !st.blocked {
-			parkedAggs = append(parkedAggs, agg)
+			n.parkedAggs = append(n.parkedAggs, agg)
 		}
 		for k := i; k < j; k++ {
 			d := valid[k]
@@ -320,16 +360,25 @@ func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []confli
 			}
 			switch {
 			case d.ev.Version <= st.version:
-				staleAggs, staleVers = append(staleAggs, agg), append(staleVers, d.ev.Version)
+				n.staleAggs, n.staleVers = append(n.staleAggs, agg), append(n.staleVers, d.ev.Version)
 			case st.parked > 0 && (!advances || st.blocked) && d.ev.Version > st.version+1:
-				probeAggs, probeVers = append(probeAggs, agg), append(probeVers, d.ev.Version)
+				n.probeAggs, n.probeVers = append(n.probeAggs, agg), append(n.probeVers, d.ev.Version)
 			}
 		}
 		i = j
 	}
-	parked := map[string][]buffer.Parked{}
-	quarantined := map[string]quarantineRef{}
-	applied := map[string]map[int64]record{}
+	return n
+}
+
+// load reads what n asks for, in one round trip of the attempt's
+// transaction; an inline projection's stale versions come from its rows'
+// logs first.
+func (a *attempt) load(ctx context.Context, r *registered, n gateNeeds) (gateState, error) {
+	p, tx := a.p, a.tx
+	gs := gateState{parked: map[string][]buffer.Parked{}, quarantined: map[string]quarantineRef{}, applied: map[string]map[int64]record{}}
+	parked, quarantined, applied := gs.parked, gs.quarantined, gs.applied
+	parkedAggs, probeAggs, blockedAggs, staleAggs := n.parkedAggs, n.probeAggs, n.blockedAggs, n.staleAggs
+	probeVers, staleVers := n.probeVers, n.staleVers
 	batch := &pgx.Batch{}
 	if len(parkedAggs) > 0 {
 		p.buf.QueueLoad(batch, r.key, parkedAggs, func(ps []buffer.Parked) {
@@ -407,27 +456,10 @@ func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []confli
 	}
 	if batch.Len() > 0 {
 		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
-			return nil, nil, fmt.Errorf("projection %s: load gate state: %w", r.name, err)
+			return gs, fmt.Errorf("projection %s: load gate state: %w", r.name, err)
 		}
 	}
-	pl := &planner{outcomes: outcome, plans: make([]aggPlan, naggs), cands: make([]candidate, len(valid))}
-	plans := make([]*aggPlan, 0, len(pl.plans))
-	for i := 0; i < len(valid); {
-		agg := valid[i].ev.Aggregate
-		j := i
-		for j < len(valid) && valid[j].ev.Aggregate == agg {
-			j++
-		}
-		var qrec *record
-		q, blocked := quarantined[agg]
-		if blocked {
-			qrec = &q.rec
-		}
-		plans = append(plans, pl.plan(agg, states[agg], valid[i:j], parked[agg], qrec, q.version, applied[agg]))
-		i = j
-	}
-	a.out.tally[r.index].beyond += pl.beyond
-	return plans, pl.conflicts, nil
+	return gs, nil
 }
 
 type quarantineRef struct {
