@@ -84,8 +84,9 @@ type Config struct {
 	// source's own: TLS (kgo.DialTLSConfig), SASL (kgo.SASL), timeouts
 	// (kgo.SessionTimeout, kgo.RebalanceTimeout), a balancer, the fetch
 	// buffering (the source fetches from one broker at a time, at most
-	// 1 MiB, 256 KiB per partition: kgo.MaxConcurrentFetches,
-	// kgo.FetchMaxBytes, kgo.FetchMaxPartitionBytes). Options that would
+	// 1 MiB, 256 KiB per partition, a broker waiting at most 200 ms for
+	// new records: kgo.MaxConcurrentFetches, kgo.FetchMaxBytes,
+	// kgo.FetchMaxPartitionBytes, kgo.FetchMaxWait). Options that would
 	// take the group's offsets out of Postgres (autocommit, a different
 	// consumer) break the source's guarantees.
 	ClientOptions []kgo.Opt
@@ -185,11 +186,12 @@ func newConfig(cfg *Config, noProcessor bool) (*config, error) {
 
 // The client's fetch buffering (clientOptions); Config.ClientOptions may
 // override them (kgo.MaxConcurrentFetches, kgo.FetchMaxBytes,
-// kgo.FetchMaxPartitionBytes).
+// kgo.FetchMaxPartitionBytes, kgo.FetchMaxWait).
 const (
 	maxConcurrentFetches   = 1
 	fetchMaxBytes          = 1 << 20
 	fetchMaxPartitionBytes = 256 << 10
+	fetchMaxWait           = 200 * time.Millisecond
 )
 
 // clientOptions are the options every client of the source starts with.
@@ -207,6 +209,11 @@ func (c *config) clientOptions() []kgo.Opt {
 		kgo.MaxConcurrentFetches(maxConcurrentFetches),
 		kgo.FetchMaxBytes(fetchMaxBytes),
 		kgo.FetchMaxPartitionBytes(fetchMaxPartitionBytes),
+		// With one fetch at a time, a fetch sent to a broker with nothing
+		// new for this process holds every other broker's records back
+		// for as long as the broker may wait (5 s by default): runs stalled
+		// for seconds at a time (100k events: 8k/s against 40k/s before).
+		kgo.FetchMaxWait(fetchMaxWait),
 	}
 }
 
