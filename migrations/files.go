@@ -153,15 +153,114 @@ var (
 	dropIndexRE = regexp.MustCompile(`(?is)^DROP\s+INDEX\s+CONCURRENTLY\s+(IF\s+EXISTS\s+)?`)
 )
 
-// code returns sql without its comments ("--" to the end of a line), trimmed.
+// code returns sql without its line comments ("--" to the end of the
+// line), trimmed. A "--" inside a string literal ('…', a doubled quote
+// standing for one; E'…' with backslash escapes too), a quoted identifier
+// ("…", likewise) or a dollar-quoted body ($$…$$, $tag$…$tag$) is code and
+// kept, as are block comments (/* … */, nested as PostgreSQL nests them),
+// so that a quote inside one of them opens nothing.
 func code(sql string) string {
 	var b strings.Builder
-	for _, line := range strings.Split(sql, "\n") {
-		line, _, _ = strings.Cut(line, "--")
-		b.WriteString(line)
-		b.WriteByte('\n')
+	b.Grow(len(sql))
+	for i := 0; i < len(sql); {
+		c := sql[i]
+		switch {
+		case c == '-' && strings.HasPrefix(sql[i:], "--"):
+			end := strings.IndexByte(sql[i:], '\n')
+			if end < 0 {
+				i = len(sql)
+				continue
+			}
+			i += end // keep the newline
+			continue
+		case c == '/' && strings.HasPrefix(sql[i:], "/*"):
+			n := blockComment(sql[i:])
+			b.WriteString(sql[i : i+n])
+			i += n
+			continue
+		case c == '\'':
+			n := quoted(sql[i:], '\'', escapes(sql, i))
+			b.WriteString(sql[i : i+n])
+			i += n
+			continue
+		case c == '"':
+			n := quoted(sql[i:], '"', false)
+			b.WriteString(sql[i : i+n])
+			i += n
+			continue
+		case c == '$' && (i == 0 || !identByte(sql[i-1])):
+			if tag := dollarTagRE.FindString(sql[i:]); tag != "" {
+				n := len(tag)
+				if end := strings.Index(sql[i+n:], tag); end >= 0 {
+					n += end + len(tag)
+				} else {
+					n = len(sql) - i
+				}
+				b.WriteString(sql[i : i+n])
+				i += n
+				continue
+			}
+		}
+		b.WriteByte(c)
+		i++
 	}
 	return strings.TrimSpace(b.String())
+}
+
+// dollarTagRE matches the tag that opens a dollar-quoted body: $$ or
+// $name$ ($1, a parameter, is not one).
+var dollarTagRE = regexp.MustCompile(`^\$(?:[A-Za-z_\x80-\xff][A-Za-z0-9_\x80-\xff]*)?\$`)
+
+// identByte reports whether c may be part of an unquoted identifier or
+// keyword (PostgreSQL allows $ after the first character).
+func identByte(c byte) bool {
+	return c == '_' || c == '$' || c >= 0x80 || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+}
+
+// escapes reports whether the literal opening at sql[i] is an escape string
+// (E'…'), in which a backslash escapes the next character.
+func escapes(sql string, i int) bool {
+	return i > 0 && (sql[i-1] == 'E' || sql[i-1] == 'e') && (i == 1 || !identByte(sql[i-2]))
+}
+
+// quoted returns the length of the literal or quoted identifier s starts
+// with, quote included at both ends; a doubled quote inside it stands for
+// one, and with backslash set a backslash escapes the next character. An
+// unterminated one runs to the end of s.
+func quoted(s string, quote byte, backslash bool) int {
+	for i := 1; i < len(s); i++ {
+		switch {
+		case backslash && s[i] == '\\':
+			i++
+		case s[i] == quote:
+			if i+1 < len(s) && s[i+1] == quote {
+				i++
+				continue
+			}
+			return i + 1
+		}
+	}
+	return len(s)
+}
+
+// blockComment returns the length of the block comment s starts with,
+// nested comments included; an unterminated one runs to the end of s.
+func blockComment(s string) int {
+	depth := 0
+	for i := 0; i+1 < len(s); i++ {
+		switch {
+		case s[i] == '/' && s[i+1] == '*':
+			depth++
+			i++
+		case s[i] == '*' && s[i+1] == '/':
+			depth--
+			i++
+			if depth == 0 {
+				return i + 1
+			}
+		}
+	}
+	return len(s)
 }
 
 // statement returns the one statement of a no-transaction migration, without

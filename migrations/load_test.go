@@ -77,6 +77,7 @@ func TestLoad(t *testing.T) {
 		fsys     fstest.MapFS
 		wantErr  string
 		versions int
+		index    string // the index a no-transaction migration builds, when set
 	}{
 		{name: "valid", fsys: files("001_a.up.sql", "001_a.down.sql", "002_b.up.sql", "002_b.down.sql", "003_c.up.sql", "003_c.down.sql"), versions: 3},
 		{name: "unpadded numbers", fsys: files("1_a.up.sql", "1_a.down.sql", "2_b.up.sql", "2_b.down.sql"), versions: 2},
@@ -107,6 +108,20 @@ func TestLoad(t *testing.T) {
 		{name: "concurrent build without a name", fsys: noTx("CREATE INDEX CONCURRENTLY ON t (v);", "SELECT 1 -- CONCURRENTLY"), wantErr: "CREATE INDEX CONCURRENTLY must say IF NOT EXISTS and name the index"},
 		{name: "concurrent drop without IF EXISTS", fsys: noTx("CREATE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v);", "DROP INDEX CONCURRENTLY t_v;"), wantErr: "001_a.down.sql: DROP INDEX CONCURRENTLY must say IF EXISTS"},
 		{name: "offline outside a transaction", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte("-- inorder:offline\n-- inorder:no-transaction\nCREATE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v);")}, "001_a.down.sql": {Data: []byte("DROP INDEX CONCURRENTLY IF EXISTS t_v;")}}, wantErr: "001_a.up.sql: a -- inorder:no-transaction migration builds or drops an index without blocking writers: it is online"},
+		// "--" inside a literal, a quoted identifier or a dollar-quoted body
+		// starts no comment: what follows it on the line is code.
+		{name: "-- in a string literal", fsys: tx("COMMENT ON TABLE t IS 'rows -- not events'; CREATE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v);"), wantErr: `001_a.up.sql: CONCURRENTLY cannot run in a transaction`},
+		{name: "-- in a literal with a doubled quote", fsys: tx("COMMENT ON TABLE t IS 'it''s -- here'; CREATE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v);"), wantErr: `001_a.up.sql: CONCURRENTLY cannot run in a transaction`},
+		{name: "-- in an escape string", fsys: tx(`COMMENT ON TABLE t IS E'it\'s -- here'; CREATE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v);`), wantErr: `001_a.up.sql: CONCURRENTLY cannot run in a transaction`},
+		{name: "-- in a quoted identifier", fsys: tx(`CREATE TABLE "a--b" (v int); CREATE INDEX CONCURRENTLY IF NOT EXISTS t_v ON "a--b" (v);`), wantErr: `001_a.up.sql: CONCURRENTLY cannot run in a transaction`},
+		{name: "-- in a dollar-quoted body", fsys: tx("CREATE FUNCTION f() RETURNS text LANGUAGE sql AS $$ SELECT '--' $$; CREATE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v);"), wantErr: `001_a.up.sql: CONCURRENTLY cannot run in a transaction`},
+		{name: "-- in a tagged dollar-quoted body", fsys: tx("DO $body$ BEGIN PERFORM 1; -- it's $$ here\nEND $body$; CREATE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v);"), wantErr: `001_a.up.sql: CONCURRENTLY cannot run in a transaction`},
+		{name: "-- in a literal outside a transaction", fsys: noTx("CREATE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v) WHERE k <> '--'; CREATE INDEX CONCURRENTLY IF NOT EXISTS t_w ON t (w);", "DROP INDEX CONCURRENTLY IF EXISTS t_v;"), wantErr: "001_a.up.sql: a -- inorder:no-transaction migration holds one statement (PostgreSQL runs several"},
+		{name: "-- in an index's quoted name", fsys: noTx(`CREATE INDEX CONCURRENTLY IF NOT EXISTS "t--v" ON t (v);`, `DROP INDEX CONCURRENTLY IF EXISTS "t--v";`), versions: 1, index: "t--v"},
+		// A quote inside a comment opens nothing.
+		{name: "quote in a line comment", fsys: tx("SELECT 1; -- it's a comment\nCREATE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v);"), wantErr: `001_a.up.sql: CONCURRENTLY cannot run in a transaction`},
+		{name: "quote in a block comment", fsys: tx("SELECT 1; /* it's /* nested */ a comment */ CREATE INDEX CONCURRENTLY IF NOT EXISTS t_v ON t (v);"), wantErr: `001_a.up.sql: CONCURRENTLY cannot run in a transaction`},
+		{name: "comment after a literal", fsys: tx("COMMENT ON TABLE t IS 'a ''quoted'' word'; -- not CONCURRENTLY\nSELECT $1::int, a$b FROM t; -- not CONCURRENTLY either"), versions: 1},
 		{name: "directory", fsys: fstest.MapFS{"001_a.up.sql": {Data: []byte("-- inorder:online\nx")}, "001_a.down.sql": {Data: []byte("x")}, "sub/x.sql": {Data: []byte("x")}}, wantErr: "unexpected directory sub"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -123,7 +138,19 @@ func TestLoad(t *testing.T) {
 			for i, mig := range migs {
 				require.Equal(t, i+1, mig.version)
 			}
+			if tc.index != "" {
+				require.Equal(t, tc.index, migs[0].index)
+			}
 		})
+	}
+}
+
+// tx returns a MapFS holding version 1 as an online migration run in a
+// transaction, with the given up statements.
+func tx(up string) fstest.MapFS {
+	return fstest.MapFS{
+		"001_a.up.sql":   {Data: []byte("-- inorder:online\n" + up + "\n")},
+		"001_a.down.sql": {Data: []byte("SELECT 1;")},
 	}
 }
 
