@@ -37,9 +37,8 @@ var ErrNotReady = errors.New("the generation is not ready to switch")
 // hold keeps a caught-up generation current until an operator asks for the
 // switch.
 func (b *builder) hold(ctx context.Context) error {
-	var phase, state string
-	if err := b.p.pool.QueryRow(ctx, `SELECT phase, state FROM `+b.p.table("generations")+` WHERE key = $1`, b.gen.Key).
-		Scan(&phase, &state); err != nil {
+	phase, _, err := b.p.store.Generations.PhaseState(ctx, b.p.pool, b.gen.Key)
+	if err != nil {
 		return fmt.Errorf("read generation: %w", err)
 	}
 	if phase != PhaseSwitchRequested { // a resumed rebuild may have one already
@@ -51,8 +50,8 @@ func (b *builder) hold(ctx context.Context) error {
 	t := time.NewTicker(holdPoll)
 	defer t.Stop()
 	for {
-		if err := b.p.pool.QueryRow(ctx, `SELECT phase, state FROM `+b.p.table("generations")+` WHERE key = $1`, b.gen.Key).
-			Scan(&phase, &state); err != nil {
+		phase, state, err := b.p.store.Generations.PhaseState(ctx, b.p.pool, b.gen.Key)
+		if err != nil {
 			return fmt.Errorf("read generation: %w", err)
 		}
 		switch {

@@ -248,42 +248,18 @@ func (p *Processor) loadView(ctx context.Context) (*genView, error) {
 	for i, r := range p.projs {
 		versions[i] = int32(r.version)
 	}
-	gens, epoch := p.table("generations"), p.table("generation_epoch")
 	read := func(conn *pgx.Conn) ([]genRow, int64, error) {
-		rows, err := conn.Query(ctx, `SELECT (SELECT epoch FROM `+epoch+`), projection, generation, code_version, key, schema, state, keep_until
-FROM `+gens+` WHERE projection = ANY($1) AND state IN ('live', 'catchup', 'previous')
-ORDER BY projection, generation`, names)
-		if err != nil {
-			return nil, 0, err
+		fed, ep, err := p.store.Generations.Fed(ctx, conn, names)
+		out := make([]genRow, len(fed))
+		for i, g := range fed {
+			out[i] = genRow{projection: g.Projection, generation: g.Generation, codeVersion: g.CodeVersion, key: g.Key, schema: g.Schema,
+				state: g.State, keepUntil: g.KeepUntil}
 		}
-		var out []genRow
-		var ep int64
-		var keep *time.Time
-		var g genRow
-		_, err = pgx.ForEachRow(rows, []any{&ep, &g.projection, &g.generation, &g.codeVersion, &g.key, &g.schema, &g.state, &keep}, func() error {
-			g.keepUntil = time.Time{}
-			if keep != nil {
-				g.keepUntil = *keep
-			}
-			out = append(out, g)
-			return nil
-		})
 		return out, ep, err
 	}
 	// fix records the missing generations 1 and retires the expired
 	// previous ones.
-	fix := func(conn *pgx.Conn) error {
-		_, err := conn.Exec(ctx, `WITH ins AS (
-  INSERT INTO `+gens+` (projection, generation, code_version, key, state, live_at)
-  SELECT u.n, 1, u.v, u.n, 'live', now() FROM unnest($1::text[], $2::int[]) AS u(n, v)
-  WHERE NOT EXISTS (SELECT 1 FROM `+gens+` g WHERE g.projection = u.n)
-  ON CONFLICT DO NOTHING RETURNING 1),
-ret AS (
-  UPDATE `+gens+` SET state = 'retired', ended_at = now(), updated_at = now()
-  WHERE projection = ANY($1) AND state = 'previous' AND keep_until <= now() RETURNING 1)
-UPDATE `+epoch+` SET epoch = epoch + 1 WHERE EXISTS (SELECT 1 FROM ins) OR EXISTS (SELECT 1 FROM ret)`, names, versions)
-		return err
-	}
+	fix := func(conn *pgx.Conn) error { return p.store.Generations.Settle(ctx, conn, names, versions) }
 	try := func() ([]genRow, int64, error) {
 		conn, err := p.pool.Acquire(ctx)
 		if err != nil {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/inorder/inorder/projection/internal/store"
 )
 
@@ -57,24 +55,19 @@ func (p *Processor) genFilter(ctx context.Context, opts ListOptions) (genFilter,
 	if opts.Generation > 0 && opts.AllGenerations {
 		return f, fmt.Errorf("projection: a listing takes a generation or all of them, not both")
 	}
-	rows, err := p.pool.Query(ctx, `SELECT projection, generation, key, state FROM `+p.table("generations"))
+	refs, err := p.store.Generations.Refs(ctx, p.pool)
 	if err != nil {
 		return f, fmt.Errorf("projection: generations: %w", err)
 	}
 	live := map[string]string{} // projection → its live key
 	var notLive []string
-	var g genRef
-	var key, state string
-	if _, err := pgx.ForEachRow(rows, []any{&g.name, &g.generation, &key, &state}, func() error {
-		f.refs[key] = g
-		if state == StateLive {
-			live[g.name] = key
+	for _, r := range refs {
+		f.refs[r.Key] = genRef{name: r.Projection, generation: r.Generation}
+		if r.State == StateLive {
+			live[r.Projection] = r.Key
 		} else {
-			notLive = append(notLive, key)
+			notLive = append(notLive, r.Key)
 		}
-		return nil
-	}); err != nil {
-		return f, fmt.Errorf("projection: generations: %w", err)
 	}
 	switch {
 	case opts.Projection == "" && opts.AllGenerations:

@@ -33,19 +33,3 @@ func (p *Processor) liveTarget(ctx context.Context, projection string) (*registe
 	}
 	return t, nil
 }
-
-// liveKeySQL is an expression for the gate key of the live generation of
-// the projection named by the parameter $n.
-func (p *Processor) liveKeySQL(n int) string {
-	return fmt.Sprintf(`coalesce((SELECT key FROM %s WHERE projection = $%d AND state = 'live'), $%d)`, p.table("generations"), n, n)
-}
-
-// liveSchemaSQL is a statement that puts the schema of the live generation
-// of projection $1 first on the transaction's search_path (nothing for
-// generation 1, whose tables are in the connection's search_path).
-func (p *Processor) liveSchemaSQL() string {
-	return `SELECT set_config('search_path',
-  CASE WHEN current_setting('search_path') = '' THEN quote_ident(schema)
-       ELSE quote_ident(schema) || ', ' || current_setting('search_path') END, true)
-FROM ` + p.table("generations") + ` WHERE projection = $1 AND state = 'live' AND schema <> ''`
-}

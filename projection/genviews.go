@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder/inorder/projection/internal/store"
 )
 
 // This file holds the operator view of generations: what Status, the
@@ -92,20 +94,29 @@ func scanGeneration(rows pgx.Rows) (Generation, error) {
 	return g, err
 }
 
+// generationOf returns the operator view of a generations row.
+func generationOf(g store.Generation) Generation {
+	return Generation{Projection: g.Projection, Generation: g.Generation, CodeVersion: g.CodeVersion, Key: g.Key, Schema: g.Schema,
+		State: g.State, Phase: g.Phase, Position: g.Position, PositionTime: g.PositionTime, Events: g.Events, Error: g.Error,
+		KeepUntil: g.KeepUntil, CreatedAt: g.CreatedAt, UpdatedAt: g.UpdatedAt, LiveAt: g.LiveAt, EndedAt: g.EndedAt}
+}
+
+// generationsOf returns the operator view of generations rows.
+func generationsOf(rows []store.Generation) []Generation {
+	if rows == nil {
+		return nil
+	}
+	out := make([]Generation, len(rows))
+	for i, g := range rows {
+		out[i] = generationOf(g)
+	}
+	return out
+}
+
 // queueGenerations queues the read of the generations of projections that
 // are not dropped.
 func (p *Processor) queueGenerations(b *pgx.Batch, projections []string, into *[]Generation) {
-	b.Queue(`SELECT `+generationColumns+` FROM `+p.table("generations")+`
-WHERE projection = ANY($1) AND state <> 'dropped' ORDER BY projection, generation`, projections).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			g, err := scanGeneration(rows)
-			if err != nil {
-				return err
-			}
-			*into = append(*into, g)
-		}
-		return rows.Err()
-	})
+	p.store.Generations.QueueList(b, projections, func(g store.Generation) { *into = append(*into, generationOf(g)) })
 }
 
 // Generations lists every generation of a projection, dropped ones
@@ -126,12 +137,8 @@ func (p *Processor) Generations(ctx context.Context, projection string) ([]Gener
 		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT `+generationColumns+` FROM `+p.table("generations")+`
-WHERE projection = $1 ORDER BY generation`, projection)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Generation, error) { return scanGeneration(rows) })
+		rows, err := p.store.Generations.List(ctx, tx, projection)
+		out = generationsOf(rows)
 		return err
 	})
 	if err != nil {

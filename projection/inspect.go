@@ -161,7 +161,7 @@ func (p *Processor) Status(ctx context.Context, opts *StatusOptions) (Status, er
 			if t == nil || opts.NoTotals {
 				continue
 			}
-			p.store.Versions.QueueAppliedSum(b, p.liveKeySQL(1), refOf(t), name, int64(math.MaxInt64)).QueryRow(func(row pgx.Row) error {
+			p.store.Versions.QueueAppliedSum(b, p.store.Generations.LiveKey(1), refOf(t), name, int64(math.MaxInt64)).QueryRow(func(row pgx.Row) error {
 				var n *int64
 				if err := row.Scan(&n); err != nil || n == nil || i >= len(st.Projections) {
 					return err
@@ -174,8 +174,7 @@ func (p *Processor) Status(ctx context.Context, opts *StatusOptions) (Status, er
 			QueryRow(func(row pgx.Row) error { return row.Scan(&st.Rejected.Total, &st.Rejected.Pending) })
 		p.queueCheckpointViews(b, &st.Checkpoints)
 		p.queueGenerations(b, p.Projections(), &st.Generations)
-		b.Queue(`SELECT coalesce(array_agg(DISTINCT projection ORDER BY projection), '{}') FROM `+p.table("generations")+`
-WHERE projection <> ALL($1) AND state <> 'dropped'`, p.Projections()).QueryRow(func(row pgx.Row) error { return row.Scan(&st.Others) })
+		p.store.Generations.QueueOthers(b, p.Projections()).QueryRow(func(row pgx.Row) error { return row.Scan(&st.Others) })
 		// The parked counts, in the same snapshot, from the parked table's
 		// owner.
 		var parked []buffer.Stats
@@ -388,7 +387,7 @@ func (p *Processor) Version(ctx context.Context, projection, aggregate string) (
 		return 0, fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
 	}
 	var v int64
-	err := p.pool.QueryRow(ctx, p.store.Versions.VersionOf(refOf(p.inlineView(ctx, projection)), p.liveKeySQL(1)), projection, aggregate).Scan(&v)
+	err := p.pool.QueryRow(ctx, p.store.Versions.VersionOf(refOf(p.inlineView(ctx, projection)), p.store.Generations.LiveKey(1)), projection, aggregate).Scan(&v)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}

@@ -124,8 +124,8 @@ func (p *Processor) ReadAggregate(ctx context.Context, projection, aggregate str
 	it := p.inlineView(ctx, projection)
 	err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		b.Queue(p.liveSchemaSQL(), projection)
-		b.Queue(p.store.Versions.VersionOf(refOf(it), p.liveKeySQL(1)),
+		p.store.Generations.QueueEnterLive(b, projection)
+		b.Queue(p.store.Versions.VersionOf(refOf(it), p.store.Generations.LiveKey(1)),
 			projection, aggregate).QueryRow(func(row pgx.Row) error {
 			if err := row.Scan(&view.Version); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 				return err
@@ -161,7 +161,7 @@ func (p *Processor) ReadList(ctx context.Context, projection string, q ListQuery
 		return nil, "", err
 	}
 	err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, p.liveSchemaSQL(), projection); err != nil {
+		if err := p.store.Generations.EnterLive(ctx, tx, projection); err != nil {
 			return fmt.Errorf("live generation: %w", err)
 		}
 		items, next, err = rd.List(ctx, tx, q)

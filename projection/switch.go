@@ -93,15 +93,11 @@ func (b *builder) verifyAndSwitch(ctx context.Context) error {
 func (p *Processor) trySwitch(ctx context.Context, b *builder) (previous int, err error) {
 	name := b.r.name
 	err = pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+generationColumns+` FROM `+p.table("generations")+`
-WHERE projection = $1 AND state IN ('live', 'catchup', 'previous') ORDER BY generation FOR UPDATE`, name)
+		rows, err := p.store.Generations.LockFed(ctx, tx, name)
 		if err != nil {
 			return err
 		}
-		gens, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Generation, error) { return scanGeneration(rows) })
-		if err != nil {
-			return err
-		}
+		gens := generationsOf(rows)
 		var live, g *Generation
 		for i := range gens {
 			switch {
@@ -340,24 +336,7 @@ func (p *Processor) Rollback(ctx context.Context, projection string, opts *Actio
 		return rep, err
 	}
 	err := pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-		var live, prev int
-		var keep *time.Time
-		rows, err := tx.Query(ctx, `SELECT generation, state, keep_until FROM `+p.table("generations")+`
-WHERE projection = $1 AND state IN ('live', 'previous') FOR UPDATE`, projection)
-		if err != nil {
-			return err
-		}
-		var gen int
-		var state string
-		var ku *time.Time
-		_, err = pgx.ForEachRow(rows, []any{&gen, &state, &ku}, func() error {
-			if state == StateLive {
-				live = gen
-			} else {
-				prev, keep = gen, ku
-			}
-			return nil
-		})
+		live, prev, keep, err := p.store.Generations.LockLive(ctx, tx, projection)
 		if err != nil {
 			return err
 		}

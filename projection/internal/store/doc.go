@@ -6,8 +6,8 @@
 // checkpoints.go, oplog.go, epoch.go, locks.go), and nowhere else; a few
 // statements read several tables at once (status.go, versionviews.go,
 // seed.go, tables.go). The parked table is package buffer's; the effects
-// table is package effects'. The generations table's statements are still
-// projection's (its generation files).
+// table is package effects'. The generations table's reads are in
+// generations.go; its writes are still projection's (its rebuild files).
 //
 // A Store holds the statements of one schema, with its tables qualified,
 // built once by New. Each table's type offers what the gate does with the

@@ -33,6 +33,8 @@ type Store struct {
 	Locks Locks
 	// Epoch is the generation_epoch table (epoch.go).
 	Epoch Epoch
+	// Generations is the generations table (generations.go).
+	Generations Generations
 
 	projectionCounts string // status.go
 }
@@ -50,6 +52,7 @@ func New(schema string) *Store {
 		Conflicts:   newConflicts(t),
 		Rejected:    newRejected(t),
 		Epoch:       newEpoch(t),
+		Generations: newGenerations(t),
 
 		projectionCounts: projectionCounts(t),
 	}
