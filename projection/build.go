@@ -387,18 +387,14 @@ func (b *builder) run(ctx context.Context) error {
 func (b *builder) create(ctx context.Context) error {
 	p := b.p
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		var n int
-		if err := tx.QueryRow(ctx, `SELECT coalesce(max(generation), 0) + 1 FROM `+p.table("generations")+` WHERE projection = $1`,
-			b.r.name).Scan(&n); err != nil {
-			return err
-		}
-		key, schema := generationKey(b.r.name, n), generationSchema(p.cfg.Schema, b.r.name, n)
-		rows, err := tx.Query(ctx, `INSERT INTO `+p.table("generations")+` (projection, generation, code_version, key, schema, state, phase)
-VALUES ($1, $2, $3, $4, $5, 'building', 'replay') RETURNING `+generationColumns, b.r.name, n, b.r.version, key, schema)
+		n, err := p.store.Generations.Next(ctx, tx, b.r.name)
 		if err != nil {
 			return err
 		}
-		if b.gen, err = pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (Generation, error) { return scanGeneration(rows) }); err != nil {
+		key, schema := generationKey(b.r.name, n), generationSchema(p.cfg.Schema, b.r.name, n)
+		row, err := p.store.Generations.Insert(ctx, tx, b.r.name, n, b.r.version, key, schema)
+		b.gen = generationOf(row)
+		if err != nil {
 			return err
 		}
 		return p.store.OpLog.Insert(ctx, tx, store.OpEntry{Action: "rebuild-start", Projection: b.r.name, Generation: n, To: n,
@@ -471,9 +467,7 @@ func (b *builder) catchUpPass(ctx context.Context) (int64, error) {
 		}
 		pos, at, n := sb.Position, sb.Time, sb.Read
 		save := func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, `UPDATE `+b.p.table("generations")+`
-SET position = $2, position_time = $3, events = events + $4, updated_at = now() WHERE key = $1`, b.gen.Key, []byte(pos), nullTime(at), n)
-			return err
+			return b.p.store.Generations.Advance(ctx, tx, b.gen.Key, pos, nullTime(at), n)
 		}
 		var err error
 		if len(sb.Events)+len(sb.Rejects) > 0 {

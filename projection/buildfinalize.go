@@ -42,9 +42,7 @@ func (b *builder) finalize(ctx context.Context) error {
 		}
 		bb := &pgx.Batch{}
 		bb.Queue(`DROP TABLE ` + q(replayLogTable) + `, ` + q(replayStateTable))
-		bb.Queue(`UPDATE `+p.table("generations")+`
-SET state = 'catchup', phase = 'catch-up', position = $2, position_time = $3, events = $4, updated_at = now() WHERE key = $1`,
-			b.gen.Key, pos, at, events)
+		p.store.Generations.QueueFinalize(bb, b.gen.Key, pos, at, events)
 		p.store.Epoch.QueueBump(bb)
 		if err := tx.SendBatch(ctx, bb).Close(); err != nil {
 			return err

@@ -82,12 +82,11 @@ func (p *Processor) Switch(ctx context.Context, projection string, generation in
 		return fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
 	}
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE `+p.table("generations")+` SET phase = $3, updated_at = now()
-WHERE projection = $1 AND generation = $2 AND state = 'catchup' AND phase = $4`, projection, generation, PhaseSwitchRequested, PhaseReady)
+		ok, err := p.store.Generations.RequestSwitch(ctx, tx, projection, generation, PhaseSwitchRequested, PhaseReady)
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
+		if !ok {
 			return fmt.Errorf("%w: generation %d of %s", ErrNotReady, generation, projection)
 		}
 		return p.store.OpLog.Insert(ctx, tx, store.OpEntry{Action: "rebuild-switch-request", Projection: projection, Generation: generation,

@@ -14,8 +14,7 @@ import (
 func (b *builder) setPhase(ctx context.Context, phase string, fraction func() float64) error {
 	b.phase, b.phaseStart, b.phaseRead, b.fraction = phase, time.Now(), 0, fraction
 	b.gen.Phase = phase
-	if _, err := b.p.pool.Exec(ctx, `UPDATE `+b.p.table("generations")+` SET phase = $2, updated_at = now() WHERE key = $1`,
-		b.gen.Key, phase); err != nil {
+	if err := b.p.store.Generations.SetPhase(ctx, b.p.pool, b.gen.Key, phase); err != nil {
 		return fmt.Errorf("record phase %s: %w", phase, err)
 	}
 	b.p.log.InfoContext(ctx, "rebuild phase", "projection", b.r.name, "generation", b.gen.Generation, "phase", phase,

@@ -450,8 +450,7 @@ SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[])`, aggs, 
 			}
 			ht.Queue(`UPDATE `+rp.state+` SET position = $1, position_time = $2, events = events + $3`, []byte(pos), nullTime(at), n)
 			if mirror {
-				ht.Queue(`UPDATE `+p.table("generations")+`
-SET position = $2, position_time = $3, events = $4, updated_at = now() WHERE key = $1`, b.gen.Key, []byte(pos), nullTime(at), rp.events+n)
+				p.store.Generations.QueueMirror(ht.batch, b.gen.Key, pos, nullTime(at), rp.events+n)
 			}
 			if len(bt.rejected) > 0 {
 				p.queueRejected(ht.batch, bt.rejected)

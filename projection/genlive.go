@@ -6,8 +6,9 @@ import (
 )
 
 // This file holds the live generation of a projection (generations.go), as
-// readers and operator actions reach it: its registration, its gate key and
-// its schema.
+// operator actions reach it: its registration. The statements that find its
+// gate key and schema in a reader's snapshot are internal/store's
+// (Generations.LiveKey, Generations.EnterLive).
 
 // liveTarget returns the registration of a projection's live generation
 // for an operator action, which needs its gate key, its schema and a

@@ -74,26 +74,6 @@ func (g *Generation) setLag(now time.Time) {
 	}
 }
 
-// generationColumns are the columns scanGeneration reads.
-const generationColumns = `projection, generation, code_version, key, schema, state, phase, position, position_time, events,
-  error, keep_until, created_at, updated_at, live_at, ended_at`
-
-func scanGeneration(rows pgx.Rows) (Generation, error) {
-	var g Generation
-	var pt, keep, live, ended *time.Time
-	err := rows.Scan(&g.Projection, &g.Generation, &g.CodeVersion, &g.Key, &g.Schema, &g.State, &g.Phase, &g.Position, &pt,
-		&g.Events, &g.Error, &keep, &g.CreatedAt, &g.UpdatedAt, &live, &ended)
-	for _, f := range []struct {
-		from *time.Time
-		to   *time.Time
-	}{{pt, &g.PositionTime}, {keep, &g.KeepUntil}, {live, &g.LiveAt}, {ended, &g.EndedAt}} {
-		if f.from != nil {
-			*f.to = *f.from
-		}
-	}
-	return g, err
-}
-
 // generationOf returns the operator view of a generations row.
 func generationOf(g store.Generation) Generation {
 	return Generation{Projection: g.Projection, Generation: g.Generation, CodeVersion: g.CodeVersion, Key: g.Key, Schema: g.Schema,

@@ -125,17 +125,7 @@ func (p *Processor) trySwitch(ctx context.Context, b *builder) (previous int, er
 			return &VerificationError{Projection: name, Generation: g.Generation, Problems: problems}
 		}
 		bb := &pgx.Batch{}
-		bb.Queue(`UPDATE `+p.table("generations")+` SET state = 'retired', phase = '', ended_at = now(), updated_at = now()
-WHERE projection = $1 AND state = 'previous'`, name)
-		if b.opts.Retention < 0 {
-			bb.Queue(`UPDATE `+p.table("generations")+` SET state = 'retired', phase = '', ended_at = now(), updated_at = now()
-WHERE projection = $1 AND state = 'live'`, name)
-		} else {
-			bb.Queue(`UPDATE `+p.table("generations")+` SET state = 'previous', phase = '', keep_until = now() + $2, updated_at = now()
-WHERE projection = $1 AND state = 'live'`, name, b.opts.Retention)
-		}
-		bb.Queue(`UPDATE `+p.table("generations")+` SET state = 'live', phase = '', error = '', live_at = now(), updated_at = now()
-WHERE key = $1`, g.Key)
+		p.store.Generations.QueueSwitch(bb, name, g.Key, b.opts.Retention)
 		p.store.Epoch.QueueBump(bb)
 		p.store.OpLog.Queue(bb, store.OpEntry{Action: "rebuild-switch", Projection: name, Generation: g.Generation,
 			From: int64(live.Generation), To: int64(g.Generation),
@@ -148,8 +138,7 @@ WHERE key = $1`, g.Key)
 
 // setPhaseTx records the builder's phase in tx.
 func (b *builder) setPhaseTx(ctx context.Context, tx pgx.Tx, phase string) error {
-	_, err := tx.Exec(ctx, `UPDATE `+b.p.table("generations")+` SET phase = $2, updated_at = now() WHERE key = $1`, b.gen.Key, phase)
-	return err
+	return b.p.store.Generations.SetPhase(ctx, tx, b.gen.Key, phase)
 }
 
 // verify runs the checks of generation g against the live one, in tx: the
@@ -305,8 +294,7 @@ FROM `+table).Scan(&n, &sum)
 func (p *Processor) setFailed(ctx context.Context, g Generation, reason string) error {
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'failed', phase = '', error = $2, ended_at = now(), updated_at = now()
-WHERE key = $1`, g.Key, reason)
+		p.store.Generations.QueueFail(b, g.Key, reason)
 		p.store.Epoch.QueueBump(b)
 		p.store.OpLog.Queue(b, store.OpEntry{Action: "rebuild-failed", Projection: g.Projection, Generation: g.Generation,
 			To: int64(g.Generation), Reason: reason})
@@ -344,10 +332,7 @@ func (p *Processor) Rollback(ctx context.Context, projection string, opts *Actio
 			return ErrNoPrevious
 		}
 		b := &pgx.Batch{}
-		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'previous', keep_until = $3, updated_at = now()
-WHERE projection = $1 AND generation = $2`, projection, live, keep)
-		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'live', keep_until = NULL, live_at = now(), updated_at = now()
-WHERE projection = $1 AND generation = $2`, projection, prev)
+		p.store.Generations.QueueRollback(b, projection, live, prev, keep)
 		p.store.Epoch.QueueBump(b)
 		p.store.OpLog.Queue(b, store.OpEntry{Action: "rebuild-rollback", Projection: projection, Generation: prev,
 			From: int64(live), To: int64(prev), Reason: cmp.Or(o.Reason, fmt.Sprintf("generation %d live again; generation %d previous", prev, live)), Actor: o.By})
@@ -469,8 +454,7 @@ func (p *Processor) dropGeneration(ctx context.Context, r *registered, g Generat
 	deleted := map[string]int64{}
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'retired', phase = '', ended_at = coalesce(ended_at, now()), updated_at = now()
-WHERE key = $1 AND state <> 'live'`, g.Key)
+		p.store.Generations.QueueRetire(b, g.Key)
 		p.store.Epoch.QueueBump(b)
 		return tx.SendBatch(ctx, b).Close()
 	})
@@ -481,7 +465,7 @@ WHERE key = $1 AND state <> 'live'`, g.Key)
 		b := &pgx.Batch{}
 		p.store.Gate.QueueClear(b, g.Key, func(table string, n int64) { deleted[table] = n })
 		p.buf.QueueClear(b, g.Key)
-		b.Queue(`UPDATE `+p.table("generations")+` SET state = 'dropped', updated_at = now() WHERE key = $1`, g.Key)
+		p.store.Generations.QueueDropped(b, g.Key)
 		p.store.OpLog.Queue(b, store.OpEntry{Action: "rebuild-drop", Projection: g.Projection, Generation: g.Generation,
 			To: int64(g.Generation), Reason: cmp.Or(o.Reason, fmt.Sprintf("generation %d (code version %d, was %s) dropped", g.Generation, g.CodeVersion, g.State)), Actor: o.By})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {

@@ -251,3 +251,112 @@ WHERE projection = $1 AND state IN ('live', 'previous') FOR UPDATE`, projection)
 	})
 	return live, previous, keepUntil, err
 }
+
+// Next returns the number of projection's next generation: one more than
+// its last (1 when it has none).
+func (g *Generations) Next(ctx context.Context, q Querier, projection string) (int, error) {
+	var n int
+	err := q.QueryRow(ctx, `SELECT coalesce(max(generation), 0) + 1 FROM `+g.table+` WHERE projection = $1`, projection).Scan(&n)
+	return n, err
+}
+
+// Insert records generation of projection, built by code version
+// codeVersion, with gate key key and read-model schema schema, in state
+// building and phase replay, and returns its row.
+func (g *Generations) Insert(ctx context.Context, q Querier, projection string, generation, codeVersion int, key, schema string) (Generation, error) {
+	rows, err := q.Query(ctx, `INSERT INTO `+g.table+` (projection, generation, code_version, key, schema, state, phase)
+VALUES ($1, $2, $3, $4, $5, 'building', 'replay') RETURNING `+columns, projection, generation, codeVersion, key, schema)
+	if err != nil {
+		return Generation{}, err
+	}
+	return pgx.CollectExactlyOneRow(rows, scanGeneration)
+}
+
+// SetPhase records the phase of the generation with gate key key.
+func (g *Generations) SetPhase(ctx context.Context, q Querier, key, phase string) error {
+	_, err := q.Exec(ctx, `UPDATE `+g.table+` SET phase = $2, updated_at = now() WHERE key = $1`, key, phase)
+	return err
+}
+
+// RequestSwitch moves generation of projection, in catch-up, from phase
+// ready to phase requested; false when it is not in catch-up in phase
+// ready (nothing changed).
+func (g *Generations) RequestSwitch(ctx context.Context, q Querier, projection string, generation int, requested, ready string) (bool, error) {
+	tag, err := q.Exec(ctx, `UPDATE `+g.table+` SET phase = $3, updated_at = now()
+WHERE projection = $1 AND generation = $2 AND state = 'catchup' AND phase = $4`, projection, generation, requested, ready)
+	return tag.RowsAffected() > 0, err
+}
+
+// Advance records that a rebuild read the stream of the generation with
+// gate key key up to position (the source's time there: at, nil for none),
+// n more events.
+func (g *Generations) Advance(ctx context.Context, q Querier, key string, position []byte, at *time.Time, n int64) error {
+	_, err := q.Exec(ctx, `UPDATE `+g.table+`
+SET position = $2, position_time = $3, events = events + $4, updated_at = now() WHERE key = $1`, key, position, at, n)
+	return err
+}
+
+// QueueMirror queues the record of where the replay of the generation with
+// gate key key stands — position, at (nil for none), events read in all —
+// as the replay's own state says (a copy, for the operator views).
+func (g *Generations) QueueMirror(b *pgx.Batch, key string, position []byte, at *time.Time, events int64) *pgx.QueuedQuery {
+	return b.Queue(`UPDATE `+g.table+`
+SET position = $2, position_time = $3, events = $4, updated_at = now() WHERE key = $1`, key, position, at, events)
+}
+
+// QueueFinalize queues the move of the generation with gate key key, whose
+// replay ended at position (at, events as in QueueMirror), to catch-up.
+func (g *Generations) QueueFinalize(b *pgx.Batch, key string, position []byte, at *time.Time, events int64) *pgx.QueuedQuery {
+	return b.Queue(`UPDATE `+g.table+`
+SET state = 'catchup', phase = 'catch-up', position = $2, position_time = $3, events = $4, updated_at = now() WHERE key = $1`,
+		key, position, at, events)
+}
+
+// QueueSwitch queues the switch of the generation with gate key key in as
+// projection's live generation: its previous generation is retired, and
+// its live one becomes previous, fed for retention more (retired at once
+// when retention is negative). Three statements, in that order, the new
+// one's last.
+func (g *Generations) QueueSwitch(b *pgx.Batch, projection, key string, retention time.Duration) {
+	b.Queue(`UPDATE `+g.table+` SET state = 'retired', phase = '', ended_at = now(), updated_at = now()
+WHERE projection = $1 AND state = 'previous'`, projection)
+	if retention < 0 {
+		b.Queue(`UPDATE `+g.table+` SET state = 'retired', phase = '', ended_at = now(), updated_at = now()
+WHERE projection = $1 AND state = 'live'`, projection)
+	} else {
+		b.Queue(`UPDATE `+g.table+` SET state = 'previous', phase = '', keep_until = now() + $2, updated_at = now()
+WHERE projection = $1 AND state = 'live'`, projection, retention)
+	}
+	b.Queue(`UPDATE `+g.table+` SET state = 'live', phase = '', error = '', live_at = now(), updated_at = now()
+WHERE key = $1`, key)
+}
+
+// QueueFail queues the move of the generation with gate key key to failed,
+// for reason.
+func (g *Generations) QueueFail(b *pgx.Batch, key, reason string) *pgx.QueuedQuery {
+	return b.Queue(`UPDATE `+g.table+` SET state = 'failed', phase = '', error = $2, ended_at = now(), updated_at = now()
+WHERE key = $1`, key, reason)
+}
+
+// QueueRollback queues the rollback of projection: its live generation
+// becomes previous, fed until keepUntil (nil: no end), and its previous
+// generation live again. Two statements, in that order.
+func (g *Generations) QueueRollback(b *pgx.Batch, projection string, live, previous int, keepUntil *time.Time) {
+	b.Queue(`UPDATE `+g.table+` SET state = 'previous', keep_until = $3, updated_at = now()
+WHERE projection = $1 AND generation = $2`, projection, live, keepUntil)
+	b.Queue(`UPDATE `+g.table+` SET state = 'live', keep_until = NULL, live_at = now(), updated_at = now()
+WHERE projection = $1 AND generation = $2`, projection, previous)
+}
+
+// QueueRetire queues the retirement of the generation with gate key key,
+// unless it is live: nobody feeds it any more.
+func (g *Generations) QueueRetire(b *pgx.Batch, key string) *pgx.QueuedQuery {
+	return b.Queue(`UPDATE `+g.table+` SET state = 'retired', phase = '', ended_at = coalesce(ended_at, now()), updated_at = now()
+WHERE key = $1 AND state <> 'live'`, key)
+}
+
+// QueueDropped queues the record that the tables and gate rows of the
+// generation with gate key key are gone.
+func (g *Generations) QueueDropped(b *pgx.Batch, key string) *pgx.QueuedQuery {
+	return b.Queue(`UPDATE `+g.table+` SET state = 'dropped', updated_at = now() WHERE key = $1`, key)
+}
