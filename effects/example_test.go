@@ -33,7 +33,7 @@ func (s shipped) Apply(ctx context.Context, tx *projection.Tx, e aggregate.Event
 // e-mail service that dedupes by Idempotency-Key. The shipment is delivered
 // three times, twice at once: one intent, one e-mail.
 func Example() {
-	db, cleanup := projectiontest.OpenDB() // a fresh schema with inorder's migrations (yours: your pool)
+	db, cleanup := projectiontest.OpenDB() // a fresh schema for the example (yours: your pool)
 	defer cleanup()
 	ctx := context.Background()
 	if _, err := effects.MigrateRiver(ctx, db.Pool, &effects.RiverMigrateOptions{Schema: db.Schema}); err != nil {
@@ -77,6 +77,9 @@ func Example() {
 	}
 	proc, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema}, shipped{fx})
 	if err != nil {
+		panic(err)
+	}
+	if err := proc.Setup(ctx); err != nil { // inorder's migrations (River's are MigrateRiver's)
 		panic(err)
 	}
 

@@ -1,5 +1,9 @@
 // Package migrations holds inorder's database schema as numbered SQL files
-// embedded in the binary, and a strict migrator that applies them.
+// embedded in the binary, and a strict migrator that applies them. A
+// program embedding inorder need not call it: projection.Processor.Setup
+// applies the pending migrations before the projections' own setup. It is
+// for what an operator decides: a dry run, the status, forcing an offline
+// migration, a rollback (the inorder migrate command).
 //
 // Files live in sql/ and are named NNN_name.up.sql and NNN_name.down.sql.
 // Versions start at 1 and have no gaps or duplicates, and every up

@@ -13,8 +13,8 @@ import (
 	"github.com/inorder/inorder/migrations"
 )
 
-// Migrate a database to the schema this binary expects, as a worker does on
-// startup.
+// Migrate a database to the schema this binary expects, as inorder migrate
+// does (and projection.Processor.Setup, before the projections' setup).
 func Example() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))

@@ -16,6 +16,18 @@
 //
 // Optional [Setuper] and [Resetter] create and empty the read model.
 //
+// # Setup
+//
+// [Processor.Setup] is the one call a program makes before Process, in
+// every process at start-up: it applies inorder's pending migrations to
+// [Config].Schema (package migrations; the schema is created if missing),
+// then runs every [Setuper]'s Setup. Concurrent calls are serialised, and a
+// call on a migrated schema only checks it. A pending offline migration is
+// refused while other inorder workers of the schema are connected (an
+// error wrapping migrations.ErrWorkersConnected, nothing applied). A dry
+// run, or forcing an offline migration, is for package migrations or the
+// inorder migrate command, before Setup.
+//
 // # The gate
 //
 // For each (projection, aggregate) the processor keeps the last applied

@@ -16,8 +16,7 @@ import (
 // the stream had been applied in order, once.
 func Example() {
 	ctx := context.Background()
-	// A fresh schema with inorder's tables (in production: your pool, after
-	// migrations.New(pool, nil).Migrate(ctx)).
+	// A fresh schema for the example (in production: your pool).
 	db, cleanup := projectiontest.OpenDB()
 	defer cleanup()
 
@@ -25,7 +24,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := proc.Setup(ctx); err != nil { // the ledger's tables
+	if err := proc.Setup(ctx); err != nil { // inorder's migrations, then the ledger's tables
 		log.Fatal(err)
 	}
 

@@ -295,11 +295,36 @@ func (p *Processor) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Setup runs Setup of every projection that implements Setuper, in one
-// transaction. Concurrent calls, from any number of processes, are
-// serialised by an advisory lock: CREATE TABLE IF NOT EXISTS run at the same
-// time by two transactions fails in one of them.
+// Setup prepares the database for the processor, so that it is the one
+// call needed before Process: it applies inorder's pending migrations to
+// [Config].Schema, creating the schema if it is missing (as
+// [migrations.Migrator.Migrate] does), then runs Setup of every projection
+// that implements [Setuper], in one transaction. It is idempotent and safe
+// to call from any number of processes at once.
+//
+// Migrating holds the migrator's advisory lock on the schema, so concurrent
+// calls apply each migration once: the others wait, then find nothing to
+// do. On a schema with every migration applied, Setup only reads its
+// tracking table: it takes no migration lock and needs no CREATE privilege
+// on inorder's schema. A pending offline migration is not applied while
+// other inorder workers of the schema are connected: Setup then returns an
+// error wrapping [migrations.ErrWorkersConnected] (an
+// [*migrations.OfflineError] naming the workers), applies nothing and runs
+// no projection's Setup; stop the workers, or apply the migration with
+// [migrations.Options].Force (inorder migrate --force), and call Setup
+// again. A schema a newer release migrated fails with an error wrapping
+// [migrations.ErrUnknownVersion], unless that release recorded its
+// migrations as online (a rolling upgrade). Dry runs, forced and
+// transactional migrations are package migrations' own (or the inorder
+// migrate command's), run before Setup.
+//
+// The projections' Setup calls are serialised by an advisory lock too:
+// CREATE TABLE IF NOT EXISTS run at the same time by two transactions fails
+// in one of them.
 func (p *Processor) Setup(ctx context.Context) error {
+	if err := p.migrate(ctx); err != nil {
+		return err
+	}
 	return pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('inorder.setup', 0))`); err != nil {
 			return fmt.Errorf("projection: setup lock: %w", err)
@@ -313,6 +338,38 @@ func (p *Processor) Setup(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// migrate applies inorder's pending migrations to the processor's schema;
+// when there are none, it only reads the migrations' status.
+func (p *Processor) migrate(ctx context.Context) error {
+	m, err := migrations.New(p.pool, &migrations.Options{Schema: p.cfg.Schema, Logger: p.log})
+	if err != nil {
+		return fmt.Errorf("projection: setup: %w", err)
+	}
+	status, err := m.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("projection: setup: %w", err)
+	}
+	if migrated(status) {
+		return nil
+	}
+	if _, err := m.Migrate(ctx); err != nil {
+		return fmt.Errorf("projection: setup: migrate schema %s: %w", p.cfg.Schema, err)
+	}
+	return nil
+}
+
+// migrated reports whether status shows every migration of this binary
+// applied and none unknown to it but those a newer release recorded as
+// online: what Migrate would find nothing to do on.
+func migrated(status []migrations.Status) bool {
+	for _, s := range status {
+		if !s.Applied || s.Unknown && !s.Online {
+			return false
+		}
+	}
+	return true
 }
 
 // acceptedTypes returns the union of the projections' types, sorted, when

@@ -27,7 +27,6 @@ import (
 	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/internal/pglocal"
 	"github.com/inorder/inorder/metrics"
-	"github.com/inorder/inorder/migrations"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/esdb/esdbtest"
 )
@@ -370,21 +369,14 @@ func (d *demoRun) database(ctx context.Context) error {
 	if err := d.resetSchema(ctx); err != nil {
 		return err
 	}
-	m, err := migrations.New(pool, &migrations.Options{Schema: d.o.Schema, Logger: d.logger})
-	if err != nil {
-		return err
-	}
-	if _, err := m.Migrate(ctx); err != nil {
-		return fmt.Errorf("demo: migrate: %w", err)
-	}
 	var closeMetrics func()
 	dbo := &clikit.DBOptions{URL: base, Schema: d.o.Schema}
 	if d.proc, d.metrics, closeMetrics, err = clikit.InstrumentedProcessor(ctx, pool, dbo, d.a.ProcessorConfig(), d.a.Projections(), clikit.ReadBuild(""), true, d.logger); err != nil {
 		return err
 	}
 	d.cleanup = append(d.cleanup, closeMetrics)
-	if err := d.proc.Setup(ctx); err != nil {
-		return fmt.Errorf("demo: create the read model: %w", err)
+	if err := d.proc.Setup(ctx); err != nil { // inorder's migrations, then the read model
+		return fmt.Errorf("demo: migrate and create the read model: %w", err)
 	}
 	if err := d.startEffects(ctx); err != nil {
 		return err

@@ -18,11 +18,18 @@ import (
 // transaction of its own writes, and a worker feeds a projection from it.
 func Example() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL")) // migrated: 'inorder migrate'
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer pool.Close()
+	proc, err := projection.New(pool, &projection.Config{Schema: "inorder"}, ledger.New(nil))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := proc.Setup(ctx); err != nil { // inorder's tables, the events table among them, and the ledger's
+		log.Fatal(err)
+	}
 
 	// The writer: the state change and its events commit together.
 	w := pgtable.NewWriter("inorder", nil)
@@ -40,10 +47,6 @@ func Example() {
 
 	// The worker: any number of processes with the same Name share the
 	// table's partitions.
-	proc, err := projection.New(pool, &projection.Config{Schema: "inorder"}, ledger.New(nil))
-	if err != nil {
-		log.Fatal(err)
-	}
 	src, err := pgtable.New(&pgtable.Config{Pool: pool, Processor: proc, Name: "payments"})
 	if err != nil {
 		log.Fatal(err)
