@@ -39,11 +39,16 @@ var benchPayments = flag.Int("nats.payments", 5000, "BenchmarkNATS: payments (ev
 //   - processor: Processor.Process alone, 4 goroutines;
 //   - nats-1: one Source, 4 workers;
 //   - nats-3: three Sources on one durable consumer (as three processes
-//     would be: each its own processor and connection), 2 workers each.
+//     would be: each its own processor and connection), 2 workers each;
+//   - nats-3-parted: three Sources as nats-3, each on a durable consumer of
+//     its own that filters one of three partitions of a stream whose
+//     subject transform adds partition(3) of the aggregate token: an
+//     aggregate has one reader, as a Kafka partition gives (the deployment
+//     docs/nats.md recommends to scale out).
 //
 // It reports each variant's events/s (median over the rounds) and the
 // median ratio to the processor alone in the same round (target ≥ 0.7×),
-// and nats-3 to nats-1.
+// and nats-3 and nats-3-parted to nats-1.
 //
 //	go test -run '^$' -bench BenchmarkNATS -benchtime 3x -v ./source/nats/
 func BenchmarkNATS(b *testing.B) {
@@ -66,16 +71,30 @@ func BenchmarkNATS(b *testing.B) {
 	for _, sh := range shapes {
 		_, err := js.CreateStream(b.Context(), jetstream.StreamConfig{Name: sh.name, Subjects: []string{sh.name + ".>"}, Storage: jetstream.FileStorage})
 		require.NoError(b, err)
+		// The same messages on a partitioned stream: "<name>p.<aggregate>"
+		// is stored as "<name>p.<partition>.<aggregate>".
+		parted := sh.name + "p"
+		_, err = js.CreateStream(b.Context(), jetstream.StreamConfig{
+			Name: parted, Subjects: []string{parted + ".*"}, Storage: jetstream.FileStorage,
+			SubjectTransform: &jetstream.SubjectTransformConfig{Source: parted + ".*", Destination: parted + ".{{partition(3,1)}}.{{wildcard(1)}}"},
+		})
+		require.NoError(b, err)
 		for i, e := range sh.stream {
-			m, err := nats.NewMsg(sh.name+"."+e.Aggregate, e)
-			require.NoError(b, err)
-			m.Header.Set("Event-Id", e.StableID())
+			var copyID string
 			if sh.copies && i >= len(events) {
-				m.Header.Set(natsc.MsgIdHdr, uuid.NewString())
+				copyID = uuid.NewString()
 			}
-			_, err = js.PublishMsgAsync(m)
-			require.NoError(b, err)
-			if i%4000 == 3999 {
+			for _, stream := range []string{sh.name, parted} {
+				m, err := nats.NewMsg(stream+"."+e.Aggregate, e)
+				require.NoError(b, err)
+				m.Header.Set("Event-Id", e.StableID())
+				if copyID != "" {
+					m.Header.Set(natsc.MsgIdHdr, copyID)
+				}
+				_, err = js.PublishMsgAsync(m)
+				require.NoError(b, err)
+			}
+			if i%2000 == 1999 {
 				<-js.PublishAsyncComplete()
 			}
 		}
@@ -84,9 +103,11 @@ func BenchmarkNATS(b *testing.B) {
 		case <-time.After(waitTimeout):
 			b.Fatal("publishes not acknowledged")
 		}
-		info, err := js.Stream(b.Context(), sh.name)
-		require.NoError(b, err)
-		require.EqualValues(b, len(sh.stream), info.CachedInfo().State.Msgs, "every message stored")
+		for _, stream := range []string{sh.name, parted} {
+			info, err := js.Stream(b.Context(), stream)
+			require.NoError(b, err)
+			require.EqualValues(b, len(sh.stream), info.CachedInfo().State.Msgs, "every message stored in %s", stream)
+		}
 	}
 	n := len(events)
 	processorRun := func(b *testing.B, stream []aggregate.Event) time.Duration {
@@ -113,7 +134,9 @@ func BenchmarkNATS(b *testing.B) {
 		return took
 	}
 	round := 0
-	sourceRun := func(b *testing.B, stream string, consumers, workers int) time.Duration {
+	// sourceRun runs consumers Sources on stream, on one durable consumer,
+	// or, parted, each on its own partition's.
+	sourceRun := func(b *testing.B, stream string, consumers, workers int, parted bool) time.Duration {
 		bs := setup(b)
 		procs := []*projection.Processor{bs.proc}
 		for len(procs) < consumers {
@@ -124,11 +147,16 @@ func BenchmarkNATS(b *testing.B) {
 		consumer := fmt.Sprintf("bench-%s-%d-%d", stream, consumers, round)
 		began := time.Now()
 		var rs []*running
-		for _, p := range procs {
-			rs = append(rs, start(b, nats.Config{
+		for i, p := range procs {
+			cfg := nats.Config{
 				URL: srv.URL(), Stream: stream, Consumer: consumer, Processor: p, Mapping: nats.Mapping{ID: "header:Event-Id"},
 				Workers: workers, BatchSize: batchSize, MaxWait: 20 * time.Millisecond, LagEvery: -1,
-			}))
+			}
+			if parted {
+				cfg.Consumer = fmt.Sprintf("%s-p%d", consumer, i)
+				cfg.Subjects = []string{fmt.Sprintf("%s.%d.*", stream, i)}
+			}
+			rs = append(rs, start(b, cfg))
 		}
 		waitFor(b, ticks(b, 5*time.Millisecond), applied(n, procs...), "every event applied")
 		took := time.Since(began)
@@ -148,8 +176,9 @@ func BenchmarkNATS(b *testing.B) {
 				run  func() time.Duration
 			}{
 				{"processor", func() time.Duration { return processorRun(b, sh.stream) }},
-				{"nats-1", func() time.Duration { return sourceRun(b, sh.name, 1, 4) }},
-				{"nats-3", func() time.Duration { return sourceRun(b, sh.name, 3, 2) }},
+				{"nats-1", func() time.Duration { return sourceRun(b, sh.name, 1, 4, false) }},
+				{"nats-3", func() time.Duration { return sourceRun(b, sh.name, 3, 2, false) }},
+				{"nats-3-parted", func() time.Duration { return sourceRun(b, sh.name+"p", 3, 2, true) }},
 			} {
 				took := v.run()
 				key := sh.name + "/" + v.name
@@ -176,12 +205,14 @@ func BenchmarkNATS(b *testing.B) {
 		return median(rs)
 	}
 	for _, sh := range shapes {
-		for _, v := range []string{"processor", "nats-1", "nats-3"} {
+		for _, v := range []string{"processor", "nats-1", "nats-3", "nats-3-parted"} {
 			b.ReportMetric(median(rates[sh.name+"/"+v]), sh.name+"/"+v+"-events/s")
 		}
 		b.ReportMetric(ratio(sh.name+"/nats-1", sh.name+"/processor"), sh.name+"/nats-1/processor")
 		b.ReportMetric(ratio(sh.name+"/nats-3", sh.name+"/processor"), sh.name+"/nats-3/processor")
 		b.ReportMetric(ratio(sh.name+"/nats-3", sh.name+"/nats-1"), sh.name+"/nats-3/nats-1")
+		b.ReportMetric(ratio(sh.name+"/nats-3-parted", sh.name+"/processor"), sh.name+"/nats-3-parted/processor")
+		b.ReportMetric(ratio(sh.name+"/nats-3-parted", sh.name+"/nats-1"), sh.name+"/nats-3-parted/nats-1")
 	}
 	b.ReportMetric(0, "ns/op")
 }
