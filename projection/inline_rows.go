@@ -1,6 +1,9 @@
 package projection
 
-import "sync"
+import (
+	"cmp"
+	"sync"
+)
 
 // This file holds what a processor remembers of the inline rows its own
 // commits wrote: that they exist, and where they stood after its last
@@ -41,9 +44,9 @@ type rowState struct {
 	clean   bool  // the last commit left it at version, unmarked
 }
 
-// rowCacheSize bounds the aggregates a processor remembers: at the bound it
-// forgets them all (about 100 bytes each).
-const rowCacheSize = 1 << 17
+// DefaultRowCache is Config.RowCache's default: the aggregates whose
+// inline rows a processor remembers (about 100 bytes each, 13 MB).
+const DefaultRowCache = 1 << 17
 
 // rowNews is what one committed attempt tells the cache (see rowUpdates):
 // for the k-th aggregate of aggs, its news for the projection of index i is
@@ -69,14 +72,18 @@ const (
 
 // update records what a committed attempt at a batch of epoch did to its
 // aggregates aggs: news from its plans, or, when it has none (careful
-// mode), that aggs are not to be guessed. n is the processor's projections.
-func (c *rowCache) update(epoch int64, aggs []string, news rowNews, n int) {
-	if epoch == 0 {
+// mode), that aggs are not to be guessed. n is the processor's projections;
+// bound the aggregates remembered (Config.RowCache: 0 the default,
+// negative none): at the bound the memory forgets them all and starts
+// again, and the rows it forgot are read back as batches meet them.
+func (c *rowCache) update(epoch int64, aggs []string, news rowNews, n, bound int) {
+	if epoch == 0 || bound < 0 {
 		return
 	}
+	bound = cmp.Or(bound, DefaultRowCache)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.m == nil || epoch != c.epoch || len(c.m)+len(aggs) > rowCacheSize {
+	if c.m == nil || epoch != c.epoch || len(c.m)+len(aggs) > bound {
 		c.m, c.epoch = make(map[string][]rowState, len(aggs)), epoch
 	}
 	var backing []rowState // of the aggregates not remembered yet

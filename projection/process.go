@@ -244,7 +244,7 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 		if err == nil {
 			p.committed(m, out, contended)
 			if p.hasInline() {
-				p.rows.update(bt.epoch, bt.aggs, out.rows, len(p.projs))
+				p.rows.update(bt.epoch, bt.aggs, out.rows, len(p.projs), p.cfg.RowCache)
 			}
 			bt.summarize()
 			return nil

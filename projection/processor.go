@@ -82,6 +82,17 @@ type Config struct {
 	// no tracing.
 	TracerProvider trace.TracerProvider
 
+	// RowCache bounds the aggregates whose inline rows (Inline
+	// projections) the processor remembers between batches: that a commit
+	// of its own wrote the row, and the version it left it at. What it
+	// remembers lets an in-order batch skip reading its rows; it is a
+	// guess each transaction checks, never trusted. At the bound it forgets
+	// them all and reads rows back as batches meet them again: memory stays
+	// bounded (about 100 bytes an aggregate) whatever the number of
+	// aggregates, at the cost of one read per forgotten row. Default
+	// DefaultRowCache (131,072); negative remembers nothing.
+	RowCache int
+
 	// OnBatch, if set, is called at the end of every Process call (rebuild
 	// batches included), committed or not, from the goroutine that called
 	// Process. It must be fast and must not block: it is how metrics observe
