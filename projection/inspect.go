@@ -89,9 +89,6 @@ func (p *Processor) checkFilter(opts ListOptions) error {
 	return nil
 }
 
-// table returns the qualified name of one of inorder's tables.
-func (p *Processor) table(name string) string { return pgx.Identifier{p.cfg.Schema, name}.Sanitize() }
-
 // StatusOptions configures Processor.Status. A nil *StatusOptions is valid.
 type StatusOptions struct {
 	// NoTotals leaves ProjectionStatus.Aggregates and Events at zero: they

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/inorder/inorder/projection/internal/store"
 )
 
 // This file holds the sources table: how each source's workers map their
@@ -45,10 +45,7 @@ func (p *Processor) RecordSource(ctx context.Context, s SourceInfo) error {
 	if len(mapping) == 0 {
 		mapping = json.RawMessage(`{}`)
 	}
-	_, err := p.pool.Exec(ctx, `INSERT INTO `+p.table("sources")+` (name, kind, mapping, host, started_at)
-VALUES ($1, $2, $3, $4, now())
-ON CONFLICT (name) DO UPDATE SET kind = EXCLUDED.kind, mapping = EXCLUDED.mapping, host = EXCLUDED.host,
-  started_at = EXCLUDED.started_at`, s.Name, s.Kind, string(mapping), s.Host)
+	err := p.store.Sources.Record(ctx, p.pool, store.Source{Name: s.Name, Kind: s.Kind, Mapping: string(mapping), Host: s.Host})
 	if err != nil {
 		return fmt.Errorf("projection: record source %s: %w", s.Name, err)
 	}
@@ -58,20 +55,13 @@ ON CONFLICT (name) DO UPDATE SET kind = EXCLUDED.kind, mapping = EXCLUDED.mappin
 // Sources lists the sources recorded in the schema (RecordSource), by name;
 // kind, when set, keeps only the sources of that kind.
 func (p *Processor) Sources(ctx context.Context, kind string) ([]SourceInfo, error) {
-	rows, err := p.pool.Query(ctx, `SELECT name, kind, mapping::text, host, started_at FROM `+p.table("sources")+`
-WHERE $1 = '' OR kind = $1 ORDER BY name COLLATE "C"`, kind)
+	rows, err := p.store.Sources.List(ctx, p.pool, kind)
 	if err != nil {
 		return nil, fmt.Errorf("projection: list sources: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (SourceInfo, error) {
-		var s SourceInfo
-		var mapping string
-		err := row.Scan(&s.Name, &s.Kind, &mapping, &s.Host, &s.StartedAt)
-		s.Mapping = json.RawMessage(mapping)
-		return s, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("projection: list sources: %w", err)
+	out := make([]SourceInfo, len(rows))
+	for i, r := range rows {
+		out[i] = SourceInfo{Name: r.Name, Kind: r.Kind, Mapping: json.RawMessage(r.Mapping), Host: r.Host, StartedAt: r.StartedAt}
 	}
-	return nonNil(out), nil
+	return out, nil
 }

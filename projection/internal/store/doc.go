@@ -1,10 +1,10 @@
 // Package store owns the statements on inorder's gate tables: every SQL
 // statement the projection package runs on versions, applied, applied_log,
-// quarantine, conflicts, rejected, checkpoints, operator_log, generations
-// and generation_epoch, and the advisory locks, is in this package, one file
-// per table (versions.go, applied.go, quarantine.go, conflicts.go,
+// quarantine, conflicts, rejected, checkpoints, operator_log, generations,
+// generation_epoch and sources, and the advisory locks, is in this package,
+// one file per table (versions.go, applied.go, quarantine.go, conflicts.go,
 // rejected.go, checkpoints.go, oplog.go, generations.go, epoch.go,
-// locks.go), and nowhere else; a few statements read several tables at once
+// sources.go, locks.go), and nowhere else; a few statements read several tables at once
 // (status.go, versionviews.go, seed.go, tables.go; generations.go's view of
 // the fed generations reads the epoch with them, and its statement that
 // records first generations moves the epoch). The parked table is package

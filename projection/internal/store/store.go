@@ -35,6 +35,8 @@ type Store struct {
 	Epoch Epoch
 	// Generations is the generations table (generations.go).
 	Generations Generations
+	// Sources is the sources table (sources.go).
+	Sources Sources
 
 	projectionCounts string // status.go
 }
@@ -53,6 +55,7 @@ func New(schema string) *Store {
 		Rejected:    newRejected(t),
 		Epoch:       newEpoch(t),
 		Generations: newGenerations(t),
+		Sources:     newSources(t),
 
 		projectionCounts: projectionCounts(t),
 	}
