@@ -337,11 +337,9 @@ func (c *rebuildCmd) inPlace(ctx context.Context, o *rebuildOptions) error {
 	bar := clikit.NewPositionBar(con, "rebuild "+o.Projection, func() float64 { return r.Progress().Fraction })
 	con.Printf([]any{"projection", o.Projection}, "rebuilding %s in place: waiting for the projection's lock (live workers pause)", o.Projection)
 	start := time.Now()
-	var events int64
-	err = proc.Rebuild(ctx, o.Projection, r.Replay, &projection.RebuildOptions{By: cmp.Or(o.By, c.a.actor()), Progress: func(p projection.RebuildProgress) {
-		events = p.Events
-		bar.Update(p.Events)
-	}})
+	res, err := proc.Build(ctx, o.Projection, &projection.BuildOptions{InPlace: true, Replay: r.Replay, By: cmp.Or(o.By, c.a.actor()),
+		Progress: func(p projection.BuildProgress) { bar.Update(p.Events) }})
+	events := res.Events
 	bar.Finish(events)
 	if err != nil {
 		return err

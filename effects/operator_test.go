@@ -156,7 +156,8 @@ func TestRebuildDoesNotResend(t *testing.T) {
 		}
 		return nil
 	}
-	require.NoError(t, b.proc.Rebuild(ctx, "notifier", replay, nil))
+	_, err := b.proc.Build(ctx, "notifier", &projection.BuildOptions{InPlace: true, Replay: replay})
+	require.NoError(t, err)
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM fx_model`), "the read model was rebuilt")
 	require.Equal(t, len(es), b.count(t, `SELECT count(*) FROM effects`), "no intent recorded again")
 	require.Equal(t, jobs, b.count(t, `SELECT count(*) FROM river_job`), "no job enqueued")
@@ -164,7 +165,8 @@ func TestRebuildDoesNotResend(t *testing.T) {
 
 	// The opt-in: a salt gives every fact a new key.
 	b.notifier.salt = "resend-1"
-	require.NoError(t, b.proc.Rebuild(ctx, "notifier", replay, nil))
+	_, err = b.proc.Build(ctx, "notifier", &projection.BuildOptions{InPlace: true, Replay: replay})
+	require.NoError(t, err)
 	require.Equal(t, 2*len(es), b.count(t, `SELECT count(*) FROM effects`))
 	b.waitAllDone(t)
 	calls := b.idem.callsByKey()
@@ -175,7 +177,8 @@ func TestRebuildDoesNotResend(t *testing.T) {
 		require.Equal(t, 1, calls[keyOf(kindNotify, e)])
 	}
 	// And a second rebuild with the same salt sends nothing more.
-	require.NoError(t, b.proc.Rebuild(ctx, "notifier", replay, nil))
+	_, err = b.proc.Build(ctx, "notifier", &projection.BuildOptions{InPlace: true, Replay: replay})
+	require.NoError(t, err)
 	require.Equal(t, 2*len(es), b.count(t, `SELECT count(*) FROM effects`))
 
 	res := b.process(t, es[0])

@@ -15,8 +15,9 @@ import (
 	"github.com/inorder/inorder/projection/internal/store"
 )
 
-// This file holds side-by-side rebuilds: Build and the steps of the
-// generation it builds — create or resume it, replay (buildreplay.go,
+// This file holds side-by-side rebuilds: Build (whose in-place mode,
+// BuildOptions.InPlace, is in rebuild.go) and the steps of the generation
+// it builds — create or resume it, replay (buildreplay.go,
 // buildfinalize.go), catch up, verify and switch (switch.go). buildlock.go
 // has the build lock, buildprogress.go the phases and progress reports.
 
@@ -53,7 +54,8 @@ const (
 	DefaultVerifyTimeout = time.Minute
 )
 
-// Errors of side-by-side rebuilds.
+// Errors of side-by-side rebuilds (Build without BuildOptions.InPlace;
+// ErrNotResettable is the in-place mode's).
 var (
 	// ErrBuildInProgress reports a Build of a projection that another
 	// process (or goroutine) is building, when BuildOptions.Wait is false.
@@ -86,10 +88,28 @@ func (e *VerificationError) Error() string {
 	return fmt.Sprintf("projection %s: generation %d failed verification: %s", e.Projection, e.Generation, strings.Join(e.Problems, "; "))
 }
 
-// BuildOptions configures Processor.Build. Stream is required.
+// BuildOptions configures Processor.Build. Stream is required side by
+// side, Replay in place (InPlace).
+//
+// In place, Build uses Replay, Total, By and Progress only.
 type BuildOptions struct {
-	// Stream is the source's history. Required.
+	// InPlace rebuilds the live generation in place instead of building a
+	// new one side by side: its read model and gate state are emptied and
+	// the stream replayed into them through the gate, while the
+	// projection's live workers pause (see Processor.Build, In place).
+	InPlace bool
+
+	// Stream is the source's history, read side by side. Required unless
+	// InPlace.
 	Stream Stream
+
+	// Replay is the source's history, replayed in place. Required with
+	// InPlace.
+	Replay Replay
+
+	// Total, if positive, is the number of events Replay will emit, in
+	// place: it makes BuildProgress.Fraction and ETA available there.
+	Total int64
 
 	// BatchSize is how many events the replay applies per transaction (and
 	// per BatchHandler call): at least that many, the stream's batches
@@ -151,11 +171,15 @@ type BuildOptions struct {
 	// Progress, if set, is called after every replay transaction and
 	// catch-up batch, at every phase change, and with notes (waiting for
 	// another build, verification retries), from the goroutine that called
-	// Build.
+	// Build. In place, it is called after each batch Replay emits (one
+	// call at a time), from the goroutine that called emit.
 	Progress func(BuildProgress)
 }
 
-// BuildProgress reports a side-by-side rebuild's progress.
+// BuildProgress reports a rebuild's progress. In place, Generation is the
+// live generation, Phase PhaseReplay throughout, Events and PhaseEvents
+// count the events emitted (duplicates included) and Elapsed runs from
+// the replay's start; Position and Note are not set.
 type BuildProgress struct {
 	Projection string
 	Generation int
@@ -169,8 +193,9 @@ type BuildProgress struct {
 	Elapsed     time.Duration
 	Rate        float64
 	// Fraction is how far the phase's current read of the stream is, from
-	// 0 to 1, when the Stream tells (StreamProgress); else -1. ETA
-	// estimates the time left to the end of that read from it.
+	// 0 to 1, when the Stream tells (StreamProgress) — in place, Events
+	// of BuildOptions.Total when it is set —; else -1. ETA estimates the
+	// time left to the end of that read from it.
 	Fraction float64
 	ETA      time.Duration
 	// Position is the last position applied.
@@ -179,14 +204,17 @@ type BuildProgress struct {
 	Note string
 }
 
-// BuildResult reports a side-by-side rebuild.
+// BuildResult reports a rebuild.
 type BuildResult struct {
 	Projection string
-	// Generation is the generation built; Previous the one that was live.
+	// Generation is the generation built; Previous the one that was live
+	// (side by side; in place, Generation is the live generation, rebuilt,
+	// and Previous is 0).
 	Generation  int
 	Previous    int
 	CodeVersion int
-	// Events counts the events the rebuild read (this run only).
+	// Events counts the events the rebuild read (this run only); in
+	// place, those Replay emitted.
 	Events int64
 	// Resumed is true when the run continued a rebuild that had stopped.
 	Resumed bool
@@ -197,7 +225,10 @@ type BuildResult struct {
 	Elapsed time.Duration
 }
 
-// Build rebuilds a projection side by side: it builds a new generation —
+// Build rebuilds a projection: side by side, or in place with
+// BuildOptions.InPlace (see In place below).
+//
+// Side by side, it builds a new generation —
 // its own read-model tables in a schema of its own, its own gate state —
 // from the whole stream while the live generation keeps serving and being
 // fed, checks it, and switches it in with one transaction. See the package
@@ -255,7 +286,37 @@ type BuildResult struct {
 //
 // The projection's SQL must use unqualified table names (the generation's
 // schema comes first on the search_path); else ErrNoSchema.
+//
+// # In place
+//
+// With BuildOptions.InPlace, Build rebuilds the live generation from
+// scratch instead: it empties its read model and gate state and replays
+// the whole stream (BuildOptions.Replay) into it.
+//
+// While it runs, it holds the projection's rebuild lock — a session
+// advisory lock on a dedicated pool connection — that every Process
+// transaction and operator action of the projection takes in shared mode:
+// live workers of the projection, in every process, pause until the rebuild
+// ends (a batch that also feeds other projections pauses with it). It
+// first waits for the transactions in flight to finish. The pool needs two
+// connections beyond those the paused workers hold.
+//
+// In one transaction, it deletes the projection's version rows, applied
+// log, parked and quarantined events and conflicts, calls its Resetter (the
+// projection must implement it; else ErrNotResettable) and records
+// "rebuild-start" in the operator log. It then runs the replay, whose
+// batches go through the gate of this projection only, and records
+// "rebuild-done". The lock is released on return, also on error.
+//
+// A rebuild in place that fails or is killed half-way leaves the
+// projection partly rebuilt; run it again: it always starts over from
+// scratch. Readers see the read model half built meanwhile; the errors
+// of side-by-side rebuilds (ErrBuildInProgress, ErrNoSchema,
+// *VerificationError…) do not apply.
 func (p *Processor) Build(ctx context.Context, projection string, opts *BuildOptions) (BuildResult, error) {
+	if opts != nil && opts.InPlace {
+		return p.inPlace(ctx, projection, opts)
+	}
 	r, ok := p.byName[projection]
 	if !ok {
 		return BuildResult{}, fmt.Errorf("%w: %q", ErrUnknownProjection, projection)

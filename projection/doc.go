@@ -174,8 +174,9 @@
 //
 // # Rebuild in place
 //
-// [Processor.Rebuild] empties a projection's live generation — read model
-// and gate state — and replays the stream from the start through the same
+// [Processor.Build] with [BuildOptions].InPlace empties a projection's live
+// generation — read model and gate state — and replays the stream
+// ([BuildOptions].Replay, a [Replay]) from the start through the same
 // gate. Live workers of that projection pause meanwhile: every transaction
 // takes the projection's shared advisory lock, and the rebuild holds the
 // exclusive one. A rebuild that dies half-way is simply run again.

@@ -275,9 +275,9 @@ func TestInlineRowsWritten(t *testing.T) {
 
 	// A rebuild that replays nothing empties the read model: x starts over,
 	// and its versions 5 and 6 wait for the rest.
-	require.NoError(t, proc.Rebuild(ctx, "order-log", func(context.Context, func(context.Context, []aggregate.Event) error) error {
+	require.NoError(t, rbInPlace(ctx, proc, "order-log", func(context.Context, func(context.Context, []aggregate.Event) error) error {
 		return nil
-	}, nil))
+	}))
 	require.Equal(t, []projection.Outcome{P, P}, process(other, ev("x", 5), ev("x", 6)))
 	require.Equal(t, []projection.Outcome{A, A, A, A}, process(other, ev("x", 1), ev("x", 2), ev("x", 3), ev("x", 4)))
 	var applied string

@@ -14,64 +14,39 @@ import (
 	"github.com/inorder/inorder/projection/internal/store"
 )
 
-// ErrNotResettable reports a rebuild of a projection that does not implement
-// Resetter.
+// ErrNotResettable reports an in-place rebuild (Processor.Build with
+// BuildOptions.InPlace) of a projection that does not implement Resetter.
 var ErrNotResettable = errors.New("projection does not implement Resetter")
+
+// This file holds the in-place rebuild: Processor.Build with
+// BuildOptions.InPlace (build.go has the side-by-side one).
 
 // Replay feeds a whole stream, from its start, to emit in batches, and
 // returns when it reaches the end (the position the stream had when the
-// replay began is enough: live workers deliver what comes after). Each emit
+// replay began is enough: live workers deliver what comes after): the
+// history an in-place rebuild replays (BuildOptions.Replay). Each emit
 // call is one transaction through the gate; emit is safe for concurrent use,
 // and its errors must be returned (a rebuild whose emit failed fails).
+//
+// A Stream, which a side-by-side rebuild reads, is read by one goroutine
+// from a position; a Replay may emit from several goroutines (an
+// aggregate's events in order), in batches of its own size.
 type Replay func(ctx context.Context, emit func(ctx context.Context, events []aggregate.Event) error) error
 
-// RebuildOptions configures Processor.Rebuild. A nil *RebuildOptions is valid.
-type RebuildOptions struct {
-	// Progress, if set, is called after each batch the replay emits, from
-	// the goroutine that called emit.
-	Progress func(RebuildProgress)
-	// Total, if positive, is the number of events the replay will emit; it
-	// makes RebuildProgress.ETA available.
-	Total int64
-	// By names who rebuilds, for the operator log (see ActionOptions.By).
-	By string
+// inPlace is Build with BuildOptions.InPlace: it rebuilds a projection from
+// scratch, emptying its read model and gate state and replaying the whole
+// stream into it (see Processor.Build, In place). Its errors name the
+// projection and "rebuild" (side by side: "build generation N").
+func (p *Processor) inPlace(ctx context.Context, projection string, opts *BuildOptions) (BuildResult, error) {
+	began := time.Now()
+	res := BuildResult{Projection: projection}
+	err := p.runInPlace(ctx, projection, opts, &res)
+	res.Elapsed = time.Since(began)
+	return res, err
 }
 
-// RebuildProgress reports a rebuild's progress.
-type RebuildProgress struct {
-	// Events counts the events emitted so far (deliveries, duplicates
-	// included).
-	Events int64
-	// Elapsed is the time since the replay began.
-	Elapsed time.Duration
-	// Rate is Events per second of Elapsed.
-	Rate float64
-	// ETA estimates the time left from Rate and RebuildOptions.Total; zero
-	// when Total is unknown.
-	ETA time.Duration
-}
-
-// Rebuild rebuilds a projection from scratch: it empties its read model and
-// gate state and replays the whole stream into it.
-//
-// While it runs, Rebuild holds the projection's rebuild lock — a session
-// advisory lock on a dedicated pool connection — that every Process
-// transaction and operator action of the projection takes in shared mode:
-// live workers of the projection, in every process, pause until the rebuild
-// ends (a batch that also feeds other projections pauses with it). Rebuild
-// first waits for the transactions in flight to finish. The pool needs two
-// connections beyond those the paused workers hold.
-//
-// In one transaction, Rebuild deletes the projection's version rows, applied
-// log, parked and quarantined events and conflicts, calls its Resetter (the
-// projection must implement it; else ErrNotResettable) and records
-// "rebuild-start" in the operator log. It then runs replay, whose batches go
-// through the gate of this projection only, and records "rebuild-done". The
-// lock is released on return, also on error.
-//
-// A rebuild that fails or is killed half-way leaves the projection partly
-// rebuilt; run it again: a rebuild always starts over from scratch.
-func (p *Processor) Rebuild(ctx context.Context, projection string, replay Replay, opts *RebuildOptions) error {
+// runInPlace runs inPlace, filling res.
+func (p *Processor) runInPlace(ctx context.Context, projection string, opts *BuildOptions, res *BuildResult) error {
 	// In place: on the live generation, its gate key and its schema.
 	r, err := p.liveTarget(ctx, projection)
 	if err != nil {
@@ -81,8 +56,10 @@ func (p *Processor) Rebuild(ctx context.Context, projection string, replay Repla
 	if !ok {
 		return fmt.Errorf("projection %s: rebuild: %w", projection, ErrNotResettable)
 	}
-	if opts == nil {
-		opts = &RebuildOptions{}
+	res.Generation, res.CodeVersion = r.generation, r.version
+	replay := opts.Replay
+	if replay == nil {
+		return fmt.Errorf("projection %s: rebuild: BuildOptions.Replay is required in place", projection)
 	}
 	fail := func(what string, err error) error {
 		return fmt.Errorf("projection %s: rebuild: %s: %w", projection, what, err)
@@ -147,8 +124,9 @@ func (p *Processor) Rebuild(ctx context.Context, projection string, replay Repla
 			return err
 		}
 		events += int64(len(batch))
+		res.Events = events
 		if opts.Progress != nil {
-			opts.Progress(progress(events, time.Since(start), opts.Total))
+			opts.Progress(inPlaceProgress(r, events, time.Since(start), opts.Total))
 		}
 		return nil
 	}
@@ -167,14 +145,19 @@ func (p *Processor) Rebuild(ctx context.Context, projection string, replay Repla
 	return nil
 }
 
-// progress computes a RebuildProgress.
-func progress(events int64, elapsed time.Duration, total int64) RebuildProgress {
-	pr := RebuildProgress{Events: events, Elapsed: elapsed}
+// inPlaceProgress computes the BuildProgress of an in-place rebuild of r
+// that emitted events in elapsed, of total if positive.
+func inPlaceProgress(r *registered, events int64, elapsed time.Duration, total int64) BuildProgress {
+	pr := BuildProgress{Projection: r.name, Generation: r.generation, Phase: PhaseReplay, Events: events, PhaseEvents: events,
+		Elapsed: elapsed, Fraction: -1}
 	if s := elapsed.Seconds(); s > 0 {
 		pr.Rate = float64(events) / s
 	}
-	if total > 0 && pr.Rate > 0 {
-		pr.ETA = time.Duration(float64(max(total-events, 0)) / pr.Rate * float64(time.Second))
+	if total > 0 {
+		pr.Fraction = min(float64(events)/float64(total), 1)
+		if pr.Rate > 0 {
+			pr.ETA = time.Duration(float64(max(total-events, 0)) / pr.Rate * float64(time.Second))
+		}
 	}
 	return pr
 }

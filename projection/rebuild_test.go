@@ -83,6 +83,12 @@ func rbReplay(events []aggregate.Event, size int) projection.Replay {
 	}
 }
 
+// rbInPlace rebuilds projection name of p in place from replay.
+func rbInPlace(ctx context.Context, p *projection.Processor, name string, replay projection.Replay) error {
+	_, err := p.Build(ctx, name, &projection.BuildOptions{InPlace: true, Replay: replay})
+	return err
+}
+
 // rbMess delivers events with pay-000000 v1 withheld (so its later versions
 // park) and a conflicting copy of pay-000002 v1, then corrupts the ledger's
 // balances: a state a rebuild must wipe.
@@ -116,12 +122,19 @@ func TestRebuild(t *testing.T) {
 		require.EqualValues(t, 3, st.Parked)
 		require.EqualValues(t, 1, st.Conflicts)
 
-		var progress []projection.RebuildProgress
-		err := b.proc.Rebuild(ctx, "ledger", rbReplay(events, 25), &projection.RebuildOptions{
+		var progress []projection.BuildProgress
+		built, err := b.proc.Build(ctx, "ledger", &projection.BuildOptions{
+			InPlace:  true,
+			Replay:   rbReplay(events, 25),
 			Total:    int64(len(events)),
-			Progress: func(p projection.RebuildProgress) { progress = append(progress, p) },
+			Progress: func(p projection.BuildProgress) { progress = append(progress, p) },
 		})
 		require.NoError(t, err)
+		require.Equal(t, "ledger", built.Projection)
+		require.Equal(t, 1, built.Generation, "the live generation, rebuilt")
+		require.Zero(t, built.Previous)
+		require.EqualValues(t, len(events), built.Events)
+		require.Positive(t, built.Elapsed)
 		b.requireFold(t, events)
 		require.Equal(t, projection.ProjectionStatus{Name: "ledger", Aggregates: 30, Events: int64(len(events))}, opStatus(t, b.proc, "ledger"))
 		b.requireUnlocked(t)
@@ -129,6 +142,11 @@ func TestRebuild(t *testing.T) {
 		require.Len(t, progress, 5, "120 events in batches of 25")
 		for i, p := range progress {
 			require.EqualValues(t, min(25*(i+1), len(events)), p.Events)
+			require.Equal(t, p.Events, p.PhaseEvents)
+			require.Equal(t, projection.PhaseReplay, p.Phase)
+			require.Equal(t, "ledger", p.Projection)
+			require.Equal(t, 1, p.Generation)
+			require.InDelta(t, float64(p.Events)/float64(len(events)), p.Fraction, 1e-9)
 			require.Positive(t, p.Elapsed)
 			require.Positive(t, p.Rate)
 			if i < len(progress)-1 {
@@ -167,7 +185,7 @@ func TestRebuild(t *testing.T) {
 		holding, release := make(chan struct{}), make(chan struct{})
 		rebuilt := make(chan error, 1)
 		go func() {
-			rebuilt <- b.proc.Rebuild(ctx, "ledger", func(ctx context.Context, emit func(context.Context, []aggregate.Event) error) error {
+			rebuilt <- rbInPlace(ctx, b.proc, "ledger", func(ctx context.Context, emit func(context.Context, []aggregate.Event) error) error {
 				if err := emit(ctx, head[:20]); err != nil {
 					return err
 				}
@@ -178,7 +196,7 @@ func TestRebuild(t *testing.T) {
 					return ctx.Err()
 				}
 				return emit(ctx, head[20:])
-			}, nil)
+			})
 		}()
 		<-holding
 
@@ -245,12 +263,12 @@ WHERE application_name = $1 AND wait_event_type = 'Lock' AND wait_event = 'advis
 		require.NoError(t, err)
 
 		errGone := errors.New("event store went away")
-		err = b.proc.Rebuild(ctx, "ledger", func(ctx context.Context, emit func(context.Context, []aggregate.Event) error) error {
+		err = rbInPlace(ctx, b.proc, "ledger", func(ctx context.Context, emit func(context.Context, []aggregate.Event) error) error {
 			if err := rbReplay(events[:50], 25)(ctx, emit); err != nil {
 				return err
 			}
 			return errGone
-		}, nil)
+		})
 		require.ErrorIs(t, err, errGone)
 		b.requireUnlocked(t)
 		require.EqualValues(t, 50, opStatus(t, b.proc, "ledger").Events, "half rebuilt")
@@ -261,7 +279,7 @@ WHERE application_name = $1 AND wait_event_type = 'Lock' AND wait_event = 'advis
 		require.NoError(t, err)
 		require.Equal(t, projection.Duplicate, res[0].Outcome)
 
-		require.NoError(t, b.proc.Rebuild(ctx, "ledger", rbReplay(events, 40), nil))
+		require.NoError(t, rbInPlace(ctx, b.proc, "ledger", rbReplay(events, 40)))
 		b.requireFold(t, events)
 		require.Len(t, opLogRows(t, b.db, "rebuild-start"), 2)
 		require.Len(t, opLogRows(t, b.db, "rebuild-done"), 1)
@@ -275,18 +293,18 @@ WHERE application_name = $1 AND wait_event_type = 'Lock' AND wait_event = 'advis
 		require.NoError(t, err)
 
 		ctx, cancel := context.WithCancel(t.Context())
-		err = b.proc.Rebuild(ctx, "ledger", func(ctx context.Context, emit func(context.Context, []aggregate.Event) error) error {
+		err = rbInPlace(ctx, b.proc, "ledger", func(ctx context.Context, emit func(context.Context, []aggregate.Event) error) error {
 			if err := emit(ctx, events[:30]); err != nil {
 				return err
 			}
 			cancel() // killed half-way
 			return emit(ctx, events[30:])
-		}, nil)
+		})
 		require.ErrorIs(t, err, context.Canceled)
 		b.requireUnlocked(t)
 		require.EqualValues(t, 30, opStatus(t, b.proc, "ledger").Events)
 
-		require.NoError(t, b.proc.Rebuild(t.Context(), "ledger", rbReplay(events, 40), nil))
+		require.NoError(t, rbInPlace(t.Context(), b.proc, "ledger", rbReplay(events, 40)))
 		b.requireFold(t, events)
 	})
 
@@ -294,12 +312,12 @@ WHERE application_name = $1 AND wait_event_type = 'Lock' AND wait_event = 'advis
 		t.Parallel()
 		b := rbSetup(t)
 		events := ledger.Generate(rand.New(rand.NewPCG(49, 50)), 5, 2)
-		err := b.proc.Rebuild(t.Context(), "ledger", func(ctx context.Context, emit func(context.Context, []aggregate.Event) error) error {
+		err := rbInPlace(t.Context(), b.proc, "ledger", func(ctx context.Context, emit func(context.Context, []aggregate.Event) error) error {
 			dead, cancel := context.WithCancel(ctx)
 			cancel()
 			_ = emit(dead, events) // a careless replay
 			return nil
-		}, nil)
+		})
 		require.ErrorIs(t, err, context.Canceled)
 		require.Empty(t, opLogRows(t, b.db, "rebuild-done"))
 		b.requireUnlocked(t)
@@ -316,7 +334,7 @@ WHERE application_name = $1 AND wait_event_type = 'Lock' AND wait_event = 'advis
 		require.NotEmpty(t, before.Conflicts)
 		require.NotEmpty(t, before.Parked)
 
-		require.NoError(t, b.proc.Rebuild(ctx, "ledger", rbReplay(events, 7), nil))
+		require.NoError(t, rbInPlace(ctx, b.proc, "ledger", rbReplay(events, 7)))
 		b.requireFold(t, events)
 		require.Equal(t, before, rbSnapshot(t, b, "journal"))
 		st, err := b.proc.Status(ctx, nil)
@@ -328,8 +346,10 @@ WHERE application_name = $1 AND wait_event_type = 'Lock' AND wait_event = 'advis
 		t.Parallel()
 		b := rbSetup(t, rbNoReset{opJournal{"plain"}})
 		replay := rbReplay(nil, 1)
-		require.ErrorIs(t, b.proc.Rebuild(t.Context(), "nope", replay, nil), projection.ErrUnknownProjection)
-		require.ErrorIs(t, b.proc.Rebuild(t.Context(), "plain", replay, nil), projection.ErrNotResettable)
+		require.ErrorIs(t, rbInPlace(t.Context(), b.proc, "nope", replay), projection.ErrUnknownProjection)
+		require.ErrorIs(t, rbInPlace(t.Context(), b.proc, "plain", replay), projection.ErrNotResettable)
+		_, err := b.proc.Build(t.Context(), "ledger", &projection.BuildOptions{InPlace: true})
+		require.ErrorContains(t, err, "BuildOptions.Replay is required")
 		require.Empty(t, opLogRows(t, b.db, "rebuild-start"))
 	})
 }

@@ -102,7 +102,7 @@ type OpenConfig struct {
 
 // Replayer is a source's history as both rebuilds read it: side by side
 // (projection.Stream, for Processor.Build) and in place (Replay, a
-// projection.Replay for Processor.Rebuild).
+// projection.Replay for Processor.Build with BuildOptions.InPlace).
 type Replayer interface {
 	projection.Stream
 	// Replay reads the history up to its end when called and emits it in

@@ -23,7 +23,7 @@ import (
 
 // TestRebuildSendsNoWebhook: the ledger records a settlement webhook in the
 // transaction that applies each settling capture; rebuilding it — in place
-// (Processor.Rebuild) and side by side (Processor.Build) — replays every
+// (Processor.Build, InPlace) and side by side (Processor.Build) — replays every
 // event through the same handler, which records the same intents again.
 // Their keys hold no generation, so nothing is recorded, enqueued or sent:
 // the receiver, which counts deliveries by idempotency key, sees every
@@ -85,7 +85,8 @@ func TestRebuildSendsNoWebhook(t *testing.T) {
 				}
 				return nil
 			}
-			require.NoError(t, proc.Rebuild(ctx, "ledger", replay, nil))
+			_, err = proc.Build(ctx, "ledger", &projection.BuildOptions{InPlace: true, Replay: replay})
+			require.NoError(t, err)
 			require.Equal(t, intents, count(`SELECT count(*) FROM effects`), "the rebuild in place recorded no intent")
 			require.Equal(t, jobs, count(`SELECT count(*) FROM river_job`), "the rebuild in place enqueued no job")
 

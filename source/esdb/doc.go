@@ -123,8 +123,8 @@
 // [Replayer] reads $all up to its current end, mapped and filtered like the
 // source of the same [Config], and emits it partitioned by aggregate: its
 // Replay method is the [projection.Replay] that
-// [projection.Processor.Rebuild] needs to rebuild a projection from
-// EventStoreDB (the CLI's 'rebuild' uses it), with [Replayer.Progress] for
+// [projection.Processor.Build] needs to rebuild a projection in place from
+// EventStoreDB (the CLI's 'rebuild --in-place' uses it), with [Replayer.Progress] for
 // progress reports.
 //
 // # Connections

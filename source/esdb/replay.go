@@ -19,7 +19,8 @@ import (
 const replayPage = 4096
 
 // Replayer replays EventStoreDB's $all into a projection being rebuilt: its
-// Replay method is a [projection.Replay] for [projection.Processor.Rebuild].
+// Replay method is a [projection.Replay] for an in-place
+// [projection.Processor.Build] ([projection.BuildOptions].InPlace).
 // It reads $all from the start up to the position of its last event when
 // the replay begins, maps and filters the events as a Source of the same
 // Config does, and emits them in batches, partitioned by aggregate across

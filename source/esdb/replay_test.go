@@ -39,9 +39,10 @@ func TestReplayer(t *testing.T) {
 		})
 		require.NoError(t, err)
 		var emitted int64
-		require.NoError(t, b.proc.Rebuild(t.Context(), "ledger", r.Replay, &projection.RebuildOptions{
-			Progress: func(p projection.RebuildProgress) { emitted = p.Events },
-		}))
+		_, err = b.proc.Build(t.Context(), "ledger", &projection.BuildOptions{InPlace: true, Replay: r.Replay,
+			Progress: func(p projection.BuildProgress) { emitted = p.Events },
+		})
+		require.NoError(t, err)
 		b.requireFold(t, events)
 		require.EqualValues(t, len(events), emitted)
 		p := r.Progress()

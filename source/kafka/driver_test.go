@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
 	"github.com/inorder/inorder/source/kafka"
 )
@@ -70,7 +71,8 @@ func TestDriver(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{`reading the topics as the workers of source kafka do: --aggregate-from "key" --version-from "header:Inorder-Version" --type-from "header:Inorder-Type" --id-from "header:Inorder-Id"`}, notes,
 		"a rebuild without mapping flags reads as the workers recorded")
-	require.NoError(t, b.proc.Rebuild(t.Context(), "ledger", r.Replay, nil))
+	_, err = b.proc.Build(t.Context(), "ledger", &projection.BuildOptions{InPlace: true, Replay: r.Replay})
+	require.NoError(t, err)
 	b.requireFold(t, events)
 	require.InDelta(t, 1.0, r.Progress().Fraction, 1e-9)
 

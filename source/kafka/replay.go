@@ -31,8 +31,8 @@ var ErrTruncated = errors.New("kafka: the topic no longer holds its whole histor
 const replayIdle = 10 * time.Second
 
 // Replayer replays Kafka topics from their first offset into a projection
-// being rebuilt: its Replay method is a projection.Replay for
-// projection.Processor.Rebuild. It reads every partition up to its last
+// being rebuilt: its Replay method is a projection.Replay for an in-place
+// projection.Processor.Build (BuildOptions.InPlace). It reads every partition up to its last
 // stable offset when the replay begins, maps records as a Source of the
 // same Config does, and emits them in batches, partitioned by aggregate
 // across workers so that each aggregate's versions arrive in order. Records

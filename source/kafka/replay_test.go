@@ -33,7 +33,8 @@ func TestReplay(t *testing.T) {
 	r, err := kafka.NewReplayer(&kafka.Config{Brokers: c.ListenAddrs(), Topics: []string{testTopic}, Workers: 3, BatchSize: 16})
 	require.NoError(t, err)
 	require.NoError(t, r.Check(t.Context()))
-	require.NoError(t, b.proc.Rebuild(t.Context(), "ledger", r.Replay, nil))
+	_, err = b.proc.Build(t.Context(), "ledger", &projection.BuildOptions{InPlace: true, Replay: r.Replay})
+	require.NoError(t, err)
 	b.requireFold(t, events)
 	require.Equal(t, kafka.ReplayProgress{Read: int64(len(events) + 50), Total: int64(len(events) + 50)}, r.Progress())
 

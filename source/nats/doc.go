@@ -87,9 +87,9 @@
 // # Replay
 //
 // [Replayer] reads the stream from its first message with an ordered
-// consumer and is the [projection.Replay] that a rebuild needs. A stream
-// whose retention or a purge removed messages cannot be replayed from its
-// start: Replay says why ([ErrIncomplete]) unless
+// consumer and is the [projection.Replay] that a rebuild in place needs. A
+// stream whose retention or a purge removed messages cannot be replayed
+// from its start: Replay says why ([ErrIncomplete]) unless
 // [Replayer].AllowIncomplete is set.
 //
 // # Metrics

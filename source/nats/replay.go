@@ -23,7 +23,8 @@ import (
 var ErrIncomplete = errors.New("nats: the stream cannot be replayed from its start")
 
 // Replayer replays a stream into a projection being rebuilt: its Replay
-// method is a [projection.Replay] for [projection.Processor.Rebuild]. It
+// method is a [projection.Replay] for an in-place [projection.Processor.Build]
+// ([projection.BuildOptions].InPlace). It
 // reads the stream with an ordered consumer (ephemeral, no acks) from its
 // first message up to the last one matching the filter when the replay
 // begins, maps the messages as a Source of the same Config does, and emits

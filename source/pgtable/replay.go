@@ -21,7 +21,7 @@ const replayPage = 4096
 // Replayer reads an events table from its start, in (txid, seq) order, for
 // rebuilds: Read is the projection.Stream of a side-by-side rebuild
 // (Processor.Build), Replay the projection.Replay of one in place
-// (Processor.Rebuild). Both read up to the end every reader sees when they
+// (Processor.Build with BuildOptions.InPlace). Both read up to the end every reader sees when they
 // begin (the rows of transactions older than any still running), so the
 // rows after it are the live workers' to apply.
 type Replayer struct {
