@@ -26,7 +26,11 @@ import (
 // ledgerV2 is the ledger at code version 2.
 type ledgerV2 struct{ *ledger.Projection }
 
-func (ledgerV2) Version() int { return 2 }
+func (l ledgerV2) Describe() projection.Description {
+	d := l.Projection.Describe()
+	d.Version = 2
+	return d
+}
 
 // TestRunBuildsANewCodeVersion ships a projection change the way the
 // runbook says: workers of the new code version start next to the old ones

@@ -262,7 +262,7 @@ type BuildResult struct {
 //     generation and, when the code did not change, the live one — so
 //     from the replay's end on both are fed by the same transactions.
 //  4. Verify (PhaseVerify) and switch (PhaseSwitch), in one REPEATABLE READ
-//     transaction: the projection's Verify (Verifier), nothing quarantined
+//     transaction: the projection's Description.Verify, nothing quarantined
 //     or parked beyond what the live generation has, and, when the code
 //     version did not change and BuildOptions.ExpectChanges is false, the
 //     same aggregate versions and the same content as the live generation

@@ -88,12 +88,20 @@ func TestBuild(t *testing.T) {
 // genVerifyFails is the ledger with a Verify that fails.
 type genVerifyFails struct{ *ledger.Projection }
 
-func (genVerifyFails) Verify(context.Context, pgx.Tx) error { return errors.New("invariant broken") }
+func (g genVerifyFails) Describe() projection.Description {
+	d := g.Projection.Describe()
+	d.Verify = func(context.Context, pgx.Tx) error { return errors.New("invariant broken") }
+	return d
+}
 
 // genV2 is the ledger at code version 2.
 type genV2 struct{ *ledger.Projection }
 
-func (genV2) Version() int { return 2 }
+func (g genV2) Describe() projection.Description {
+	d := g.Projection.Describe()
+	d.Version = 2
+	return d
+}
 
 func TestBuildVerification(t *testing.T) {
 	t.Parallel()

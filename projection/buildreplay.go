@@ -167,7 +167,7 @@ func (rp *replay) prepare(ctx context.Context) error {
 // with BuildOptions.Unlogged, makes them unlogged for the replay.
 func (rp *replay) setup(ctx context.Context, tx pgx.Tx) error {
 	b := rp.b
-	if s, ok := b.r.p.(Setuper); ok {
+	if s, ok := b.r.p.(Tables); ok {
 		if err := inSchema(ctx, tx, b.gen.Schema, func() error { return s.Setup(ctx, tx) }); err != nil {
 			return fmt.Errorf("set up the projection's tables: %w", err)
 		}

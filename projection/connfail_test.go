@@ -171,6 +171,11 @@ func (eofJournal) Setup(ctx context.Context, tx pgx.Tx) error {
 	return err
 }
 
+func (eofJournal) Reset(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `TRUNCATE eofjournal`)
+	return err
+}
+
 func (eofJournal) Apply(ctx context.Context, tx *projection.Tx, e aggregate.Event) error {
 	if e.Aggregate == "poison" {
 		return fmt.Errorf("decode %s: %w", e.Type, io.ErrUnexpectedEOF)

@@ -212,6 +212,11 @@ CREATE TABLE IF NOT EXISTS tally_types (type text PRIMARY KEY, n bigint NOT NULL
 	return err
 }
 
+func (typeTally) Reset(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `TRUNCATE tally_events, tally_types`)
+	return err
+}
+
 func (typeTally) ApplyBatch(_ context.Context, tx *projection.Tx, events []aggregate.Event) error {
 	aggs, vers := make([]string, len(events)), make([]int64, len(events))
 	byType := map[string]int64{}
@@ -307,7 +312,9 @@ type gapTally struct {
 	typ string
 }
 
-func (g gapTally) Gap(ctx context.Context, tx *projection.Tx, gp projection.Gap) error {
+func (g gapTally) Describe() projection.Description { return projection.Description{Gap: g.gap} }
+
+func (g gapTally) gap(ctx context.Context, tx *projection.Tx, gp projection.Gap) error {
 	if err := g.l.Gap(ctx, tx, gp); err != nil {
 		return err
 	}

@@ -34,6 +34,11 @@ INSERT INTO shared_rows VALUES ('x', 0), ('y', 0)`)
 	return err
 }
 
+func (c *crossed) Reset(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `UPDATE shared_rows SET n = 0`)
+	return err
+}
+
 func (c *crossed) ApplyBatch(ctx context.Context, tx *projection.Tx, events []aggregate.Event) error {
 	agg := events[0].Aggregate
 	first, second, other := "x", "y", "b"

@@ -14,14 +14,39 @@
 //     and ordered per aggregate by version — for set-based writes (unnest,
 //     COPY).
 //
-// Optional [Setuper] and [Resetter] create and empty the read model.
+// Beyond its handler, a projection implements only what it needs, from
+// four optional interfaces:
+//
+//	interface      what it is for                      when to implement it
+//	-------------  ----------------------------------  ------------------------------------
+//	EventHandler   the handler: one call per event     always, this or BatchHandler; the
+//	                                                   simplest choice
+//	BatchHandler   the handler: one call per           instead of EventHandler, for hot
+//	               transaction with all its events     projections written with set-based
+//	                                                   SQL (unnest, COPY)
+//	Tables         Setup creates the read model's      when the projection owns tables (to
+//	               tables, Reset empties them          set up, and to rebuild in place)
+//	Describer      Describe returns a Description:     when a default does not fit: the
+//	               event types handled, code version,  types are known (others rejected),
+//	               gap handling, verification          the code changed (rebuild side by
+//	                                                   side), the read model must take
+//	                                                   versions declared missing, or a new
+//	                                                   generation must be checked
+//	Reader         Get and List serve the read model   to serve it over HTTP (package
+//	                                                   httpapi, Processor.ReadAggregate)
+//	Inline         the read model's one row per        one row per aggregate, written by
+//	               aggregate carries the gate's state  every event: the fast path (see The
+//	                                                   gate, and docs/guarantees.md)
+//
+// A [Description]'s zero value is every default: all event types
+// accepted, code version 1, no gap handling, no verification.
 //
 // # Setup
 //
 // [Processor.Setup] is the one call a program makes before Process, in
 // every process at start-up: it applies inorder's pending migrations to
 // [Config].Schema (package migrations; the schema is created if missing),
-// then runs every [Setuper]'s Setup. Concurrent calls are serialised, and a
+// then runs every [Tables]' Setup. Concurrent calls are serialised, and a
 // call on a migrated schema only checks it. A pending offline migration is
 // refused while other inorder workers of the schema are connected (an
 // error wrapping migrations.ErrWorkersConnected, nothing applied). A dry
@@ -128,7 +153,7 @@
 // # Generations
 //
 // A generation is a projection's read model as one version of its code
-// builds it ([Versioned]; version 1 by default): its own read-model tables
+// builds it ([Description].Version; version 1 by default): its own read-model tables
 // and its own gate state. Generation 1 is what a projection has before any
 // side-by-side rebuild: its tables in the connection's search_path, its gate
 // rows under the projection's name. Generation n > 1 has a schema of its own
@@ -160,7 +185,7 @@
 // stream into a new generation in bulk (one writer, no version rows, large
 // batches, commits that do not wait for the disk, a resumable position), lets the processors of
 // its code version feed it (catch-up), reads the stream to its end through
-// the gate, verifies it ([Verifier], and the live generation's content when
+// the gate, verifies it ([Description].Verify, and the live generation's content when
 // the code did not change) and switches it in with one transaction; the
 // old generation stays fed for [Processor.Rollback] until its retention
 // ends. [Processor.DropGeneration] drops one that is not live.

@@ -32,6 +32,11 @@ func (stock) Setup(ctx context.Context, tx pgx.Tx) error {
 	return err
 }
 
+func (stock) Reset(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `TRUNCATE stock`)
+	return err
+}
+
 func (stock) ApplyBatch(ctx context.Context, tx *projection.Tx, events []aggregate.Event) error {
 	sums := projection.NewSums[string](pgx.Identifier{"stock"}, "sku", "on_hand", "moves")
 	for _, e := range events {

@@ -23,10 +23,7 @@ import (
 
 // codeVersion returns p's code version.
 func codeVersion(p Projection) int {
-	if v, ok := p.(Versioned); ok {
-		return max(v.Version(), 1)
-	}
-	return 1
+	return max(describe(p).Version, 1)
 }
 
 // Generation states (the generations table's state column; see

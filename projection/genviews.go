@@ -22,7 +22,7 @@ type Generation struct {
 	// Generation numbers the projection's generations from 1.
 	Generation int `json:"generation"`
 	// CodeVersion is the projection's code version that builds and feeds
-	// it (see Versioned).
+	// it (see Description.Version).
 	CodeVersion int `json:"code_version"`
 	// Key is the projection column of its gate rows (the projection's name
 	// for generation 1, "<name>@<n>" after).

@@ -125,7 +125,9 @@ FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS u(k, t, c) WHERE h.k = 
 	return nil
 }
 
-func (h *hotRows) Types() []string { return []string{hotType} }
+func (h *hotRows) Describe() projection.Description {
+	return projection.Description{Types: []string{hotType}}
+}
 
 // hotKeys is how many shared hot rows hotRows updates.
 const hotKeys = 500

@@ -14,7 +14,8 @@ import (
 	"github.com/inorder/inorder/projection"
 )
 
-// noGapLedger is the inline ledger without its GapHandler: an operator's
+// noGapLedger is the inline ledger without its Describe (and so without its
+// Description.Gap): an operator's
 // declared gap then moves the version row only, and the payment row stays
 // behind it until the gate catches it up.
 type noGapLedger struct{ l *ledger.Projection }
@@ -35,6 +36,10 @@ type countingInline struct{}
 func (countingInline) Name() string { return "counting" }
 func (countingInline) Setup(ctx context.Context, tx pgx.Tx) error {
 	_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS counting (id text PRIMARY KEY, version bigint NOT NULL, log bytea NOT NULL DEFAULT '')`)
+	return err
+}
+func (countingInline) Reset(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `TRUNCATE counting`)
 	return err
 }
 func (countingInline) InlineTable() (projection.InlineTable, bool) {

@@ -201,16 +201,17 @@ func (op *operation) lock(ctx context.Context, tx pgx.Tx) (st aggState, row inli
 	return st, row, q, nil
 }
 
-// gap tells a GapHandler projection of the versions from+1…to that a
-// declare-gap or a skip passes, before the versions after them apply.
+// gap tells a projection with a Description.Gap of the versions
+// from+1…to that a declare-gap or a skip passes, before the versions after
+// them apply.
 func (op *operation) gap(ctx context.Context, tx pgx.Tx, from, to int64) error {
-	gh, ok := op.r.p.(GapHandler)
-	if !ok || (op.action != "declare-gap" && op.action != "skip") {
+	gap := describe(op.r.p).Gap
+	if gap == nil || (op.action != "declare-gap" && op.action != "skip") {
 		return nil
 	}
 	ht := newTx(tx, op.r.name)
 	op.r.enterSchema(ht)
-	if err := gh.Gap(ctx, ht, Gap{Aggregate: op.agg, From: from + 1, To: to, Action: op.action, Reason: op.o.Reason}); err != nil {
+	if err := gap(ctx, ht, Gap{Aggregate: op.agg, From: from + 1, To: to, Action: op.action, Reason: op.o.Reason}); err != nil {
 		return &HandlerError{Projection: op.projection, Aggregate: op.agg, Version: to, Err: fmt.Errorf("gap %d-%d: %w", from+1, to, err)}
 	}
 	ht.finish()

@@ -176,7 +176,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 	b.requireFold(t, events)
 }
 
-// TestUnknownTypeRejected: a type no projection declares (projection.Typed)
+// TestUnknownTypeRejected: a type no projection declares (projection.Description.Types)
 // is rejected before any handler sees it — not retried, not quarantined —
 // and replays once a projection accepts it.
 func TestUnknownTypeRejected(t *testing.T) {

@@ -55,8 +55,8 @@ func (f *opFault) check(events []aggregate.Event) error {
 	return nil
 }
 
-// opFaultyBatch wraps a BatchHandler (that also implements Setuper and
-// Resetter) with a fault.
+// opFaultyBatch wraps a BatchHandler (that also implements Tables) with
+// a fault.
 type opFaultyBatch struct {
 	projection.BatchHandler
 	fault *opFault
@@ -78,15 +78,15 @@ func (p opFaultyBatch) InlineTable() (projection.InlineTable, bool) {
 }
 
 func (p opFaultyBatch) Setup(ctx context.Context, tx pgx.Tx) error {
-	return p.BatchHandler.(projection.Setuper).Setup(ctx, tx)
+	return p.BatchHandler.(projection.Tables).Setup(ctx, tx)
 }
 
 func (p opFaultyBatch) Reset(ctx context.Context, tx pgx.Tx) error {
-	return p.BatchHandler.(projection.Resetter).Reset(ctx, tx)
+	return p.BatchHandler.(projection.Tables).Reset(ctx, tx)
 }
 
-// opFaultyEvent wraps an EventHandler (that also implements Setuper and
-// Resetter) with a fault.
+// opFaultyEvent wraps an EventHandler (that also implements Tables) with
+// a fault.
 type opFaultyEvent struct {
 	projection.EventHandler
 	fault *opFault
@@ -108,11 +108,11 @@ func (p opFaultyEvent) InlineTable() (projection.InlineTable, bool) {
 }
 
 func (p opFaultyEvent) Setup(ctx context.Context, tx pgx.Tx) error {
-	return p.EventHandler.(projection.Setuper).Setup(ctx, tx)
+	return p.EventHandler.(projection.Tables).Setup(ctx, tx)
 }
 
 func (p opFaultyEvent) Reset(ctx context.Context, tx pgx.Tx) error {
-	return p.EventHandler.(projection.Resetter).Reset(ctx, tx)
+	return p.EventHandler.(projection.Tables).Reset(ctx, tx)
 }
 
 // opLedgerBundle is a processor with the ledger projection (named "ledger")

@@ -55,7 +55,7 @@ type Config struct {
 
 	// Limits validates every delivery. Default: aggregate.Limits{} (see its
 	// defaults), with Types, when empty, the union of the projections'
-	// types if every projection is Typed.
+	// types if every projection lists them (Description.Types).
 	Limits aggregate.Limits
 
 	// MaxAttempts is how many times a batch is tried while a handler keeps
@@ -190,7 +190,7 @@ type registered struct {
 	// search_path while the projection's handler runs; "" leaves the
 	// search_path alone (generation 1).
 	schema string
-	// version is the projection's code version (Versioned; default 1).
+	// version is the projection's code version (Description.Version; default 1).
 	version int
 	// generation numbers the generation this registration feeds (1 for
 	// the processor's own registrations).
@@ -310,7 +310,7 @@ func (p *Processor) Ping(ctx context.Context) error {
 // call needed before Process: it applies inorder's pending migrations to
 // [Config].Schema, creating the schema if it is missing (as
 // [migrations.Migrator.Migrate] does), then runs Setup of every projection
-// that implements [Setuper], in one transaction. It is idempotent and safe
+// that implements [Tables], in one transaction. It is idempotent and safe
 // to call from any number of processes at once.
 //
 // Migrating holds the migrator's advisory lock on the schema, so concurrent
@@ -341,7 +341,7 @@ func (p *Processor) Setup(ctx context.Context) error {
 			return fmt.Errorf("projection: setup lock: %w", err)
 		}
 		for _, r := range p.projs {
-			if s, ok := r.p.(Setuper); ok {
+			if s, ok := r.p.(Tables); ok {
 				if err := s.Setup(ctx, tx); err != nil {
 					return fmt.Errorf("projection %s: %w", r.name, err)
 				}
@@ -384,15 +384,16 @@ func migrated(status []migrations.Status) bool {
 }
 
 // acceptedTypes returns the union of the projections' types, sorted, when
-// every projection is Typed; else nil (every type is accepted).
+// every projection lists its types (Description.Types); else nil (every
+// type is accepted).
 func acceptedTypes(projections []Projection) []string {
 	var types []string
 	for _, pr := range projections {
-		t, ok := pr.(Typed)
-		if !ok {
+		t := describe(pr).Types
+		if len(t) == 0 {
 			return nil
 		}
-		types = append(types, t.Types()...)
+		types = append(types, t...)
 	}
 	slices.Sort(types)
 	return slices.Compact(types)

@@ -13,7 +13,8 @@ import (
 
 // Projection is a read model fed by events. Every projection implements
 // Name and one of EventHandler or BatchHandler; it may also implement
-// Setuper and Resetter.
+// Tables, Describer, Reader and Inline (the package documentation's
+// "Projections" has the table of what each is for).
 type Projection interface {
 	// Name identifies the projection; its version state is kept under it.
 	// It must be stable across releases and unique within a Processor.
@@ -47,62 +48,80 @@ type BatchHandler interface {
 	ApplyBatch(ctx context.Context, tx *Tx, events []aggregate.Event) error
 }
 
-// Setuper is implemented by projections that create their read-model tables.
-// Setup must be idempotent (CREATE TABLE IF NOT EXISTS …); Processor.Setup
-// calls it.
-type Setuper interface {
+// Tables is implemented by projections that own read-model tables: Setup
+// creates them, Reset empties them. A projection that does not implement
+// Tables cannot be rebuilt in place (ErrNotResettable).
+type Tables interface {
+	// Setup creates the read model's tables. It must be idempotent
+	// (CREATE TABLE IF NOT EXISTS …): Processor.Setup calls it at every
+	// start, and a side-by-side rebuild calls it in the new generation's
+	// schema.
 	Setup(ctx context.Context, tx pgx.Tx) error
-}
-
-// Resetter is implemented by projections that can be rebuilt: Reset empties
-// the read model (TRUNCATE or DELETE) so the stream can be replayed into it.
-type Resetter interface {
+	// Reset empties the read model (TRUNCATE or DELETE) so the stream can
+	// be replayed into it: Processor.Rebuild calls it, and
+	// Processor.DropGeneration on a generation without a schema of its
+	// own.
 	Reset(ctx context.Context, tx pgx.Tx) error
 }
 
-// GapHandler is implemented by projections that must know when versions of
-// an aggregate will never be applied: an operator declared them missing
-// (Processor.DeclareGap) or skipped a quarantined event
-// (Processor.SkipQuarantined). Gap is called in the operator action's
-// transaction, after the aggregate's version row is locked and before the
-// versions after the gap are applied, so the projection can make its read
-// model take them (the ledger, whose payments check that versions follow
-// each other, moves the payment's version past the gap). An error fails the
-// operator action, which then changes nothing.
-type GapHandler interface {
-	Gap(ctx context.Context, tx *Tx, g Gap) error
-}
-
-// Typed is implemented by projections that handle a known set of event
-// types. When every projection of a processor is Typed and
-// Config.Limits.Types is empty, the processor accepts the union of their
-// types and rejects every other type before any handler sees it
-// (aggregate.ErrUnknownType, reason "unknown_type"): recorded as rejected,
-// neither retried nor quarantined, replayable once a projection accepts it.
-type Typed interface {
-	// Types lists the event types the projection handles.
-	Types() []string
-}
-
-// Versioned is implemented by projections that declare the version of their
-// code. A processor feeds only the generations built by its projection's
-// code version (see the package documentation, Generations). A projection
-// that does not implement Versioned is at version 1.
-type Versioned interface {
+// Describer is implemented by projections that declare more than their
+// name and handler: the event types they handle, the version of their code,
+// what they do when versions will never be applied, and how to check their
+// read model. The processor calls Describe whenever it needs one of these;
+// it must return the same Description every time. A projection that does
+// not implement Describer is described by the zero Description.
+type Describer interface {
 	Projection
-	// Version is the version of the projection's code: raise it whenever
-	// what the projection computes from the events changes, and rebuild.
-	// It must be at least 1.
-	Version() int
+	Describe() Description
 }
 
-// Verifier is implemented by projections that can check their own read
-// model. Verify runs before a new generation is switched in, in a
-// REPEATABLE READ transaction whose search_path starts with the
-// generation's schema; an error keeps the live generation and marks the new
-// one failed, with the error as the reason. It must only read.
-type Verifier interface {
-	Verify(ctx context.Context, tx pgx.Tx) error
+// Description is what a Describer declares. Its zero value is the default
+// of every field: every event type accepted, code version 1, no gap
+// handling, no verification.
+type Description struct {
+	// Types lists the event types the projection handles. When every
+	// projection of a processor lists its types and Config.Limits.Types is
+	// empty, the processor accepts the union of their types and rejects
+	// every other type before any handler sees it (aggregate.ErrUnknownType,
+	// reason "unknown_type"): recorded as rejected, neither retried nor
+	// quarantined, replayable once a projection accepts it. Empty: the
+	// projection does not list its types, and the processor accepts every
+	// type.
+	Types []string
+
+	// Version is the version of the projection's code: raise it whenever
+	// what the projection computes from the events changes, and rebuild. A
+	// processor feeds only the generations built by its projection's code
+	// version (see the package documentation, Generations). Below 1 (the
+	// default): version 1.
+	Version int
+
+	// Gap, when set, is told when versions of an aggregate will never be
+	// applied: an operator declared them missing (Processor.DeclareGap) or
+	// skipped a quarantined event (Processor.SkipQuarantined). It is called
+	// in the operator action's transaction, after the aggregate's version
+	// row is locked and before the versions after the gap are applied, so
+	// the projection can make its read model take them (the ledger, whose
+	// payments check that versions follow each other, moves the payment's
+	// version past the gap). An error fails the operator action, which then
+	// changes nothing. Nil: the projection is not told.
+	Gap func(ctx context.Context, tx *Tx, g Gap) error
+
+	// Verify, when set, checks the projection's read model before a new
+	// generation is switched in. It runs in a REPEATABLE READ transaction
+	// whose search_path starts with the generation's schema; an error keeps
+	// the live generation and marks the new one failed, with the error as
+	// the reason. It must only read. Nil: only the gate's own checks run.
+	Verify func(ctx context.Context, tx pgx.Tx) error
+}
+
+// describe returns p's Description: the zero one when p is not a
+// Describer.
+func describe(p Projection) Description {
+	if d, ok := p.(Describer); ok {
+		return d.Describe()
+	}
+	return Description{}
 }
 
 // Gap is versions of an aggregate that will never be applied.

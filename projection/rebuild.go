@@ -15,8 +15,8 @@ import (
 )
 
 // ErrNotResettable reports an in-place rebuild (Processor.Build with
-// BuildOptions.InPlace) of a projection that does not implement Resetter.
-var ErrNotResettable = errors.New("projection does not implement Resetter")
+// BuildOptions.InPlace) of a projection that does not implement Tables.
+var ErrNotResettable = errors.New("projection does not implement Tables")
 
 // This file holds the in-place rebuild: Processor.Build with
 // BuildOptions.InPlace (build.go has the side-by-side one).
@@ -52,7 +52,7 @@ func (p *Processor) runInPlace(ctx context.Context, projection string, opts *Bui
 	if err != nil {
 		return err
 	}
-	resetter, ok := r.p.(Resetter)
+	resetter, ok := r.p.(Tables)
 	if !ok {
 		return fmt.Errorf("projection %s: rebuild: %w", projection, ErrNotResettable)
 	}

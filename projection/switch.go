@@ -160,8 +160,8 @@ func (p *Processor) verify(ctx context.Context, tx pgx.Tx, b *builder, live, g *
 		problems = append(problems, fmt.Sprintf("%d events quarantined that the live generation does not have quarantined (inorder quarantine list --projection %s shows the live ones; the new generation's are under projection %q)",
 			quarantined, g.Projection, g.Key))
 	}
-	if v, ok := b.r.p.(Verifier); ok {
-		err := inSchema(ctx, tx, g.Schema, func() error { return v.Verify(ctx, tx) })
+	if verify := describe(b.r.p).Verify; verify != nil {
+		err := inSchema(ctx, tx, g.Schema, func() error { return verify(ctx, tx) })
 		if err != nil {
 			if IsTransient(err) || ctx.Err() != nil {
 				return nil, err
@@ -351,7 +351,7 @@ func (p *Processor) Rollback(ctx context.Context, projection string, opts *Actio
 
 // DropGeneration drops a generation that is not live: its schema (or, for
 // generation 1, whose tables are in the connection's search_path, their
-// rows, through the projection's Resetter) and its gate rows. A generation
+// rows, through the projection's Tables.Reset) and its gate rows. A generation
 // being built can be dropped only while no Build runs (else
 // ErrBuildInProgress). The generation is opts.Generation: 0 is the live
 // one, which is refused (ErrLiveGeneration). Dropping a dropped generation
@@ -475,7 +475,7 @@ func (p *Processor) dropGeneration(ctx context.Context, r *registered, g Generat
 			_, err := tx.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{g.Schema}.Sanitize()+` CASCADE`)
 			return err
 		}
-		if rs, ok := r.p.(Resetter); ok {
+		if rs, ok := r.p.(Tables); ok {
 			return rs.Reset(ctx, tx)
 		}
 		return nil

@@ -275,7 +275,7 @@ func TestReadyMaxLag(t *testing.T) {
 
 // TestDeclaredGap follows the runbook's gap path with the shipped ledger:
 // version 2 of a payment will never come; declared missing, the ledger is
-// told (projection.GapHandler) and the versions parked behind it apply
+// told (projection.Description.Gap) and the versions parked behind it apply
 // instead of being quarantined.
 func TestDeclaredGap(t *testing.T) {
 	t.Parallel()

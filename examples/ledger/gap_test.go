@@ -14,7 +14,7 @@ import (
 
 // TestGap follows the runbook's gap path with both ledger projections:
 // versions declared missing, or a quarantined one skipped, reach the
-// ledger (projection.GapHandler), and the versions after them apply
+// ledger (projection.Description.Gap), and the versions after them apply
 // instead of being quarantined.
 func TestGap(t *testing.T) {
 	t.Parallel()

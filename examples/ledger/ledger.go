@@ -276,8 +276,16 @@ func (p *Projection) InlineTable() (projection.InlineTable, bool) {
 // Name implements projection.Projection.
 func (p *Projection) Name() string { return p.name }
 
-// Types lists the event types the ledger handles (projection.Typed): the
-// processor rejects any other type before the ledger sees it.
+// Describe implements projection.Describer: the ledger lists its event
+// types (Types: the processor rejects any other type before the ledger sees
+// it), moves a payment past versions that will never come (Gap), and checks
+// a new generation before it is switched in (Verify). Its code is at
+// version 1.
+func (p *Projection) Describe() projection.Description {
+	return projection.Description{Types: p.Types(), Gap: p.Gap, Verify: p.Verify}
+}
+
+// Types lists the event types the ledger handles (Description.Types).
 func (p *Projection) Types() []string { return slices.Clone(Types) }
 
 // UseEffects implements effects.Binder: the projection records its
@@ -285,7 +293,8 @@ func (p *Projection) Types() []string { return slices.Clone(Types) }
 // before the projection processes anything.
 func (p *Projection) UseEffects(c *effects.Client) { p.fx = c }
 
-// Setup creates the read-model tables if they do not exist.
+// Setup implements projection.Tables: it creates the read-model tables if
+// they do not exist.
 func (p *Projection) Setup(ctx context.Context, tx pgx.Tx) error {
 	stmts := []string{}
 	if p.schema != "" {
@@ -311,7 +320,8 @@ func (p *Projection) Setup(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-// Reset empties the read model, for a rebuild.
+// Reset implements projection.Tables: it empties the read model, for a
+// rebuild.
 func (p *Projection) Reset(ctx context.Context, tx pgx.Tx) error {
 	_, err := tx.Exec(ctx, `TRUNCATE `+p.t.payments+`, `+p.t.legs+`, `+p.t.balances)
 	if err != nil {
@@ -524,7 +534,7 @@ func (p *Projection) Load(ctx context.Context, q interface {
 	return m, nil
 }
 
-// Gap implements projection.GapHandler: versions From…To of a payment will
+// Gap is the ledger's Description.Gap: versions From…To of a payment will
 // never come (an operator declared them missing, or skipped a quarantined
 // one), so the payment's version moves past them and the next version
 // applies. The legs of the missing versions are missing too: the gap stays
@@ -552,10 +562,10 @@ func (s Simple) Name() string { return s.p.Name() }
 // UseEffects implements effects.Binder (see Projection.UseEffects).
 func (s Simple) UseEffects(c *effects.Client) { s.p.UseEffects(c) }
 
-// Setup creates the read-model tables if they do not exist.
+// Setup implements projection.Tables (see Projection.Setup).
 func (s Simple) Setup(ctx context.Context, tx pgx.Tx) error { return s.p.Setup(ctx, tx) }
 
-// Reset empties the read model, for a rebuild.
+// Reset implements projection.Tables (see Projection.Reset).
 func (s Simple) Reset(ctx context.Context, tx pgx.Tx) error { return s.p.Reset(ctx, tx) }
 
 // Load reads the whole read model (see Projection.Load).
@@ -565,7 +575,15 @@ func (s Simple) Load(ctx context.Context, q interface {
 	return s.p.Load(ctx, q)
 }
 
-// Gap implements projection.GapHandler (see Projection.Gap).
+// Describe implements projection.Describer: the per-event ledger moves a
+// payment past versions that will never come (Gap) and checks a new
+// generation (Verify), as Projection does; it does not list its types, so
+// it accepts every type.
+func (s Simple) Describe() projection.Description {
+	return projection.Description{Gap: s.Gap, Verify: s.Verify}
+}
+
+// Gap is the per-event ledger's Description.Gap (see Projection.Gap).
 func (s Simple) Gap(ctx context.Context, tx *projection.Tx, g projection.Gap) error {
 	return s.p.Gap(ctx, tx, g)
 }
@@ -588,13 +606,12 @@ func (s Simple) Apply(ctx context.Context, tx *projection.Tx, e aggregate.Event)
 var (
 	_ projection.BatchHandler = (*Projection)(nil)
 	_ projection.EventHandler = Simple{}
-	_ projection.Setuper      = (*Projection)(nil)
-	_ projection.Resetter     = (*Projection)(nil)
-	_ projection.Setuper      = Simple{}
+	_ projection.Tables       = (*Projection)(nil)
+	_ projection.Tables       = Simple{}
+	_ projection.Describer    = (*Projection)(nil)
+	_ projection.Describer    = Simple{}
 	_ effects.Binder          = (*Projection)(nil)
 	_ effects.Binder          = Simple{}
-	_ projection.GapHandler   = (*Projection)(nil)
-	_ projection.GapHandler   = Simple{}
 	_ projection.Inline       = (*Projection)(nil)
 	_ projection.Inline       = Simple{}
 )

@@ -7,15 +7,13 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/inorder/inorder/projection"
 )
 
 // ErrInvalid is wrapped by the error of Verify when the read model breaks
 // the ledger's rules.
 var ErrInvalid = errors.New("ledger: read model breaks the ledger's rules")
 
-// Verify implements projection.Verifier, the checks a new generation of
+// Verify is the ledger's Description.Verify: the checks a new generation of
 // the ledger passes before it is switched in (projection.Processor.Build):
 // every payment version's legs sum to zero (money moves between accounts;
 // it is never made or lost), every account's balance is the sum of its
@@ -48,10 +46,6 @@ func (p *Projection) Verify(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-// Verify implements projection.Verifier (see Projection.Verify).
+// Verify is the per-event ledger's Description.Verify (see
+// Projection.Verify).
 func (s Simple) Verify(ctx context.Context, tx pgx.Tx) error { return s.p.Verify(ctx, tx) }
-
-var (
-	_ projection.Verifier = (*Projection)(nil)
-	_ projection.Verifier = Simple{}
-)

@@ -71,6 +71,11 @@ func (audit) Setup(ctx context.Context, tx pgx.Tx) error {
 	return err
 }
 
+func (audit) Reset(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `TRUNCATE audit`)
+	return err
+}
+
 func (audit) Apply(_ context.Context, tx *projection.Tx, e aggregate.Event) error {
 	tx.Queue(`INSERT INTO audit (aggregate, version, event_id) VALUES ($1, $2, $3)`, e.Aggregate, e.Version, e.StableID())
 	return nil

@@ -44,6 +44,11 @@ func (f *foldProjection) Setup(ctx context.Context, tx pgx.Tx) error {
 	return err
 }
 
+func (f *foldProjection) Reset(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `TRUNCATE sourcetest_fold`)
+	return err
+}
+
 func (f *foldProjection) Apply(ctx context.Context, tx *projection.Tx, e aggregate.Event) error {
 	if f.fail != nil {
 		if err := f.fail(e); err != nil {
