@@ -302,8 +302,9 @@ type BuildResult struct {
 // connections beyond those the paused workers hold.
 //
 // In one transaction, it deletes the projection's version rows, applied
-// log, parked and quarantined events and conflicts, calls its Resetter (the
-// projection must implement it; else ErrNotResettable) and records
+// log, parked and quarantined events and conflicts, calls its
+// Tables.Reset (the projection must implement Tables; else
+// ErrNotResettable) and records
 // "rebuild-start" in the operator log. It then runs the replay, whose
 // batches go through the gate of this projection only, and records
 // "rebuild-done". The lock is released on return, also on error.

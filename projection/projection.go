@@ -58,9 +58,9 @@ type Tables interface {
 	// schema.
 	Setup(ctx context.Context, tx pgx.Tx) error
 	// Reset empties the read model (TRUNCATE or DELETE) so the stream can
-	// be replayed into it: Processor.Rebuild calls it, and
-	// Processor.DropGeneration on a generation without a schema of its
-	// own.
+	// be replayed into it: an in-place rebuild (BuildOptions.InPlace)
+	// calls it, and Processor.DropGeneration on a generation without a
+	// schema of its own.
 	Reset(ctx context.Context, tx pgx.Tx) error
 }
 
