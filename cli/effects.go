@@ -251,7 +251,7 @@ func (c *effectsListCmd) Run(ctx context.Context, o *effectsListOptions) error {
 		return err
 	}
 	defer closeFn()
-	rows, err := fx.List(ctx, effects.ListOptions{State: effects.State(o.State), Kind: o.Kind, Projection: o.Projection,
+	rows, err := fx.List(ctx, projection.ListOptions{State: o.State, Kind: o.Kind, Projection: o.Projection,
 		Orphaned: o.Orphaned, Limit: o.Limit})
 	if err != nil {
 		return err

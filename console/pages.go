@@ -408,7 +408,7 @@ func (h *handler) effectsPage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.ctx(r)
 	defer cancel()
-	rows, err := h.opts.Effects.List(ctx, effects.ListOptions{State: effects.State(f.State), Kind: f.Kind, Projection: f.Projection, Limit: f.Limit + 1})
+	rows, err := h.opts.Effects.List(ctx, projection.ListOptions{State: f.State, Kind: f.Kind, Projection: f.Projection, Limit: f.Limit + 1})
 	if err != nil {
 		h.fail(w, r, "effects", "Effects", err)
 		return

@@ -111,7 +111,7 @@ func Example() {
 	mu.Lock()
 	fmt.Println("e-mails sent:", sent[key])
 	mu.Unlock()
-	intents, _ := fx.List(ctx, effects.ListOptions{})
+	intents, _ := fx.List(ctx, projection.ListOptions{})
 	fmt.Println("intents recorded:", len(intents))
 	// Output:
 	// intent: done

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/effects"
+	"github.com/inorder/inorder/projection"
 )
 
 // TestRemoteFailures: a timeout, 5xx answers and a permanent 4xx on an
@@ -81,7 +82,7 @@ func TestRemoteFailures(t *testing.T) {
 	// The permanent failure: one call, failed, not uncertain, listed, its
 	// error kept.
 	require.Len(t, b.idem.callsOf(kBad), 1)
-	failed, err := b.fx.List(t.Context(), effects.ListOptions{State: effects.Failed})
+	failed, err := b.fx.List(t.Context(), projection.ListOptions{State: string(effects.Failed)})
 	require.NoError(t, err)
 	require.Len(t, failed, 1)
 	require.Equal(t, kBad, failed[0].Key)

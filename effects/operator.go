@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder/inorder/projection"
 )
 
 // StateError reports an operator action that the intent's state does not
@@ -92,36 +94,30 @@ func (c *Client) markOrphans(ctx context.Context, es []Effect) error {
 	return nil
 }
 
-// ListOptions filters List. The zero value lists the oldest 100 intents.
-type ListOptions struct {
-	// State, Kind and Projection, when set, keep only the intents that
-	// match.
-	State      State
-	Kind       string
-	Projection string
-	// Orphaned keeps only the intents whose executor died and that no
-	// River job will take up yet (Effect.Orphaned).
-	Orphaned bool
-	// Limit caps the rows returned. Default 100.
-	Limit int
-}
-
-// List returns intents, oldest first.
-func (c *Client) List(ctx context.Context, opts ListOptions) ([]Effect, error) {
-	if opts.State != "" && !slices.Contains(States, opts.State) {
+// List returns intents, oldest first. It reads opts' State, Kind,
+// Projection and Orphaned filters, which keep only the intents that match
+// them all (see projection.ListOptions), and Limit (default
+// projection.DefaultListLimit); it ignores the other fields. A State not
+// in States is an error.
+func (c *Client) List(ctx context.Context, opts projection.ListOptions) ([]Effect, error) {
+	if opts.State != "" && !slices.Contains(States, State(opts.State)) {
 		return nil, fmt.Errorf("effects: list: unknown state %q", opts.State)
+	}
+	limit := opts.Limit
+	if limit <= 0 {
+		limit = projection.DefaultListLimit
 	}
 	var rows pgx.Rows
 	var err error
 	switch {
 	case !opts.Orphaned:
-		rows, err = c.pool.Query(ctx, c.sql.list, string(opts.State), opts.Kind, opts.Projection, cmp.Or(opts.Limit, 100))
+		rows, err = c.pool.Query(ctx, c.sql.list, opts.State, opts.Kind, opts.Projection, limit)
 	default:
 		ok, rerr := c.riverReady(ctx)
 		if rerr != nil || !ok {
 			return []Effect{}, rerr
 		}
-		rows, err = c.pool.Query(ctx, c.sql.orphanList, c.cfg.Queue, c.lease(), string(opts.State), opts.Kind, opts.Projection, cmp.Or(opts.Limit, 100))
+		rows, err = c.pool.Query(ctx, c.sql.orphanList, c.cfg.Queue, c.lease(), opts.State, opts.Kind, opts.Projection, limit)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("effects: list: %w", err)

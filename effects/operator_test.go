@@ -40,16 +40,16 @@ func TestOperator(t *testing.T) {
 	require.False(t, stats[0].OldestPending.IsZero())
 	require.Greater(t, stats[0].OldestPendingAge(time.Now().Add(time.Minute)), 59*time.Second)
 
-	list, err := b.fx.List(ctx, effects.ListOptions{Kind: kindNotify})
+	list, err := b.fx.List(ctx, projection.ListOptions{Kind: kindNotify})
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{kA, kB}, effectKeys(list))
-	list, err = b.fx.List(ctx, effects.ListOptions{State: effects.Pending, Projection: "notifier", Limit: 2})
+	list, err = b.fx.List(ctx, projection.ListOptions{State: string(effects.Pending), Projection: "notifier", Limit: 2})
 	require.NoError(t, err)
 	require.Len(t, list, 2)
-	list, err = b.fx.List(ctx, effects.ListOptions{Projection: "other"})
+	list, err = b.fx.List(ctx, projection.ListOptions{Projection: "other"})
 	require.NoError(t, err)
 	require.Empty(t, list)
-	_, err = b.fx.List(ctx, effects.ListOptions{State: "bogus"})
+	_, err = b.fx.List(ctx, projection.ListOptions{State: "bogus"})
 	require.Error(t, err)
 
 	// A dry run reports what the action would do and changes nothing.

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/effects"
+	"github.com/inorder/inorder/projection"
 )
 
 // TestDeadExecutorStates leaves an intent in each state a SIGKILL of its
@@ -88,7 +89,7 @@ func TestDeadExecutorStates(t *testing.T) {
 	deadline := time.Now().Add(waitTimeout)
 	for {
 		var err error
-		orphans, err = b.fx.List(ctx, effects.ListOptions{Orphaned: true})
+		orphans, err = b.fx.List(ctx, projection.ListOptions{Orphaned: true})
 		require.NoError(t, err)
 		if len(orphans) == len(all) {
 			break
@@ -104,7 +105,7 @@ func TestDeadExecutorStates(t *testing.T) {
 	e, err := b.fx.Get(ctx, kJob)
 	require.NoError(t, err)
 	require.True(t, e.Orphaned, "Get marks it too")
-	listed, err := b.fx.List(ctx, effects.ListOptions{State: effects.Pending})
+	listed, err := b.fx.List(ctx, projection.ListOptions{State: string(effects.Pending)})
 	require.NoError(t, err)
 	require.Len(t, listed, 1+len(kRelay))
 	for _, e := range listed {

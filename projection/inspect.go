@@ -22,8 +22,11 @@ import (
 // ListOptions.Limit is not positive.
 const DefaultListLimit = 100
 
-// ListOptions filters and pages the operator listings. The zero value lists
-// the first DefaultListLimit rows of every projection, payloads included.
+// ListOptions filters and pages the operator listings: the processor's
+// (Parked, Quarantined, Conflicts, Rejected, OpLog…) and the effect
+// intents' (package effects' Client.List). The zero value lists the first
+// DefaultListLimit rows of every projection, payloads included. Each
+// listing reads the fields its comment names and ignores the others.
 type ListOptions struct {
 	// Projection, when set, restricts the listing to one projection, which
 	// must be one of the processor's (else ErrUnknownProjection). Rejected
@@ -64,6 +67,16 @@ type ListOptions struct {
 	// OmitPayloads leaves events' data and metadata out (nil): for
 	// summaries, which must stay small whatever was delivered.
 	OmitPayloads bool
+	// State, Kind and Orphaned filter the effect intents (package
+	// effects' Client.List, which also reads Projection and Limit, and
+	// no other field); the processor's listings ignore them. State, when
+	// set, keeps the intents in that state (one of effects.States, else an
+	// error); Kind, when set, those of that kind; Orphaned those whose
+	// executor died and that no River job will take up yet
+	// (effects.Effect.Orphaned).
+	State    string
+	Kind     string
+	Orphaned bool
 }
 
 // page returns o's paging for a listing's statement.

@@ -145,7 +145,7 @@ func TestSettlementWebhooks(t *testing.T) {
 				}
 			}
 			require.Positive(t, retried)
-			intents, err := fx.List(ctx, effects.ListOptions{Kind: ledger.SettledWebhook, Limit: 1000})
+			intents, err := fx.List(ctx, projection.ListOptions{Kind: ledger.SettledWebhook, Limit: 1000})
 			require.NoError(t, err)
 			require.Len(t, intents, len(want), "one intent per settlement")
 		})

@@ -79,7 +79,7 @@ func (e *Engine) match(ctx context.Context, r Request, asOf time.Time, limit int
 		}
 		capped := false
 		for _, s := range states {
-			rows, err := e.Effects.List(ctx, effects.ListOptions{State: s, Kind: r.Kind, Projection: r.Projection, Limit: CountCap + 1})
+			rows, err := e.Effects.List(ctx, projection.ListOptions{State: string(s), Kind: r.Kind, Projection: r.Projection, Limit: CountCap + 1})
 			if err != nil {
 				return nil, 0, false, err
 			}
