@@ -115,6 +115,6 @@ func (a *Applied) QueueInsert(b *pgx.Batch, key string, aggs []string, versions 
 // ListLog lists the applied log (the applied_log view: the version rows'
 // pages and the applied table) of key by aggregate in byte order and
 // version: rows of (aggregate, version, event id, hash).
-func (a *Applied) ListLog(ctx context.Context, q Querier, key string, p Page) (pgx.Rows, error) {
+func (a *Applied) ListLog(ctx context.Context, q querier, key string, p Page) (pgx.Rows, error) {
 	return q.Query(ctx, a.listLog, key, p.Aggregate, p.After, p.Limit)
 }

@@ -35,14 +35,14 @@ func (c *Checkpoints) QueueSave(b *pgx.Batch, name string, position []byte) *pgx
 
 // Save stores position under name, unless the stored one is already at or
 // after it (positions compare as byte strings).
-func (c *Checkpoints) Save(ctx context.Context, q Querier, name string, position []byte) error {
+func (c *Checkpoints) Save(ctx context.Context, q querier, name string, position []byte) error {
 	_, err := q.Exec(ctx, c.save, name, position)
 	return err
 }
 
 // Load returns the position stored under name; ok is false when there is
 // none.
-func (c *Checkpoints) Load(ctx context.Context, q Querier, name string) (position []byte, ok bool, err error) {
+func (c *Checkpoints) Load(ctx context.Context, q querier, name string) (position []byte, ok bool, err error) {
 	err = q.QueryRow(ctx, c.load, name).Scan(&position)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, false, nil

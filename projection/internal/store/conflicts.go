@@ -56,7 +56,7 @@ func (c *Conflicts) QueueUpsert(b *pgx.Batch, key string, r ConflictRows) *pgx.Q
 
 // Lock locks conflict id: a row of (gate key, aggregate, version, acked),
 // none when there is none.
-func (c *Conflicts) Lock(ctx context.Context, q Querier, id int64) pgx.Row {
+func (c *Conflicts) Lock(ctx context.Context, q querier, id int64) pgx.Row {
 	return q.QueryRow(ctx, c.lock, id)
 }
 
@@ -69,6 +69,6 @@ func (c *Conflicts) QueueAck(b *pgx.Batch, id int64, reason string) *pgx.QueuedQ
 // aggregate, version, existing state, existing event id, existing hash,
 // incoming event id, incoming hash, type, data, metadata, count, first seen,
 // last seen, acked at, ack reason).
-func (c *Conflicts) List(ctx context.Context, q Querier, keys Keys, p Page) (pgx.Rows, error) {
+func (c *Conflicts) List(ctx context.Context, q querier, keys Keys, p Page) (pgx.Rows, error) {
 	return q.Query(ctx, pick(c.list, p), keys.Include, p.Aggregate, p.Limit, p.AfterID, p.Open, keys.Exclude)
 }

@@ -19,8 +19,8 @@
 //     takes a function that receives the rows instead; a change made of a
 //     few statements queues them in order and returns nothing): the gate
 //     sends each round trip's statements as one batch;
-//   - the other methods run one statement on a Querier (a pool, a
-//     connection or a transaction) and return its result.
+//   - the other methods run one statement on the pool, connection or
+//     transaction they are given and return its result.
 //
 // The statements are concrete pgx code: no ORM, no generated code. The
 // schema's tables themselves are package migrations'.

@@ -66,7 +66,7 @@ func scanGeneration(row pgx.CollectableRow) (Generation, error) {
 
 // List returns every generation of projection, dropped ones included, by
 // generation.
-func (g *Generations) List(ctx context.Context, q Querier, projection string) ([]Generation, error) {
+func (g *Generations) List(ctx context.Context, q querier, projection string) ([]Generation, error) {
 	rows, err := q.Query(ctx, `SELECT `+columns+` FROM `+g.table+`
 WHERE projection = $1 ORDER BY generation`, projection)
 	if err != nil {
@@ -110,7 +110,7 @@ type Ref struct {
 }
 
 // Refs returns every generation of every projection, in no order.
-func (g *Generations) Refs(ctx context.Context, q Querier) ([]Ref, error) {
+func (g *Generations) Refs(ctx context.Context, q querier) ([]Ref, error) {
 	rows, err := q.Query(ctx, `SELECT projection, generation, key, state FROM `+g.table)
 	if err != nil {
 		return nil, err
@@ -140,7 +140,7 @@ type Fed struct {
 // Fed returns the generations of projections that processors feed, by
 // projection and generation, and the generation epoch, read in one
 // statement (so in one snapshot).
-func (g *Generations) Fed(ctx context.Context, q Querier, projections []string) ([]Fed, int64, error) {
+func (g *Generations) Fed(ctx context.Context, q querier, projections []string) ([]Fed, int64, error) {
 	rows, err := q.Query(ctx, `SELECT (SELECT epoch FROM `+g.epoch+`), projection, generation, code_version, key, schema, state, keep_until
 FROM `+g.table+` WHERE projection = ANY($1) AND state IN ('live', 'catchup', 'previous')
 ORDER BY projection, generation`, projections)
@@ -166,7 +166,7 @@ ORDER BY projection, generation`, projections)
 // generation yet (code version versions[i]: the first processor to run
 // decides it), retires their previous generations whose retention ended,
 // and moves the generation epoch if it did either: one statement.
-func (g *Generations) Settle(ctx context.Context, q Querier, projections []string, versions []int32) error {
+func (g *Generations) Settle(ctx context.Context, q querier, projections []string, versions []int32) error {
 	_, err := q.Exec(ctx, `WITH ins AS (
   INSERT INTO `+g.table+` (projection, generation, code_version, key, state, live_at)
   SELECT u.n, 1, u.v, u.n, 'live', now() FROM unnest($1::text[], $2::int[]) AS u(n, v)
@@ -206,21 +206,21 @@ func (g *Generations) QueueEnterLive(b *pgx.Batch, projection string) *pgx.Queue
 // EnterLive puts the schema of projection's live generation first on the
 // search_path of the transaction q (a transaction); generation 1, whose
 // tables are in the connection's search_path, changes nothing.
-func (g *Generations) EnterLive(ctx context.Context, q Querier, projection string) error {
+func (g *Generations) EnterLive(ctx context.Context, q querier, projection string) error {
 	_, err := q.Exec(ctx, g.liveSchema(), projection)
 	return err
 }
 
 // PhaseState returns the phase and the state of the generation with gate
 // key key.
-func (g *Generations) PhaseState(ctx context.Context, q Querier, key string) (phase, state string, err error) {
+func (g *Generations) PhaseState(ctx context.Context, q querier, key string) (phase, state string, err error) {
 	err = q.QueryRow(ctx, `SELECT phase, state FROM `+g.table+` WHERE key = $1`, key).Scan(&phase, &state)
 	return phase, state, err
 }
 
 // LockFed locks the generations of projection that processors feed (live,
 // in catch-up, previous) and returns them by generation.
-func (g *Generations) LockFed(ctx context.Context, q Querier, projection string) ([]Generation, error) {
+func (g *Generations) LockFed(ctx context.Context, q querier, projection string) ([]Generation, error) {
 	rows, err := q.Query(ctx, `SELECT `+columns+` FROM `+g.table+`
 WHERE projection = $1 AND state IN ('live', 'catchup', 'previous') ORDER BY generation FOR UPDATE`, projection)
 	if err != nil {
@@ -232,7 +232,7 @@ WHERE projection = $1 AND state IN ('live', 'catchup', 'previous') ORDER BY gene
 // LockLive locks the live and the previous generation of projection and
 // returns their numbers (0: none) and when the previous one's retention
 // ends (nil: never, or no previous one).
-func (g *Generations) LockLive(ctx context.Context, q Querier, projection string) (live, previous int, keepUntil *time.Time, err error) {
+func (g *Generations) LockLive(ctx context.Context, q querier, projection string) (live, previous int, keepUntil *time.Time, err error) {
 	rows, err := q.Query(ctx, `SELECT generation, state, keep_until FROM `+g.table+`
 WHERE projection = $1 AND state IN ('live', 'previous') FOR UPDATE`, projection)
 	if err != nil {
@@ -254,7 +254,7 @@ WHERE projection = $1 AND state IN ('live', 'previous') FOR UPDATE`, projection)
 
 // Next returns the number of projection's next generation: one more than
 // its last (1 when it has none).
-func (g *Generations) Next(ctx context.Context, q Querier, projection string) (int, error) {
+func (g *Generations) Next(ctx context.Context, q querier, projection string) (int, error) {
 	var n int
 	err := q.QueryRow(ctx, `SELECT coalesce(max(generation), 0) + 1 FROM `+g.table+` WHERE projection = $1`, projection).Scan(&n)
 	return n, err
@@ -263,7 +263,7 @@ func (g *Generations) Next(ctx context.Context, q Querier, projection string) (i
 // Insert records generation of projection, built by code version
 // codeVersion, with gate key key and read-model schema schema, in state
 // building and phase replay, and returns its row.
-func (g *Generations) Insert(ctx context.Context, q Querier, projection string, generation, codeVersion int, key, schema string) (Generation, error) {
+func (g *Generations) Insert(ctx context.Context, q querier, projection string, generation, codeVersion int, key, schema string) (Generation, error) {
 	rows, err := q.Query(ctx, `INSERT INTO `+g.table+` (projection, generation, code_version, key, schema, state, phase)
 VALUES ($1, $2, $3, $4, $5, 'building', 'replay') RETURNING `+columns, projection, generation, codeVersion, key, schema)
 	if err != nil {
@@ -273,7 +273,7 @@ VALUES ($1, $2, $3, $4, $5, 'building', 'replay') RETURNING `+columns, projectio
 }
 
 // SetPhase records the phase of the generation with gate key key.
-func (g *Generations) SetPhase(ctx context.Context, q Querier, key, phase string) error {
+func (g *Generations) SetPhase(ctx context.Context, q querier, key, phase string) error {
 	_, err := q.Exec(ctx, `UPDATE `+g.table+` SET phase = $2, updated_at = now() WHERE key = $1`, key, phase)
 	return err
 }
@@ -281,7 +281,7 @@ func (g *Generations) SetPhase(ctx context.Context, q Querier, key, phase string
 // RequestSwitch moves generation of projection, in catch-up, from phase
 // ready to phase requested; false when it is not in catch-up in phase
 // ready (nothing changed).
-func (g *Generations) RequestSwitch(ctx context.Context, q Querier, projection string, generation int, requested, ready string) (bool, error) {
+func (g *Generations) RequestSwitch(ctx context.Context, q querier, projection string, generation int, requested, ready string) (bool, error) {
 	tag, err := q.Exec(ctx, `UPDATE `+g.table+` SET phase = $3, updated_at = now()
 WHERE projection = $1 AND generation = $2 AND state = 'catchup' AND phase = $4`, projection, generation, requested, ready)
 	return tag.RowsAffected() > 0, err
@@ -290,7 +290,7 @@ WHERE projection = $1 AND generation = $2 AND state = 'catchup' AND phase = $4`,
 // Advance records that a rebuild read the stream of the generation with
 // gate key key up to position (the source's time there: at, nil for none),
 // n more events.
-func (g *Generations) Advance(ctx context.Context, q Querier, key string, position []byte, at *time.Time, n int64) error {
+func (g *Generations) Advance(ctx context.Context, q querier, key string, position []byte, at *time.Time, n int64) error {
 	_, err := q.Exec(ctx, `UPDATE `+g.table+`
 SET position = $2, position_time = $3, events = events + $4, updated_at = now() WHERE key = $1`, key, position, at, n)
 	return err

@@ -29,27 +29,27 @@ func (Locks) QueueShared(b *pgx.Batch, key int64) *pgx.QueuedQuery {
 
 // Shared takes the transaction's shared lock on key, waiting for an
 // exclusive holder.
-func (Locks) Shared(ctx context.Context, q Querier, key int64) error {
+func (Locks) Shared(ctx context.Context, q querier, key int64) error {
 	_, err := q.Exec(ctx, lockShared, key)
 	return err
 }
 
 // Exclusive takes the transaction's exclusive lock on key.
-func (Locks) Exclusive(ctx context.Context, q Querier, key int64) error {
+func (Locks) Exclusive(ctx context.Context, q querier, key int64) error {
 	_, err := q.Exec(ctx, lockXact, key)
 	return err
 }
 
 // Session takes the session's exclusive lock on key (q must be one
 // connection), waiting for its holders; Release releases it.
-func (Locks) Session(ctx context.Context, q Querier, key int64) error {
+func (Locks) Session(ctx context.Context, q querier, key int64) error {
 	_, err := q.Exec(ctx, lockSession, key)
 	return err
 }
 
 // TrySession takes the session's exclusive lock on key if no one holds it,
 // and reports whether it did.
-func (Locks) TrySession(ctx context.Context, q Querier, key int64) (bool, error) {
+func (Locks) TrySession(ctx context.Context, q querier, key int64) (bool, error) {
 	var ok bool
 	err := q.QueryRow(ctx, tryLockSession, key).Scan(&ok)
 	return ok, err
@@ -57,7 +57,7 @@ func (Locks) TrySession(ctx context.Context, q Querier, key int64) (bool, error)
 
 // Release releases the session's lock on key and reports whether the
 // session held it.
-func (Locks) Release(ctx context.Context, q Querier, key int64) (bool, error) {
+func (Locks) Release(ctx context.Context, q querier, key int64) (bool, error) {
 	var released bool
 	err := q.QueryRow(ctx, unlockSession, key).Scan(&released)
 	return released, err

@@ -63,7 +63,7 @@ func (o *OpLog) Queue(b *pgx.Batch, e OpEntry) *pgx.QueuedQuery {
 }
 
 // Insert writes e.
-func (o *OpLog) Insert(ctx context.Context, q Querier, e OpEntry) error {
+func (o *OpLog) Insert(ctx context.Context, q querier, e OpEntry) error {
 	_, err := q.Exec(ctx, o.insert, e.args()...)
 	return err
 }
@@ -72,7 +72,7 @@ func (o *OpLog) Insert(ctx context.Context, q Querier, e OpEntry) error {
 // generation, aggregate and versions exists, and reports whether it wrote
 // it. Two transactions writing the same entry at once must serialize
 // themselves (the caller's lock) for it to be written once.
-func (o *OpLog) InsertOnce(ctx context.Context, q Querier, e OpEntry) (bool, error) {
+func (o *OpLog) InsertOnce(ctx context.Context, q querier, e OpEntry) (bool, error) {
 	tag, err := q.Exec(ctx, o.insertOnce, e.args()...)
 	return tag.RowsAffected() == 1, err
 }
@@ -81,6 +81,6 @@ func (o *OpLog) InsertOnce(ctx context.Context, q Querier, e OpEntry) (bool, err
 // generation when set (not empty, not 0): rows of (id, at, action,
 // projection, generation, aggregate, from version, to version, reason,
 // actor).
-func (o *OpLog) List(ctx context.Context, q Querier, projection, action string, generation int, p Page) (pgx.Rows, error) {
+func (o *OpLog) List(ctx context.Context, q querier, projection, action string, generation int, p Page) (pgx.Rows, error) {
 	return q.Query(ctx, o.list, projection, p.Aggregate, action, p.Limit, p.AfterID, generation)
 }

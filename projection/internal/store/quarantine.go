@@ -52,7 +52,7 @@ func (q *Quarantine) QueueLoadRefs(b *pgx.Batch, key string, aggs []string) *pgx
 
 // Load reads agg's quarantined event: a row of (version, event id, hash,
 // type, data, metadata), none when there is none.
-func (q *Quarantine) Load(ctx context.Context, db Querier, key, agg string) pgx.Row {
+func (q *Quarantine) Load(ctx context.Context, db querier, key, agg string) pgx.Row {
 	return db.QueryRow(ctx, q.load, key, agg)
 }
 
@@ -83,13 +83,13 @@ func (q *Quarantine) QueueDelete(b *pgx.Batch, key, agg string) *pgx.QueuedQuery
 // List lists the quarantined events of keys, the longest quarantined first:
 // rows of (gate key, aggregate, version, event id, type, data, metadata,
 // error, attempts, quarantined at, last attempt at).
-func (q *Quarantine) List(ctx context.Context, db Querier, keys Keys, p Page) (pgx.Rows, error) {
+func (q *Quarantine) List(ctx context.Context, db querier, keys Keys, p Page) (pgx.Rows, error) {
 	return db.Query(ctx, pick(q.list, p), keys.Include, p.Aggregate, p.Limit, keys.Exclude)
 }
 
 // Unmatched counts the events quarantined under key that are not
 // quarantined, at the same version, under other.
-func (q *Quarantine) Unmatched(ctx context.Context, db Querier, key, other string) (int64, error) {
+func (q *Quarantine) Unmatched(ctx context.Context, db querier, key, other string) (int64, error) {
 	var n int64
 	err := db.QueryRow(ctx, q.unmatched, key, other).Scan(&n)
 	return n, err

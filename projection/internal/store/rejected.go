@@ -87,12 +87,12 @@ func (r *Rejected) QueueResolveVersions(b *pgx.Batch, agg string, from, to int64
 // Load reads the rejected delivery id: a row of (source, event id,
 // aggregate, version, type, data, metadata, raw event id, raw aggregate,
 // raw type, content type), none when there is none.
-func (r *Rejected) Load(ctx context.Context, q Querier, id int64) pgx.Row {
+func (r *Rejected) Load(ctx context.Context, q querier, id int64) pgx.Row {
 	return q.QueryRow(ctx, r.load, id)
 }
 
 // SetReason records the reason and error of a new validation of id.
-func (r *Rejected) SetReason(ctx context.Context, q Querier, id int64, reason, text string) error {
+func (r *Rejected) SetReason(ctx context.Context, q querier, id int64, reason, text string) error {
 	_, err := q.Exec(ctx, r.setReason, id, reason, text)
 	return err
 }
@@ -100,14 +100,14 @@ func (r *Rejected) SetReason(ctx context.Context, q Querier, id int64, reason, t
 // Replayed resolves id as replayed, with its operator log entry (the
 // replay of agg's version by res.By), unless it was rejected again in this
 // transaction (its last_seen is the transaction's time).
-func (r *Rejected) Replayed(ctx context.Context, q Querier, id int64, res Resolution, agg string, version int64, logReason string) error {
+func (r *Rejected) Replayed(ctx context.Context, q querier, id int64, res Resolution, agg string, version int64, logReason string) error {
 	_, err := q.Exec(ctx, r.replayed, id, res.By, res.Reason, agg, version, logReason)
 	return err
 }
 
 // Lock locks the rejected delivery id: a row of (aggregate, version,
 // resolution, resolved), none when there is none.
-func (r *Rejected) Lock(ctx context.Context, q Querier, id int64) pgx.Row {
+func (r *Rejected) Lock(ctx context.Context, q querier, id int64) pgx.Row {
 	return q.QueryRow(ctx, r.lock, id)
 }
 
@@ -120,6 +120,6 @@ func (r *Rejected) QueueDismiss(b *pgx.Batch, id int64, by, reason string) *pgx.
 // source, event id, aggregate, version, type, content type, data, metadata,
 // size, reason, error, count, first seen, last seen, replayed at, resolved
 // at, resolution, resolved by, resolve reason).
-func (r *Rejected) List(ctx context.Context, q Querier, p Page) (pgx.Rows, error) {
+func (r *Rejected) List(ctx context.Context, q querier, p Page) (pgx.Rows, error) {
 	return q.Query(ctx, pick(r.list, p), p.Aggregate, p.Limit, p.AfterID, p.Open)
 }

@@ -23,7 +23,7 @@ type InlineRef struct {
 // Gated reads, for each of aggs, last — a scalar subquery of the
 // aggregate's last version, aggregate k.a — and whether the gate has a
 // version row of it: rows of (aggregate, last version, gated).
-func (v *Versions) Gated(ctx context.Context, q Querier, key string, aggs []string, last string) (pgx.Rows, error) {
+func (v *Versions) Gated(ctx context.Context, q querier, key string, aggs []string, last string) (pgx.Rows, error) {
 	return q.Query(ctx, `SELECT k.a,
   coalesce((`+last+`), 0),
   EXISTS (SELECT 1 FROM `+v.table+` v WHERE v.projection = $1 AND v.aggregate = k.a)
@@ -40,7 +40,7 @@ ON CONFLICT (projection, aggregate) DO NOTHING`, key, aggs, versions)
 
 // SeedInline writes a version row per row of the inline table t, at the
 // row's version, with an empty log, where none exists.
-func (v *Versions) SeedInline(ctx context.Context, q Querier, key string, t InlineRef) error {
+func (v *Versions) SeedInline(ctx context.Context, q querier, key string, t InlineRef) error {
 	_, err := q.Exec(ctx, `INSERT INTO `+v.table+` (projection, aggregate, version, log_base)
 SELECT $1, `+t.Key+`, `+t.Version+`, `+t.Version+` FROM `+t.Table+`
 ON CONFLICT (projection, aggregate) DO NOTHING`, key)
@@ -61,7 +61,7 @@ ON CONFLICT DO NOTHING`, key, aggs)
 // version row of every aggregate in it that has none — its last version,
 // and its log's current page — and the applied log of the earlier pages.
 // One sort of the journal does both.
-func (s *Store) SeedFromJournal(ctx context.Context, q Querier, key, journal string) error {
+func (s *Store) SeedFromJournal(ctx context.Context, q querier, key, journal string) error {
 	page := strconv.Itoa(LogPage)
 	base := `greatest((last - 1) / ` + page + ` * ` + page + `, 0)`
 	sql := `WITH s AS MATERIALIZED (

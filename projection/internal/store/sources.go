@@ -36,14 +36,14 @@ type Source struct {
 
 // Record writes s (StartedAt is the database's now()), replacing the row
 // of the same name.
-func (s *Sources) Record(ctx context.Context, q Querier, src Source) error {
+func (s *Sources) Record(ctx context.Context, q querier, src Source) error {
 	_, err := q.Exec(ctx, s.record, src.Name, src.Kind, src.Mapping, src.Host)
 	return err
 }
 
 // List returns the recorded sources by name in byte order; kind, when not
 // empty, keeps only the sources of that kind.
-func (s *Sources) List(ctx context.Context, q Querier, kind string) ([]Source, error) {
+func (s *Sources) List(ctx context.Context, q querier, kind string) ([]Source, error) {
 	rows, err := q.Query(ctx, s.list, kind)
 	if err != nil {
 		return nil, err

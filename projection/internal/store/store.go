@@ -8,8 +8,8 @@ import (
 )
 
 // Store holds the statements on the gate tables of one schema. It holds no
-// connection; each method takes the batch or Querier to use. A Store is safe
-// for concurrent use.
+// connection; each method takes the batch, or the pool, connection or
+// transaction, to use. A Store is safe for concurrent use.
 type Store struct {
 	// Gate is the set of tables that hold a projection's gate state
 	// (tables.go).
@@ -61,9 +61,12 @@ func New(schema string) *Store {
 	}
 }
 
-// Querier runs one statement: *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy
-// it.
-type Querier interface {
+// querier runs one statement: *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy
+// it. It is unexported so that the module has one Querier, the read side's
+// projection.Querier (which this package cannot name: projection imports
+// it); it adds Exec to that one's methods, the store writing too. Callers
+// pass their pool, connection or transaction.
+type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row

@@ -145,13 +145,13 @@ func (v *Versions) QueueRead(b *pgx.Batch, key string, aggs []string, locked boo
 
 // Lock creates the missing version rows of aggs (sorted) and locks every
 // row, in order, returning them as QueueRead does.
-func (v *Versions) Lock(ctx context.Context, q Querier, key string, aggs []string) (pgx.Rows, error) {
+func (v *Versions) Lock(ctx context.Context, q querier, key string, aggs []string) (pgx.Rows, error) {
 	return q.Query(ctx, v.lock, key, aggs)
 }
 
 // LockOne locks the version row of agg; its row is (version, parked,
 // blocked), none when the aggregate has no row.
-func (v *Versions) LockOne(ctx context.Context, q Querier, key, agg string) pgx.Row {
+func (v *Versions) LockOne(ctx context.Context, q querier, key, agg string) pgx.Row {
 	return q.QueryRow(ctx, v.lockOne, key, agg)
 }
 
@@ -199,7 +199,7 @@ func (v *Versions) QueueReset(b *pgx.Batch, key, agg string, version int64, park
 
 // Current reads the version rows of (keys[i], aggs[i]): rows of (gate key,
 // aggregate, version); a pair without a row has none.
-func (v *Versions) Current(ctx context.Context, q Querier, keys, aggs []string) (pgx.Rows, error) {
+func (v *Versions) Current(ctx context.Context, q querier, keys, aggs []string) (pgx.Rows, error) {
 	return q.Query(ctx, `SELECT v.projection, v.aggregate, v.version
 FROM unnest($1::text[], $2::text[]) AS k(projection, aggregate)
 JOIN `+v.table+` v ON v.projection = k.projection AND v.aggregate = k.aggregate`, keys, aggs)

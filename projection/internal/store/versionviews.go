@@ -42,7 +42,7 @@ func (v *Versions) QueueAppliedSum(b *pgx.Batch, keySQL string, t *InlineRef, ar
 
 // AppliedSum returns the sum of the versions of the projection with gate
 // key key, at most max.
-func (v *Versions) AppliedSum(ctx context.Context, q Querier, key string, t *InlineRef, max int64) (int64, error) {
+func (v *Versions) AppliedSum(ctx context.Context, q querier, key string, t *InlineRef, max int64) (int64, error) {
 	var n int64
 	err := q.QueryRow(ctx, v.appliedSum("$1", t), key, max).Scan(&n)
 	return n, err
@@ -51,7 +51,7 @@ func (v *Versions) AppliedSum(ctx context.Context, q Querier, key string, t *Inl
 // Compare counts the aggregates that the projection with gate key key (its
 // inline table t) has behind, and ahead of, the one with gate key other
 // (its inline table ot).
-func (v *Versions) Compare(ctx context.Context, q Querier, key string, t *InlineRef, other string, ot *InlineRef) (behind, ahead int64, err error) {
+func (v *Versions) Compare(ctx context.Context, q querier, key string, t *InlineRef, other string, ot *InlineRef) (behind, ahead int64, err error) {
 	nExpr, nJoin := versionJoin(t)
 	oExpr, oJoin := versionJoin(ot)
 	err = q.QueryRow(ctx, `SELECT count(*) FILTER (WHERE coalesce(n.version, 0) < coalesce(o.version, 0)),
@@ -64,7 +64,7 @@ func (v *Versions) Compare(ctx context.Context, q Querier, key string, t *Inline
 
 // List lists the version rows of key by aggregate in byte order: rows of
 // (aggregate, version, parked, blocked).
-func (v *Versions) List(ctx context.Context, q Querier, key string, t *InlineRef, p Page) (pgx.Rows, error) {
+func (v *Versions) List(ctx context.Context, q querier, key string, t *InlineRef, p Page) (pgx.Rows, error) {
 	expr, join := versionJoin(t)
 	return q.Query(ctx, `SELECT v.aggregate, `+expr+`, v.parked, v.blocked FROM `+v.table+` v`+join+`
 WHERE v.projection = $1 AND ($2 = '' OR v.aggregate = $2) AND v.aggregate COLLATE "C" > $3
@@ -91,7 +91,7 @@ func (v *Versions) VersionOf(t *InlineRef, keySQL string) string {
 // table (versions that operator actions recorded), by aggregate in byte
 // order and version: rows of (aggregate, version, event id, hash, whether
 // the entry is the row's).
-func (a *Applied) ListInlineLog(ctx context.Context, q Querier, key string, t InlineRef, entrySize int, p Page) (pgx.Rows, error) {
+func (a *Applied) ListInlineLog(ctx context.Context, q querier, key string, t InlineRef, entrySize int, p Page) (pgx.Rows, error) {
 	k, ver, lg := t.Key, t.Version, t.Log
 	size := fmt.Sprint(entrySize)
 	return q.Query(ctx, `WITH r AS (
