@@ -190,13 +190,22 @@ type RebuildReport struct {
 	Rate    float64 `json:"events_per_second"`
 }
 
-// Run rebuilds the projection.
+// Run rebuilds the projection: one Processor.Build, side by side or, with
+// --in-place, in place (BuildOptions.InPlace).
 func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
-	if o.InPlace {
-		return c.inPlace(ctx, o)
+	if o.InPlace && !o.Yes {
+		fmt.Fprintf(c.a.stderr, "This deletes the read model of %s and its parked, quarantined and conflict records in schema %s, then replays the stream.\nType the projection's name to go on: ", o.Projection, o.db.Schema)
+		line, _ := bufio.NewReader(c.a.stdin).ReadString('\n')
+		if strings.TrimSpace(line) != o.Projection {
+			return errors.New("rebuild: not confirmed; nothing changed")
+		}
 	}
 	logger := o.log.Logger(c.a.stderr)
-	pool, err := clikit.Connect(ctx, &o.db, 6, logger)
+	conns := int32(6)
+	if o.InPlace {
+		conns = int32(o.Workers + 3) // the replay's workers, the lock's session, the reset
+	}
+	pool, err := clikit.Connect(ctx, &o.db, conns, logger)
 	if err != nil {
 		return err
 	}
@@ -209,15 +218,30 @@ func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
 		return err
 	}
 	oc := o.src.openConfig(&o.db, "", logger)
+	if o.InPlace {
+		// In place the live generation's tables are emptied and refilled:
+		// they must exist (side by side, Build creates the new one's).
+		if err := proc.Setup(ctx); err != nil {
+			return err // the processor names the projection and the step
+		}
+		oc.Workers, oc.BatchSize = o.Workers, o.BatchSize
+	}
 	oc.Processor, oc.Name, oc.Note = proc, o.Name, clikit.NewConsole(c.a.stderr, &o.log).Note // the workers' mapping
 	r, err := o.src.opener.Replayer(ctx, o.src.url, oc)
 	if err != nil {
 		return err
 	}
 	con := clikit.NewConsole(c.a.stderr, &o.log)
-	bars := &phaseBars{con: con}
+	var bars rebuildBars = &phaseBars{con: con}
+	if o.InPlace {
+		bars = &replayBar{bar: clikit.NewPositionBar(con, "rebuild "+o.Projection, func() float64 { return r.Progress().Fraction })}
+		con.Printf([]any{"projection", o.Projection}, "rebuilding %s in place: waiting for the projection's lock (live workers pause)", o.Projection)
+	}
+	// In place, Build reads InPlace, Replay, By and Progress only; side by
+	// side, all but Replay.
 	res, err := proc.Build(ctx, o.Projection, &projection.BuildOptions{
-		Stream: r, BatchSize: o.ReplayBatch, MaxAggregates: o.MaxAggregates, CatchUpEvents: o.CatchUpEvents,
+		InPlace: o.InPlace, Stream: r, Replay: r.Replay,
+		BatchSize: o.ReplayBatch, MaxAggregates: o.MaxAggregates, CatchUpEvents: o.CatchUpEvents,
 		Retention: o.Retention, ExpectChanges: o.ExpectChanges, VerifyTimeout: o.VerifyTimeout, Unlogged: o.Unlogged, Wait: o.Wait,
 		By: cmp.Or(o.By, c.a.actor()), Progress: bars.update,
 	})
@@ -233,18 +257,38 @@ func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
 		return err
 	}
 	prog := r.Progress()
-	rep := RebuildReport{Projection: o.Projection, Mode: "side-by-side", Generation: res.Generation, Previous: res.Previous,
-		CodeVersion: res.CodeVersion, Resumed: res.Resumed, AlreadyLive: res.AlreadyLive, Events: res.Events,
+	rep := RebuildReport{Projection: o.Projection, Mode: "side-by-side", Events: res.Events,
 		Read: prog.Read, Skipped: prog.Skipped, Seconds: res.Elapsed.Seconds()}
+	if o.InPlace {
+		rep.Mode = "in-place"
+	} else {
+		rep.Generation, rep.Previous, rep.CodeVersion = res.Generation, res.Previous, res.CodeVersion
+		rep.Resumed, rep.AlreadyLive = res.Resumed, res.AlreadyLive
+	}
 	if s := res.Elapsed.Seconds(); s > 0 {
 		rep.Rate = float64(res.Events) / s
 	}
 	if o.out.JSON {
 		return clikit.WriteJSON(c.a.stdout, rep)
 	}
-	if res.AlreadyLive {
+	c.print(o, res, rep)
+	return nil
+}
+
+// print writes what a rebuild did for people.
+func (c *rebuildCmd) print(o *rebuildOptions, res projection.BuildResult, rep RebuildReport) {
+	switch {
+	case o.InPlace:
+		skipped := ""
+		if rep.Skipped > 0 {
+			skipped = fmt.Sprintf(" (%d other $all events skipped)", rep.Skipped)
+		}
+		fmt.Fprintf(c.a.stdout, "rebuilt %s: %d events replayed in %s, %.0f events/s%s\n",
+			strings.TrimSpace(o.Projection), res.Events, clikit.Age(res.Elapsed), rep.Rate, skipped)
+		return
+	case res.AlreadyLive:
 		fmt.Fprintf(c.a.stdout, "generation %d of %s, built by another process meanwhile, is live\n", res.Generation, o.Projection)
-		return nil
+		return
 	}
 	resumed := ""
 	if res.Resumed {
@@ -256,7 +300,13 @@ func (c *rebuildCmd) Run(ctx context.Context, o *rebuildOptions) error {
 		fmt.Fprintf(c.a.stdout, "generation %d stays fed for %s: '%s rebuild rollback %s' returns to it\n",
 			res.Previous, clikit.Age(o.Retention), c.a.name, o.Projection)
 	}
-	return nil
+}
+
+// rebuildBars draws a rebuild's progress: BuildOptions.Progress, then
+// finish once Build returns.
+type rebuildBars interface {
+	update(projection.BuildProgress)
+	finish()
 }
 
 // phaseBars draws one progress bar per phase of a side-by-side rebuild.
@@ -301,65 +351,25 @@ func (p *phaseBars) finish() {
 	}
 }
 
-// inPlace rebuilds the projection's live generation in place.
-func (c *rebuildCmd) inPlace(ctx context.Context, o *rebuildOptions) error {
-	if !o.Yes {
-		fmt.Fprintf(c.a.stderr, "This deletes the read model of %s and its parked, quarantined and conflict records in schema %s, then replays the stream.\nType the projection's name to go on: ", o.Projection, o.db.Schema)
-		line, _ := bufio.NewReader(c.a.stdin).ReadString('\n')
-		if strings.TrimSpace(line) != o.Projection {
-			return errors.New("rebuild: not confirmed; nothing changed")
-		}
-	}
-	logger := o.log.Logger(c.a.stderr)
-	pool, err := clikit.Connect(ctx, &o.db, int32(o.Workers+3), logger)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := c.a.prepareSchema(ctx, pool, &o.db, false, false, logger); err != nil {
-		return err
-	}
-	proc, err := c.a.processor(pool, &o.db, logger)
-	if err != nil {
-		return err
-	}
-	if err := proc.Setup(ctx); err != nil {
-		return err // the processor names the projection and the step
-	}
-	oc := o.src.openConfig(&o.db, "", logger)
-	oc.Workers, oc.BatchSize = o.Workers, o.BatchSize
-	oc.Processor, oc.Name, oc.Note = proc, o.Name, clikit.NewConsole(c.a.stderr, &o.log).Note // the workers' mapping
-	r, err := o.src.opener.Replayer(ctx, o.src.url, oc)
-	if err != nil {
-		return err
-	}
-	con := clikit.NewConsole(c.a.stderr, &o.log)
-	bar := clikit.NewPositionBar(con, "rebuild "+o.Projection, func() float64 { return r.Progress().Fraction })
-	con.Printf([]any{"projection", o.Projection}, "rebuilding %s in place: waiting for the projection's lock (live workers pause)", o.Projection)
-	start := time.Now()
-	res, err := proc.Build(ctx, o.Projection, &projection.BuildOptions{InPlace: true, Replay: r.Replay, By: cmp.Or(o.By, c.a.actor()),
-		Progress: func(p projection.BuildProgress) { bar.Update(p.Events) }})
-	events := res.Events
-	bar.Finish(events)
-	if err != nil {
-		return err
-	}
-	elapsed := time.Since(start)
-	prog := r.Progress()
-	rep := RebuildReport{Projection: o.Projection, Mode: "in-place", Events: events, Read: prog.Read, Skipped: prog.Skipped, Seconds: elapsed.Seconds()}
-	if s := elapsed.Seconds(); s > 0 {
-		rep.Rate = float64(events) / s
-	}
-	if o.out.JSON {
-		return clikit.WriteJSON(c.a.stdout, rep)
-	}
-	skipped := ""
-	if rep.Skipped > 0 {
-		skipped = fmt.Sprintf(" (%d other $all events skipped)", rep.Skipped)
-	}
-	fmt.Fprintf(c.a.stdout, "rebuilt %s: %d events replayed in %s, %.0f events/s%s\n",
-		strings.TrimSpace(o.Projection), events, clikit.Age(elapsed), rep.Rate, skipped)
-	return nil
+// replayBar draws an in-place rebuild's one bar: the events replayed, how
+// far through the history the source's replayer is.
+type replayBar struct {
+	bar    *clikit.ProgressBar
+	mu     sync.Mutex
+	events int64
+}
+
+func (p *replayBar) update(pr projection.BuildProgress) {
+	p.mu.Lock()
+	p.events = pr.Events
+	p.mu.Unlock()
+	p.bar.Update(pr.Events)
+}
+
+func (p *replayBar) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.bar.Finish(p.events)
 }
 
 // genOptions configures the rebuild subcommands that act on generations.
