@@ -10,6 +10,7 @@ import (
 
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/internal/sourceutil"
 )
 
 // This file holds committed batches and the catch-up checkpoint: saving the
@@ -97,21 +98,11 @@ func (s *Source) saveLoop(ctx context.Context) {
 // every calls fn every d until ctx is done — first at once when now is set
 // — and logs its errors at level with msg, except those of ctx's end.
 func (s *Source) every(ctx context.Context, d time.Duration, now bool, level slog.Level, msg string, fn func(context.Context) error) {
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		if now {
-			if err := fn(ctx); err != nil && ctx.Err() == nil {
-				s.log.Log(ctx, level, msg, "name", s.cfg.Name, "error", err)
-			}
+	sourceutil.Every(ctx, d, now, func() {
+		if err := fn(ctx); err != nil && ctx.Err() == nil {
+			s.log.Log(ctx, level, msg, "name", s.cfg.Name, "error", err)
 		}
-		now = true
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 // saveWatermark saves the tracker's watermark if it is ahead of the saved

@@ -9,6 +9,8 @@ import (
 	"maps"
 	"time"
 
+	"github.com/inorder/inorder/source/internal/sourceutil"
+
 	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
 
 	"github.com/inorder/inorder/projection"
@@ -529,16 +531,7 @@ func (s *Source) noteApplied(batch []*source.Delivery, results []projection.Resu
 // package cli's run command and the conformance suite of package
 // source/sourcetest run every kind of source. Its Lag is Source.Lag's
 // summary.
-func (s *Source) Feed() source.Feed { return feed{s} }
-
-type feed struct{ *Source }
-
-func (f feed) Lag() source.Lag { return f.Source.Lag().Summary() }
-
-func (f feed) MeasureLag(ctx context.Context) (source.Lag, error) {
-	l, err := f.Source.MeasureLag(ctx)
-	return l.Summary(), err
-}
+func (s *Source) Feed() source.Feed { return sourceutil.Feed[Lag](s) }
 
 // Summary returns the figures of l every source reports (source.Lag).
 func (l Lag) Summary() source.Lag {

@@ -11,8 +11,8 @@ import (
 
 	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
 
-	"github.com/inorder/inorder/internal/retry"
 	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/internal/sourceutil"
 )
 
 // This file holds the Source, its counters and its run loop: sessions,
@@ -175,36 +175,13 @@ func (s *Source) Run(ctx context.Context) error {
 	if !s.ran.CompareAndSwap(false, true) {
 		return errors.New("esdb: Source.Run called twice")
 	}
-	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHard()
-	go func() {
-		select {
-		case <-s.abort:
-			cancelHard()
-		case <-hard.Done():
-		}
-	}()
-	defer context.AfterFunc(ctx, func() {
-		t := time.NewTimer(s.cfg.DrainTimeout)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			s.log.Warn("esdb drain timed out, aborting", "name", s.cfg.Name, "timeout", s.cfg.DrainTimeout)
-			cancelHard()
-		case <-hard.Done():
-		}
-	})()
-	soft, cancelSoft := context.WithCancel(ctx)
-	defer cancelSoft()
-	defer context.AfterFunc(hard, cancelSoft)()
+	soft, hard, cancelSoft, stop := sourceutil.Drain(ctx, s.abort, s.cfg.DrainTimeout, func() {
+		s.log.Warn("esdb drain timed out, aborting", "name", s.cfg.Name, "timeout", s.cfg.DrainTimeout)
+	})
+	defer stop()
 
-	work, stopWork := context.WithCancel(hard)
+	_, stopWork := sourceutil.Work(hard, s.disp)
 	defer stopWork()
-	dispDone := make(chan struct{})
-	go func() {
-		defer close(dispDone)
-		_ = s.disp.Run(work)
-	}()
 	var bg sync.WaitGroup
 	if s.cfg.Persistent == nil {
 		bg.Go(func() { s.saveLoop(soft) })
@@ -234,7 +211,6 @@ func (s *Source) Run(ctx context.Context) error {
 		}
 	}
 	stopWork()
-	<-dispDone
 	bg.Wait()
 	if rejected != nil {
 		return rejected
@@ -258,27 +234,17 @@ func (s *Source) mode() string {
 // received events). It returns an error wrapping ErrRejected when the server
 // rejects the subscription for good, nil when soft is done.
 func (s *Source) consume(soft, hard context.Context) error {
-	backoff := retry.Policy{Initial: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax, MaxElapsed: -1}.Start()
-	for attempt := 0; soft.Err() == nil; attempt++ {
-		if attempt > 0 {
-			s.stats.reconnects.Add(1)
-		}
-		progressed, err := s.session(soft, hard)
-		if soft.Err() != nil {
-			return nil
-		}
-		if rej := s.rejected(err); rej != nil {
+	return sourceutil.Sessions{
+		Min: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax, Reconnects: &s.stats.reconnects,
+		Session:  func() (bool, error) { return s.session(soft, hard) },
+		Rejected: s.rejected,
+		OnRejected: func(rej error) {
 			s.log.Error("esdb subscription rejected, stopping", "name", s.cfg.Name, "error", rej)
-			return rej
-		}
-		if progressed {
-			backoff.Reset()
-		}
-		wait, _ := backoff.Next()
-		s.log.Warn("esdb subscription lost, reconnecting", "name", s.cfg.Name, "error", err, "in", wait)
-		_ = retry.Sleep(soft, wait)
-	}
-	return nil
+		},
+		OnLost: func(err error, wait time.Duration) {
+			s.log.Warn("esdb subscription lost, reconnecting", "name", s.cfg.Name, "error", err, "in", wait)
+		},
+	}.Consume(soft)
 }
 
 // session connects, subscribes and dispatches until the subscription is lost

@@ -1,9 +1,10 @@
 package kafka
 
 import (
-	"context"
 	"fmt"
 	"strconv"
+
+	"github.com/inorder/inorder/source/internal/sourceutil"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -14,16 +15,7 @@ import (
 // package cli's run command and the conformance suite of package
 // source/sourcetest run every kind of source. Its Lag is Source.Lag's
 // summary.
-func (s *Source) Feed() source.Feed { return feed{s} }
-
-type feed struct{ *Source }
-
-func (f feed) Lag() source.Lag { return f.Source.Lag().Summary() }
-
-func (f feed) MeasureLag(ctx context.Context) (source.Lag, error) {
-	l, err := f.Source.MeasureLag(ctx)
-	return l.Summary(), err
-}
+func (s *Source) Feed() source.Feed { return sourceutil.Feed[Lag](s) }
 
 // Summary returns the figures of l every source reports (source.Lag).
 func (l Lag) Summary() source.Lag {

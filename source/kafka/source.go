@@ -15,6 +15,7 @@ import (
 
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/internal/sourceutil"
 )
 
 // This file holds the Source, its counters and its run loop; group.go holds
@@ -192,37 +193,14 @@ func (s *Source) Run(ctx context.Context) error {
 	if !s.ran.CompareAndSwap(false, true) {
 		return errors.New("kafka: Source.Run called twice")
 	}
-	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHard()
+	soft, hard, cancelSoft, stop := sourceutil.Drain(ctx, s.abort, s.cfg.DrainTimeout, func() {
+		s.log.Warn("kafka drain timed out, aborting", "name", s.cfg.Name, "timeout", s.cfg.DrainTimeout)
+	})
+	defer stop()
 	s.hard = hard
-	go func() {
-		select {
-		case <-s.abort:
-			cancelHard()
-		case <-hard.Done():
-		}
-	}()
-	defer context.AfterFunc(ctx, func() {
-		t := time.NewTimer(s.cfg.DrainTimeout)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			s.log.Warn("kafka drain timed out, aborting", "name", s.cfg.Name, "timeout", s.cfg.DrainTimeout)
-			cancelHard()
-		case <-hard.Done():
-		}
-	})()
-	soft, cancelSoft := context.WithCancel(ctx)
-	defer cancelSoft()
-	defer context.AfterFunc(hard, cancelSoft)()
 
-	work, stopWork := context.WithCancel(hard)
+	_, stopWork := sourceutil.Work(hard, s.disp)
 	defer stopWork()
-	dispDone := make(chan struct{})
-	go func() {
-		defer close(dispDone)
-		_ = s.disp.Run(work)
-	}()
 
 	if err := s.record(soft); err != nil {
 		s.log.Warn("kafka mapping not recorded (a rebuild will need the mapping flags)", "name", s.cfg.Name, "error", err)
@@ -230,13 +208,12 @@ func (s *Source) Run(ctx context.Context) error {
 	cl, err := kgo.NewClient(s.groupOptions()...)
 	if err != nil {
 		stopWork()
-		<-dispDone
 		return fmt.Errorf("kafka: client: %w", err)
 	}
 	var bg sync.WaitGroup
 	bg.Go(func() {
-		every(soft, s.cfg.CheckpointEvery, func(ctx context.Context) {
-			if err := s.saveWatermarks(ctx, s.owned()); err != nil && ctx.Err() == nil {
+		sourceutil.Every(soft, s.cfg.CheckpointEvery, false, func() {
+			if err := s.saveWatermarks(soft, s.owned()); err != nil && soft.Err() == nil {
 				s.log.Warn("kafka checkpoint not saved", "name", s.cfg.Name, "error", err)
 			}
 		})
@@ -244,7 +221,7 @@ func (s *Source) Run(ctx context.Context) error {
 	if s.cfg.LagEvery > 0 {
 		adm := kadm.NewClient(cl)
 		bg.Go(func() {
-			every(soft, s.cfg.LagEvery, func(ctx context.Context) { _, _ = s.measure(ctx, adm) })
+			sourceutil.Every(soft, s.cfg.LagEvery, false, func() { _, _ = s.measure(soft, adm) })
 		})
 	}
 	s.log.Info("kafka source starting", "name", s.cfg.Name, "group", s.cfg.Group, "topics", s.cfg.Topics)
@@ -261,7 +238,6 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	cl.Close()
 	stopWork()
-	<-dispDone
 	if hard.Err() != nil {
 		return ErrAborted
 	}
@@ -404,19 +380,5 @@ func (s *Source) afterCommit(batch []*source.Delivery, results []projection.Resu
 	}
 	if s.cfg.OnCommit != nil {
 		s.cfg.OnCommit(c)
-	}
-}
-
-// every calls fn every d until ctx is done.
-func every(ctx context.Context, d time.Duration, fn func(context.Context)) {
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			fn(ctx)
-		}
 	}
 }

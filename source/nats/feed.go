@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/inorder/inorder/source/internal/sourceutil"
+
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
 )
@@ -15,16 +17,7 @@ const Kind = "nats"
 
 // Feed returns the source as a source.Feed, for the worker binary and the
 // conformance suite: its Lag is the summary of ConsumerLag.
-func (s *Source) Feed() source.Feed { return feed{s} }
-
-type feed struct{ *Source }
-
-func (f feed) Lag() source.Lag { return f.Source.Lag().Summary() }
-
-func (f feed) MeasureLag(ctx context.Context) (source.Lag, error) {
-	l, err := f.Source.MeasureLag(ctx)
-	return l.Summary(), err
-}
+func (s *Source) Feed() source.Feed { return sourceutil.Feed[Lag](s) }
 
 // Summary returns the figures of l every source reports (source.Lag).
 func (l Lag) Summary() source.Lag {

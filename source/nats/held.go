@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/inorder/inorder/source/internal/sourceutil"
 )
 
 // held is a message received and not yet settled: the Handle of its
@@ -72,14 +74,7 @@ func (hs *heldSet) oldest() (time.Time, bool) {
 // does not deliver them to another process meanwhile.
 func (s *Source) progressLoop(ctx context.Context) {
 	period := s.cfg.AckWait / 3
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	sourceutil.Every(ctx, period, false, func() {
 		now := time.Now().UnixNano()
 		n := 0
 		for _, h := range s.held.due(now - int64(period)) {
@@ -96,7 +91,7 @@ func (s *Source) progressLoop(ctx context.Context) {
 			s.stats.inProgress.Add(int64(n))
 			s.log.Debug("nats in-progress acks sent", "name", s.cfg.Name, "messages", n)
 		}
-	}
+	})
 }
 
 // stallAfter is how long without a message, while the server still has
@@ -114,22 +109,15 @@ func (s *Source) stallAfter() time.Duration {
 // was dispatched; the acks it sends let the server deliver again.
 func (s *Source) stallLoop(ctx context.Context) {
 	after := s.stallAfter()
-	t := time.NewTicker(after / 2)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	sourceutil.Every(ctx, after/2, false, func() {
 		if s.serverPending.Load() == 0 || s.flushing.Load() {
-			continue
+			return
 		}
 		if time.Since(time.Unix(0, s.lastRecv.Load())) < after {
-			continue
+			return
 		}
 		if st := s.disp.Stats(); st.InFlight == 0 || st.InFlight >= st.MaxInFlight {
-			continue // nothing held, or the window closes batches itself
+			return // nothing held, or the window closes batches itself
 		}
 		s.flushing.Store(true)
 		s.stats.kicks.Add(1)
@@ -137,5 +125,5 @@ func (s *Source) stallLoop(ctx context.Context) {
 			defer s.flushing.Store(false)
 			_ = s.disp.Flush(ctx)
 		}()
-	}
+	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/internal/sourceutil"
 )
 
 // Lag is how far the consumer is behind the stream, over all the processes
@@ -128,18 +129,11 @@ func (s *Source) MeasureLag(ctx context.Context) (Lag, error) {
 }
 
 func (s *Source) lagLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.LagEvery)
-	defer t.Stop()
-	for {
+	sourceutil.Every(ctx, s.cfg.LagEvery, true, func() {
 		if _, err := s.MeasureLag(ctx); err != nil && ctx.Err() == nil {
 			s.log.Log(ctx, slog.LevelDebug, "nats lag not measured", "name", s.cfg.Name, "error", err)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 func (s *Source) measure(ctx context.Context) (lagProbe, error) {

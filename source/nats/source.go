@@ -13,8 +13,8 @@ import (
 	natsc "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/inorder/inorder/internal/retry"
 	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/internal/sourceutil"
 )
 
 // This file holds the Source, its counters and its run loop: sessions on
@@ -142,28 +142,10 @@ func (s *Source) Run(ctx context.Context) error {
 	if !s.ran.CompareAndSwap(false, true) {
 		return errors.New("nats: Source.Run called twice")
 	}
-	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHard()
-	go func() {
-		select {
-		case <-s.abort:
-			cancelHard()
-		case <-hard.Done():
-		}
-	}()
-	defer context.AfterFunc(ctx, func() {
-		t := time.NewTimer(s.cfg.DrainTimeout)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			s.log.Warn("nats drain timed out, aborting", "name", s.cfg.Name, "timeout", s.cfg.DrainTimeout)
-			cancelHard()
-		case <-hard.Done():
-		}
-	})()
-	soft, cancelSoft := context.WithCancel(ctx)
-	defer cancelSoft()
-	defer context.AfterFunc(hard, cancelSoft)()
+	soft, hard, cancelSoft, stop := sourceutil.Drain(ctx, s.abort, s.cfg.DrainTimeout, func() {
+		s.log.Warn("nats drain timed out, aborting", "name", s.cfg.Name, "timeout", s.cfg.DrainTimeout)
+	})
+	defer stop()
 
 	nc, owned, err := s.cfg.connect("inorder " + s.cfg.Name)
 	if err != nil {
@@ -184,13 +166,8 @@ func (s *Source) Run(ctx context.Context) error {
 	s.js = js
 	s.jsMu.Unlock()
 
-	work, stopWork := context.WithCancel(hard)
+	work, stopWork := sourceutil.Work(hard, s.disp)
 	defer stopWork()
-	dispDone := make(chan struct{})
-	go func() {
-		defer close(dispDone)
-		_ = s.disp.Run(work)
-	}()
 	var bg sync.WaitGroup
 	// In-progress acks and stall checks go on while the drain commits.
 	bg.Go(func() { s.progressLoop(work) })
@@ -214,7 +191,6 @@ func (s *Source) Run(ctx context.Context) error {
 		}
 	}
 	stopWork()
-	<-dispDone
 	bg.Wait()
 	if owned {
 		// The acks are published asynchronously: send them before closing.
@@ -237,27 +213,17 @@ func (s *Source) Run(ctx context.Context) error {
 // messages). It returns an error wrapping ErrRejected when the server
 // rejects the consumer for good, nil when soft is done.
 func (s *Source) consume(soft, hard context.Context, js jetstream.JetStream) error {
-	backoff := retry.Policy{Initial: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax, MaxElapsed: -1}.Start()
-	for attempt := 0; soft.Err() == nil; attempt++ {
-		if attempt > 0 {
-			s.stats.reconnects.Add(1)
-		}
-		progressed, err := s.session(soft, hard, js)
-		if soft.Err() != nil {
-			return nil
-		}
-		if rej := s.rejected(err); rej != nil {
+	return sourceutil.Sessions{
+		Min: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax, Reconnects: &s.stats.reconnects,
+		Session:  func() (bool, error) { return s.session(soft, hard, js) },
+		Rejected: s.rejected,
+		OnRejected: func(rej error) {
 			s.log.Error("nats consumer rejected, stopping", "name", s.cfg.Name, "error", rej)
-			return rej
-		}
-		if progressed {
-			backoff.Reset()
-		}
-		wait, _ := backoff.Next()
-		s.log.Warn("nats consumer lost, consuming again", "name", s.cfg.Name, "error", err, "in", wait)
-		_ = retry.Sleep(soft, wait)
-	}
-	return nil
+		},
+		OnLost: func(err error, wait time.Duration) {
+			s.log.Warn("nats consumer lost, consuming again", "name", s.cfg.Name, "error", err, "in", wait)
+		},
+	}.Consume(soft)
 }
 
 // session binds to the consumer (creating or updating it unless NoCreate)

@@ -14,6 +14,7 @@ import (
 	"github.com/inorder/inorder/internal/retry"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/internal/sourceutil"
 )
 
 // ErrAborted is returned by Run when its drain was cut short by Abort or
@@ -136,34 +137,13 @@ func (s *Source) Run(ctx context.Context) error {
 	if s.cfg.ownPool {
 		defer s.pool.Close()
 	}
-	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHard()
-	go func() {
-		select {
-		case <-s.abort:
-			cancelHard()
-		case <-hard.Done():
-		}
-	}()
-	defer context.AfterFunc(ctx, func() {
-		t := time.NewTimer(s.cfg.DrainTimeout)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			s.log.Warn("pgtable drain timed out, aborting", "timeout", s.cfg.DrainTimeout)
-			cancelHard()
-		case <-hard.Done():
-		}
-	})()
-	soft, cancelSoft := context.WithCancel(ctx)
-	defer cancelSoft()
-	defer context.AfterFunc(hard, cancelSoft)()
+	soft, hard, _, stop := sourceutil.Drain(ctx, s.abort, s.cfg.DrainTimeout, func() {
+		s.log.Warn("pgtable drain timed out, aborting", "timeout", s.cfg.DrainTimeout)
+	})
+	defer stop()
 
-	dispDone := make(chan struct{})
-	go func() {
-		defer close(dispDone)
-		_ = s.disp.Run(hard)
-	}()
+	_, stopWork := sourceutil.Work(hard, s.disp)
+	defer stopWork()
 	released := make(chan struct{}) // the drain is over: give up the leases
 	var bg sync.WaitGroup
 	bg.Go(func() { s.holdLeases(soft, released) })
@@ -191,8 +171,8 @@ func (s *Source) Run(ctx context.Context) error {
 	aborted := hard.Err() != nil
 	close(released)
 	bg.Wait()
-	cancelHard()
-	<-dispDone
+	stop() // hard too
+	stopWork()
 	if aborted {
 		return ErrAborted
 	}
@@ -202,18 +182,11 @@ func (s *Source) Run(ctx context.Context) error {
 
 // every calls fn every d until ctx is done, logging its errors.
 func (s *Source) every(ctx context.Context, d time.Duration, fn func(context.Context) error) {
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	sourceutil.Every(ctx, d, false, func() {
 		if err := fn(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("pgtable background step failed", "error", err)
 		}
-	}
+	})
 }
 
 // saveWatermarks stores the position of every held partition that moved
