@@ -1,7 +1,6 @@
 package effects_test
 
 import (
-	"bufio"
 	"context"
 	"hash/fnv"
 	"io"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/inorder/inorder/internal/proctest"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -95,7 +96,7 @@ func TestExecutorsKilledAtRandom(t *testing.T) {
 		return scale.minLife + time.Duration(rng.Int64N(int64(scale.maxLife-scale.minLife)))
 	}
 	type executor struct {
-		h    *helperProc
+		h    *proctest.Proc
 		dies time.Time
 	}
 	execs := make([]executor, scale.executors)
@@ -131,7 +132,7 @@ func TestExecutorsKilledAtRandom(t *testing.T) {
 		}
 		for i := range execs {
 			if now.After(execs[i].dies) {
-				execs[i].h.kill(t)
+				execs[i].h.Kill(t)
 				kills++
 				execs[i] = executor{h: startHelper(t, "chaos", b, "", env), dies: now.Add(life())}
 			}
@@ -145,7 +146,7 @@ func TestExecutorsKilledAtRandom(t *testing.T) {
 		return b.count(t, `SELECT count(*) FROM effects WHERE state = 'running'`) > 0
 	})
 	for i := range execs {
-		execs[i].h.kill(t)
+		execs[i].h.Kill(t)
 		kills++
 	}
 	lastKill := time.Now()
@@ -166,7 +167,7 @@ UNION SELECT e.key::text FROM river_job j JOIN effects e ON e.batch = (j.args->>
 	require.NotEmpty(t, held)
 
 	// The drain: fresh executors, no kills.
-	drainers := make([]*helperProc, scale.drainers)
+	drainers := make([]*proctest.Proc, scale.drainers)
 	for i := range drainers {
 		drainers[i] = startHelper(t, "chaos", b, "", env)
 	}
@@ -183,10 +184,10 @@ UNION SELECT e.key::text FROM river_job j JOIN effects e ON e.batch = (j.args->>
 		return b.count(t, `SELECT count(*) FROM river_job WHERE state NOT IN ('completed', 'cancelled', 'discarded')`) == 0
 	}).Sub(lastKill)
 	for _, h := range drainers {
-		h.send(t, "EXIT")
+		h.Send(t, "EXIT")
 	}
 	for _, h := range drainers {
-		h.requireExit(t)
+		h.RequireExit(t)
 	}
 
 	// Every key delivered, with its payload, and no other key.
@@ -346,7 +347,7 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 // helperChaos is an executor of TestExecutorsKilledAtRandom: it works
 // intents against the receiver (envIdem) until killed, or until the parent
 // says EXIT.
-func helperChaos(ctx context.Context, pool *pgxpool.Pool, in *bufio.Reader) error {
+func helperChaos(ctx context.Context, pool *pgxpool.Pool, c *proctest.Child) error {
 	fx, err := effects.New(pool, chaosConfig(os.Getenv(envSchema)), &httpEffect{kind: kindNotify, url: os.Getenv(envIdem)})
 	if err != nil {
 		return err
@@ -354,8 +355,8 @@ func helperChaos(ctx context.Context, pool *pgxpool.Pool, in *bufio.Reader) erro
 	if err := fx.Start(ctx); err != nil {
 		return err
 	}
-	say("READY", "working")
-	if err := await(in, "EXIT"); err != nil {
+	c.Say("READY", "working")
+	if _, err := c.Await("EXIT"); err != nil {
 		return err
 	}
 	return fx.Stop(ctx)

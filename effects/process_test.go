@@ -1,20 +1,19 @@
 package effects_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/inorder/inorder/internal/proctest"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -25,17 +24,16 @@ import (
 	"github.com/inorder/inorder/projection"
 )
 
-// The multi-process tests re-execute the test binary, running only
-// TestHelperProcess, with these variables naming what the helper does.
+// The multi-process tests re-execute the test binary as a helper process
+// (a proctest role named by its mode: same, kill, hold, settled, chaos),
+// with these variables naming what the helper works on.
 const (
-	envMode      = "INORDER_EFFECTS_HELPER"        // "same" or "kill"
-	envURL       = "INORDER_EFFECTS_HELPER_DB_URL" // the test schema's URL
-	envSchema    = "INORDER_EFFECTS_HELPER_SCHEMA"
-	envIdem      = "INORDER_EFFECTS_HELPER_IDEMPOTENT" // the idempotent remote's URL
-	envPlain     = "INORDER_EFFECTS_HELPER_PLAIN"      // the other remote's URL
-	envKind      = "INORDER_EFFECTS_HELPER_KIND"       // kill: the effect kind
-	helperPrefix = "effects-helper: "
-	helperLimit  = 90 * time.Second
+	envURL      = "INORDER_EFFECTS_HELPER_DB_URL" // the test schema's URL
+	envSchema   = "INORDER_EFFECTS_HELPER_SCHEMA"
+	envIdem     = "INORDER_EFFECTS_HELPER_IDEMPOTENT" // the idempotent remote's URL
+	envPlain    = "INORDER_EFFECTS_HELPER_PLAIN"      // the other remote's URL
+	envKind     = "INORDER_EFFECTS_HELPER_KIND"       // kill: the effect kind
+	helperLimit = 90 * time.Second
 )
 
 const (
@@ -53,21 +51,21 @@ func TestProcessesSameEvent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	es := events(t, "same", sameVersions)
-	helpers := make([]*helperProc, sameProcs)
+	helpers := make([]*proctest.Proc, sameProcs)
 	for i := range helpers {
 		helpers[i] = startHelper(t, "same", b, "")
 	}
 	for v, e := range es {
 		for _, h := range helpers {
-			require.Equal(t, strconv.Itoa(v), h.expect(t, "READY"))
+			require.Equal(t, strconv.Itoa(v), h.Expect(t, "READY"))
 		}
 		for _, h := range helpers {
-			h.send(t, "GO")
+			h.Send(t, "GO")
 		}
 		var applied, duplicates, recorded int
 		for _, h := range helpers {
 			var r sameResult
-			require.NoError(t, json.Unmarshal([]byte(h.expect(t, "RESULT")), &r))
+			require.NoError(t, json.Unmarshal([]byte(h.Expect(t, "RESULT")), &r))
 			applied, duplicates, recorded = applied+r.Applied, duplicates+r.Duplicate, recorded+r.Recorded
 		}
 		require.Equal(t, 1, applied, "version %d", e.Version)
@@ -83,7 +81,7 @@ func TestProcessesSameEvent(t *testing.T) {
 		require.Equal(t, 1+extraJobs, b.jobsOf(t, k))
 	}
 	for _, h := range helpers {
-		h.send(t, "WORK")
+		h.Send(t, "WORK")
 	}
 	// Every job ends (River's completed events, reported by the helpers),
 	// and every intent is settled once.
@@ -100,10 +98,10 @@ func TestProcessesSameEvent(t *testing.T) {
 		}
 	}
 	for _, h := range helpers {
-		h.send(t, "EXIT")
+		h.Send(t, "EXIT")
 	}
 	for _, h := range helpers {
-		h.requireExit(t)
+		h.RequireExit(t)
 	}
 	calls := b.idem.callsByKey()
 	require.Len(t, calls, len(es))
@@ -141,7 +139,7 @@ func TestKillAfterCall(t *testing.T) {
 				rem = b.plain
 			}
 			h := startHelper(t, "kill", b, kind)
-			require.Equal(t, k, h.expect(t, "CALLED"))
+			require.Equal(t, k, h.Expect(t, "CALLED"))
 			require.Len(t, rem.callsOf(k), 1)
 			require.Equal(t, 1, rem.appliedOf(k))
 			e, err := b.fx.Get(t.Context(), k)
@@ -149,7 +147,7 @@ func TestKillAfterCall(t *testing.T) {
 			require.Equal(t, effects.Running, e.State)
 			require.True(t, e.Uncertain, "the call's outcome is not recorded")
 			require.Equal(t, 1, e.Attempts)
-			h.kill(t)
+			h.Kill(t)
 
 			b.start(t) // claims of 2×Timeout; the pass runs every 100 ms
 			e = b.waitState(t, k, effects.Done)
@@ -172,50 +170,34 @@ func TestKillAfterCall(t *testing.T) {
 	}
 }
 
-// TestHelperProcess is the body of the helper processes; it does nothing
-// unless re-executed by the tests above.
-func TestHelperProcess(t *testing.T) {
-	mode := os.Getenv(envMode)
-	if mode == "" {
-		t.Skip("helper process: runs only when re-executed by the multi-process tests")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), helperLimit)
-	defer cancel()
-	pc, err := pgxpool.ParseConfig(os.Getenv(envURL))
-	require.NoError(t, err)
-	pc.MaxConns = 16 // River's listener, fetcher, completer and elector, and the workers
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	require.NoError(t, err)
-	defer pool.Close()
-	in := bufio.NewReader(os.Stdin)
-	switch mode {
-	case "same":
-		err = helperSame(ctx, pool, in)
-	case "kill":
-		err = helperKill(ctx, pool)
-	case "hold":
-		err = helperHold(ctx, pool)
-	case "settled":
-		err = helperSettled(ctx, pool)
-	case "chaos":
-		err = helperChaos(ctx, pool, in)
-	default:
-		err = fmt.Errorf("unknown helper mode %q", mode)
-	}
-	require.NoError(t, err)
+func TestMain(m *testing.M) {
+	proctest.Main(m, map[string]proctest.Role{
+		"same":    helperRole(helperSame),
+		"kill":    helperRole(helperKill),
+		"hold":    helperRole(helperHold),
+		"settled": helperRole(helperSettled),
+		"chaos":   helperRole(helperChaos),
+	})
 }
 
-func say(kind, payload string) { fmt.Printf("%s%s %s\n", helperPrefix, kind, payload) }
-
-func await(in *bufio.Reader, want string) error {
-	line, err := in.ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("read from parent: %w", err)
+// helperRole runs a helper process's body for at most helperLimit, on a pool
+// of the test schema's database.
+func helperRole(run func(ctx context.Context, pool *pgxpool.Pool, c *proctest.Child) error) proctest.Role {
+	return func(ctx context.Context, c *proctest.Child) error {
+		ctx, cancel := context.WithTimeout(ctx, helperLimit)
+		defer cancel()
+		pc, err := pgxpool.ParseConfig(c.Getenv(envURL))
+		if err != nil {
+			return err
+		}
+		pc.MaxConns = 16 // River's listener, fetcher, completer and elector, and the workers
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		return run(ctx, pool, c)
 	}
-	if got := strings.TrimSpace(line); got != want {
-		return fmt.Errorf("parent said %q, want %q", got, want)
-	}
-	return nil
 }
 
 // helperConfig is the effects configuration of a helper.
@@ -234,10 +216,10 @@ func helperConfig(onAttempt func(effects.Attempt)) *effects.Config {
 // helperSame delivers each round's event from several goroutines at once
 // through its own processor, then works the jobs, reporting settled intents
 // and finished jobs, until the parent says EXIT.
-func helperSame(ctx context.Context, pool *pgxpool.Pool, in *bufio.Reader) error {
+func helperSame(ctx context.Context, pool *pgxpool.Pool, c *proctest.Child) error {
 	fx, err := effects.New(pool, helperConfig(func(a effects.Attempt) {
 		if a.State == effects.Done {
-			say("SETTLED", a.Key)
+			c.Say("SETTLED", a.Key)
 		}
 	}), &httpEffect{kind: kindNotify, url: os.Getenv(envIdem)})
 	if err != nil {
@@ -256,8 +238,8 @@ func helperSame(ctx context.Context, pool *pgxpool.Pool, in *bufio.Reader) error
 		if err != nil {
 			return err
 		}
-		say("READY", strconv.Itoa(v))
-		if err := await(in, "GO"); err != nil {
+		c.Say("READY", strconv.Itoa(v))
+		if _, err := c.Await("GO"); err != nil {
 			return err
 		}
 		mu.Lock()
@@ -292,9 +274,9 @@ func helperSame(ctx context.Context, pool *pgxpool.Pool, in *bufio.Reader) error
 		}
 		r.Recorded = recorded
 		raw, _ := json.Marshal(r)
-		say("RESULT", string(raw))
+		c.Say("RESULT", string(raw))
 	}
-	if err := await(in, "WORK"); err != nil {
+	if _, err := c.Await("WORK"); err != nil {
 		return err
 	}
 	jobs, unsubscribe := effects.SubscribeJobs(fx)
@@ -304,7 +286,7 @@ func helperSame(ctx context.Context, pool *pgxpool.Pool, in *bufio.Reader) error
 			if ev.Kind == river.EventKindJobCompleted {
 				var args struct{ Key string }
 				if json.Unmarshal(ev.Job.EncodedArgs, &args) == nil {
-					say("JOBDONE", args.Key)
+					c.Say("JOBDONE", args.Key)
 				}
 			}
 		}
@@ -312,7 +294,7 @@ func helperSame(ctx context.Context, pool *pgxpool.Pool, in *bufio.Reader) error
 	if err := fx.Start(ctx); err != nil {
 		return err
 	}
-	if err := await(in, "EXIT"); err != nil {
+	if _, err := c.Await("EXIT"); err != nil {
 		return err
 	}
 	return fx.Stop(ctx)
@@ -342,7 +324,7 @@ func (c *countingNotifier) ApplyBatch(ctx context.Context, tx *projection.Tx, ev
 // helperKill works the intents with a handler that, once the remote side
 // answered, reports CALLED and waits to be killed: the outcome is never
 // recorded.
-func helperKill(ctx context.Context, pool *pgxpool.Pool) error {
+func helperKill(ctx context.Context, pool *pgxpool.Pool, c *proctest.Child) error {
 	called := make(chan string, 1)
 	after := func(e *effects.Effect) {
 		called <- e.Key
@@ -363,7 +345,7 @@ func helperKill(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	select {
 	case k := <-called:
-		say("CALLED", k)
+		c.Say("CALLED", k)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -371,159 +353,41 @@ func helperKill(ctx context.Context, pool *pgxpool.Pool) error {
 	return errors.New("not killed in time")
 }
 
-// helperProc is the parent's handle on a helper process; the test's cleanup
-// kills it if it still runs.
-type helperProc struct {
-	name   string
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	msgs   chan string
-	done   chan struct{}
-	err    error
-	output syncBuffer
-}
-
 // startHelper starts a helper process of mode on the bundle's schema;
 // env adds variables ("NAME=value").
-func startHelper(t *testing.T, mode string, b *bundle, kind string, env ...string) *helperProc {
+func startHelper(t *testing.T, mode string, b *bundle, kind string, env ...string) *proctest.Proc {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), helperLimit+15*time.Second)
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1",
-		"-test.timeout="+(helperLimit+5*time.Second).String())
-	cmd.Env = append(os.Environ(), envMode+"="+mode, envURL+"="+b.db.URL, envSchema+"="+b.db.Schema,
-		envIdem+"="+b.idem.srv.URL, envPlain+"="+b.plain.srv.URL, envKind+"="+kind)
-	cmd.Env = append(cmd.Env, env...)
-	cmd.WaitDelay = 5 * time.Second
-	h := &helperProc{name: mode + " helper", cmd: cmd, msgs: make(chan string, 256), done: make(chan struct{})}
-	cmd.Stderr = &h.output
-	var err error
-	h.stdin, err = cmd.StdinPipe()
-	require.NoError(t, err)
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	if err := cmd.Start(); err != nil {
-		cancel()
-		require.NoError(t, err)
+	vars := map[string]string{envURL: b.db.URL, envSchema: b.db.Schema,
+		envIdem: b.idem.srv.URL, envPlain: b.plain.srv.URL, envKind: kind}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
 	}
-	go func() {
-		defer cancel()
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			line := sc.Text()
-			h.output.Write([]byte(line + "\n"))
-			if msg, ok := strings.CutPrefix(line, helperPrefix); ok {
-				h.msgs <- msg
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-		h.err = cmd.Wait()
-		close(h.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-h.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-h.done
-		}
-		if t.Failed() {
-			t.Logf("%s (exit: %v) output:\n%s", h.name, h.err, h.output.String())
-		}
-	})
-	return h
-}
-
-// expect waits for the helper's next protocol line, which must be of kind,
-// and returns its payload.
-func (h *helperProc) expect(t *testing.T, kind string) string {
-	t.Helper()
-	select {
-	case msg := <-h.msgs:
-		got, payload, _ := strings.Cut(msg, " ")
-		require.Equal(t, kind, got, "%s said %q", h.name, msg)
-		return payload
-	case <-h.done:
-		require.FailNow(t, h.name+" exited", "waiting for %s: exit %v; output:\n%s", kind, h.err, h.output.String())
-	case <-time.After(helperLimit):
-		require.FailNow(t, h.name+" timed out", "waiting for %s", kind)
-	}
-	return ""
+	return proctest.Start(t, mode, proctest.Options{Name: mode + " helper", Env: vars, Timeout: helperLimit})
 }
 
 // expectAny waits for the next protocol line of any of the helpers, which
 // must be one of kinds.
-func expectAny(t *testing.T, hs []*helperProc, kinds ...string) (kind, payload string) {
+func expectAny(t *testing.T, hs []*proctest.Proc, kinds ...string) (kind, payload string) {
 	t.Helper()
-	cases := make(chan string)
-	stop := make(chan struct{})
-	defer close(stop)
+	cases := make([]reflect.SelectCase, 0, len(hs)+1)
 	for _, h := range hs {
-		go func() {
-			select {
-			case msg := <-h.msgs:
-				select {
-				case cases <- msg:
-				case <-stop:
-					h.msgs <- msg // put it back for the next call
-				}
-			case <-stop:
-			}
-		}()
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(h.Messages())})
 	}
-	select {
-	case msg := <-cases:
-		kind, payload, _ = strings.Cut(msg, " ")
-		require.Contains(t, kinds, kind, "a helper said %q", msg)
-		return kind, payload
-	case <-time.After(helperLimit):
-		require.FailNow(t, "helpers timed out", "waiting for %v", kinds)
+	timer := time.NewTimer(helperLimit)
+	defer timer.Stop()
+	cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)})
+	for {
+		i, v, ok := reflect.Select(cases)
+		switch {
+		case i == len(hs):
+			require.FailNow(t, "helpers timed out", "waiting for %v", kinds)
+		case !ok: // that helper exited: wait for the others
+			cases[i].Chan = reflect.Value{}
+		default:
+			m := v.Interface().(proctest.Msg)
+			require.Contains(t, kinds, m.Kind, "a helper said %s %q", m.Kind, m.Payload)
+			return m.Kind, m.Payload
+		}
 	}
-	return "", ""
-}
-
-func (h *helperProc) send(t *testing.T, line string) {
-	t.Helper()
-	_, err := io.WriteString(h.stdin, line+"\n")
-	require.NoError(t, err, "%s: write %q", h.name, line)
-}
-
-func (h *helperProc) requireExit(t *testing.T) {
-	t.Helper()
-	select {
-	case <-h.done:
-	case <-time.After(helperLimit):
-		require.FailNow(t, h.name+" did not exit")
-	}
-	require.NoError(t, h.err, "%s output:\n%s", h.name, h.output.String())
-}
-
-// kill sends SIGKILL and requires that the helper died of it.
-func (h *helperProc) kill(t *testing.T) {
-	t.Helper()
-	require.NoError(t, h.cmd.Process.Signal(syscall.SIGKILL))
-	<-h.done
-	var exit *exec.ExitError
-	require.ErrorAs(t, h.err, &exit)
-	ws, ok := exit.Sys().(syscall.WaitStatus)
-	require.True(t, ok)
-	require.True(t, ws.Signaled(), "%s: %v", h.name, h.err)
-	require.Equal(t, syscall.SIGKILL, ws.Signal())
-}
-
-// syncBuffer is a bytes buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inorder/inorder/internal/proctest"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,7 +45,7 @@ func TestDeadExecutorStates(t *testing.T) {
 
 	// job and relay: a River client whose workers hold the jobs, killed.
 	hold := startHelper(t, "hold", b, "")
-	require.Equal(t, "ready", hold.expect(t, "READY"))
+	require.Equal(t, "ready", hold.Expect(t, "READY"))
 	kJob := b.record(t, intent(t, kindNotify, "job"))[0]
 	var batch []effects.Intent
 	for i := range effects.DirectJobs + 2 {
@@ -52,13 +54,13 @@ func TestDeadExecutorStates(t *testing.T) {
 	kRelay := b.record(t, batch...)
 	held := map[string]string{}
 	for range 2 {
-		p := hold.expect(t, "HELD")
+		p := hold.Expect(t, "HELD")
 		kind, arg, _ := strings.Cut(p, " ")
 		held[kind] = arg
 	}
 	require.Equal(t, kJob, held[effects.JobKind])
 	require.NotEmpty(t, held[effects.RelayJobKind])
-	hold.kill(t)
+	hold.Kill(t)
 
 	// settled: a 503, recorded as retrying; killed before River's update.
 	kSettled := b.record(t, intent(t, kindNotify, "settled"))[0]
@@ -69,14 +71,14 @@ func TestDeadExecutorStates(t *testing.T) {
 		return reply{}
 	})
 	settled := startHelper(t, "settled", b, "")
-	require.Equal(t, kSettled, settled.expect(t, "SETTLED"))
-	settled.kill(t)
+	require.Equal(t, kSettled, settled.Expect(t, "SETTLED"))
+	settled.Kill(t)
 
 	// claimed: killed after the call, before recording its outcome.
 	kClaimed := b.record(t, intent(t, kindNotify, "claimed"))[0]
 	claimed := startHelper(t, "kill", b, kindNotify)
-	require.Equal(t, kClaimed, claimed.expect(t, "CALLED"))
-	claimed.kill(t)
+	require.Equal(t, kClaimed, claimed.Expect(t, "CALLED"))
+	claimed.Kill(t)
 
 	all := append([]string{kJob, kSettled, kClaimed}, kRelay...)
 	state := map[string]effects.State{kJob: effects.Pending, kSettled: effects.Retrying, kClaimed: effects.Running}
@@ -199,10 +201,11 @@ func (heldRelay) Kind() string { return effects.RelayJobKind }
 type holdWorker[T river.JobArgs] struct {
 	river.WorkerDefaults[T]
 	arg func(T) string
+	c   *proctest.Child
 }
 
 func (w *holdWorker[T]) Work(ctx context.Context, job *river.Job[T]) error {
-	say("HELD", job.Kind+" "+w.arg(job.Args))
+	w.c.Say("HELD", job.Kind+" "+w.arg(job.Args))
 	<-ctx.Done()
 	return ctx.Err()
 }
@@ -210,10 +213,10 @@ func (w *holdWorker[T]) Work(ctx context.Context, job *river.Job[T]) error {
 // helperHold is a River client on the effects queue whose workers take
 // effect and relay jobs and hold them, as an executor killed right after
 // River fetched them would.
-func helperHold(ctx context.Context, pool *pgxpool.Pool) error {
+func helperHold(ctx context.Context, pool *pgxpool.Pool, c *proctest.Child) error {
 	workers := river.NewWorkers()
-	river.AddWorker(workers, &holdWorker[heldJob]{arg: func(a heldJob) string { return a.Key }})
-	river.AddWorker(workers, &holdWorker[heldRelay]{arg: func(a heldRelay) string { return strconv.FormatInt(a.Batch, 10) }})
+	river.AddWorker(workers, &holdWorker[heldJob]{arg: func(a heldJob) string { return a.Key }, c: c})
+	river.AddWorker(workers, &holdWorker[heldRelay]{arg: func(a heldRelay) string { return strconv.FormatInt(a.Batch, 10) }, c: c})
 	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Schema:            os.Getenv(envSchema),
 		Queues:            map[string]river.QueueConfig{effects.DefaultQueue: {MaxWorkers: 4}},
@@ -228,7 +231,7 @@ func helperHold(ctx context.Context, pool *pgxpool.Pool) error {
 	if err := rc.Start(ctx); err != nil {
 		return err
 	}
-	say("READY", "ready")
+	c.Say("READY", "ready")
 	<-ctx.Done()
 	return errors.New("not killed in time")
 }
@@ -236,7 +239,7 @@ func helperHold(ctx context.Context, pool *pgxpool.Pool) error {
 // helperSettled works intents; after the first attempt recorded as
 // retrying it reports SETTLED and waits, in River's worker, to be killed:
 // River never records the job's outcome.
-func helperSettled(ctx context.Context, pool *pgxpool.Pool) error {
+func helperSettled(ctx context.Context, pool *pgxpool.Pool, c *proctest.Child) error {
 	settled := make(chan string, 1)
 	cfg := helperConfig(func(a effects.Attempt) {
 		if a.State == effects.Retrying {
@@ -254,7 +257,7 @@ func helperSettled(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 	select {
 	case k := <-settled:
-		say("SETTLED", k)
+		c.Say("SETTLED", k)
 	case <-ctx.Done():
 		return fmt.Errorf("nothing settled: %w", ctx.Err())
 	}
