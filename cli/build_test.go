@@ -1,13 +1,14 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/inorder/inorder/internal/syncbuf"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -158,20 +159,5 @@ func dropGenerationSchemas(t *testing.T, db *pgtest.DB) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers and readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer = syncbuf.Buffer

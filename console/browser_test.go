@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inorder/inorder/internal/syncbuf"
+
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -57,23 +59,8 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
-// syncBuffer collects a command's output.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer = syncbuf.Buffer
 
 // bundle is a running 'inorder run --console' on a real PostgreSQL schema
 // and an EventStoreDB protocol server, with a browser.

@@ -14,10 +14,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/inorder/inorder/internal/syncbuf"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -121,23 +122,8 @@ func (e *env) environ() []string {
 	return out
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and readers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer = syncbuf.Buffer
 
 // process is a running inorder subprocess.
 type process struct {

@@ -1,14 +1,14 @@
 package pgtable_test
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/inorder/inorder/internal/syncbuf"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
@@ -18,23 +18,8 @@ import (
 	"github.com/inorder/inorder/source/pgtable"
 )
 
-// syncBuffer is a bytes.Buffer safe for the source's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer = syncbuf.Buffer
 
 // A transaction left open (here: one that took an xid and idles) holds
 // back the snapshot horizon: the events committed after it began are not
