@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
-	"sync"
 	"sync/atomic"
+
+	"github.com/inorder/inorder/source/internal/sourceutil"
 
 	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
 
@@ -101,57 +101,9 @@ func (r *Replayer) Replay(ctx context.Context, emit func(context.Context, []aggr
 	}
 	r.end.Store(end.Commit)
 
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	batchSize := r.cfg.BatchSize
-	chans := make([]chan aggregate.Event, r.cfg.Workers)
-	var wg sync.WaitGroup
-	for i := range chans {
-		chans[i] = make(chan aggregate.Event, batchSize)
-		wg.Go(func() {
-			batch := make([]aggregate.Event, 0, batchSize)
-			failed := false
-			flush := func() {
-				if len(batch) > 0 && !failed {
-					if err := emit(ctx, batch); err != nil {
-						cancel(err)
-						failed = true
-					}
-				}
-				batch = make([]aggregate.Event, 0, batchSize)
-			}
-			for e := range chans[i] {
-				if failed {
-					continue // drain: the reader stops on ctx
-				}
-				batch = append(batch, e)
-				// Send a batch when it is full, or when nothing more is
-				// queued: the reader is waiting on the server.
-				if len(batch) >= batchSize || len(chans[i]) == 0 {
-					flush()
-				}
-			}
-			flush()
-		})
-	}
-	readErr := r.readAll(ctx, client, end, func(e aggregate.Event) error {
-		h := fnv.New64a()
-		h.Write([]byte(e.Aggregate))
-		select {
-		case chans[h.Sum64()%uint64(len(chans))] <- e:
-			return nil
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
+	return sourceutil.FanOut(ctx, r.cfg.Workers, r.cfg.BatchSize, emit, func(ctx context.Context, send func(aggregate.Event) error) error {
+		return r.readAll(ctx, client, end, send)
 	})
-	for _, ch := range chans {
-		close(ch)
-	}
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
-		return err
-	}
-	return readErr
 }
 
 // readAll pages through $all up to end, calling fn with every mapped event.

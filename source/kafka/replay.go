@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/inorder/inorder/source/internal/sourceutil"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -161,61 +161,20 @@ func (r *Replayer) Replay(ctx context.Context, emit func(context.Context, []aggr
 	}
 	defer cl.Close()
 
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	batchSize := r.cfg.BatchSize
-	chans := make([]chan aggregate.Event, r.cfg.Workers)
-	var wg sync.WaitGroup
-	for i := range chans {
-		chans[i] = make(chan aggregate.Event, batchSize)
-		wg.Go(func() {
-			batch := make([]aggregate.Event, 0, batchSize)
-			failed := false
-			flush := func() {
-				if len(batch) > 0 && !failed {
-					if err := emit(ctx, batch); err != nil {
-						cancel(err)
-						failed = true
-					}
+	return sourceutil.FanOut(ctx, r.cfg.Workers, r.cfg.BatchSize, emit, func(ctx context.Context, send func(aggregate.Event) error) error {
+		return r.scan(ctx, cl, to, func(recs []*kgo.Record) error {
+			for _, rec := range recs {
+				if rec.Value == nil {
+					continue // a tombstone
 				}
-				batch = make([]aggregate.Event, 0, batchSize)
-			}
-			for e := range chans[i] {
-				if failed {
-					continue
-				}
-				batch = append(batch, e)
-				if len(batch) >= batchSize || len(chans[i]) == 0 {
-					flush()
+				e, _ := r.cfg.mapping.event(rec) // an invalid one is the processor's to reject
+				if err := send(e); err != nil {
+					return err
 				}
 			}
-			flush()
+			return nil
 		})
-	}
-	readErr := r.scan(ctx, cl, to, func(recs []*kgo.Record) error {
-		for _, rec := range recs {
-			if rec.Value == nil {
-				continue // a tombstone
-			}
-			e, _ := r.cfg.mapping.event(rec) // an invalid one is the processor's to reject
-			h := fnv.New64a()
-			h.Write([]byte(e.Aggregate))
-			select {
-			case chans[h.Sum64()%uint64(len(chans))] <- e:
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			}
-		}
-		return nil
 	})
-	for _, ch := range chans {
-		close(ch)
-	}
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
-		return err
-	}
-	return readErr
 }
 
 // open checks the topics and returns a client reading every partition from

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/inorder/inorder/source/internal/sourceutil"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -161,39 +161,8 @@ func (r *Replayer) Replay(ctx context.Context, emit func(context.Context, []aggr
 	}
 	defer it.Stop()
 
-	ctx, cancelCause := context.WithCancelCause(ctx)
-	defer cancelCause(nil)
-	defer context.AfterFunc(ctx, it.Stop)()
-	batchSize := r.cfg.BatchSize
-	chans := make([]chan aggregate.Event, r.cfg.Workers)
-	var wg sync.WaitGroup
-	for i := range chans {
-		chans[i] = make(chan aggregate.Event, batchSize)
-		wg.Go(func() {
-			batch := make([]aggregate.Event, 0, batchSize)
-			failed := false
-			flush := func() {
-				if len(batch) > 0 && !failed {
-					if err := emit(ctx, batch); err != nil {
-						cancelCause(err)
-						failed = true
-					}
-				}
-				batch = make([]aggregate.Event, 0, batchSize)
-			}
-			for e := range chans[i] {
-				if failed {
-					continue
-				}
-				batch = append(batch, e)
-				if len(batch) >= batchSize || len(chans[i]) == 0 {
-					flush()
-				}
-			}
-			flush()
-		})
-	}
-	readErr := func() error {
+	return sourceutil.FanOut(ctx, r.cfg.Workers, r.cfg.BatchSize, emit, func(ctx context.Context, send func(aggregate.Event) error) error {
+		defer context.AfterFunc(ctx, it.Stop)()
 		for {
 			m, err := it.Next()
 			if err != nil {
@@ -208,12 +177,8 @@ func (r *Replayer) Replay(ctx context.Context, emit func(context.Context, []aggr
 			}
 			e, _ := r.cfg.mapping.event(m.Subject(), m.Headers(), m.Data())
 			e.RecordedAt = md.Timestamp
-			h := fnv.New64a()
-			h.Write([]byte(e.Aggregate))
-			select {
-			case chans[h.Sum64()%uint64(len(chans))] <- e:
-			case <-ctx.Done():
-				return context.Cause(ctx)
+			if err := send(e); err != nil {
+				return err
 			}
 			r.read.Add(1)
 			r.pos.Store(md.Sequence.Stream)
@@ -221,15 +186,7 @@ func (r *Replayer) Replay(ctx context.Context, emit func(context.Context, []aggr
 				return nil
 			}
 		}
-	}()
-	for _, ch := range chans {
-		close(ch)
-	}
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
-		return err
-	}
-	return readErr
+	})
 }
 
 // lastMatching returns the sequence of the stream's last message matching
