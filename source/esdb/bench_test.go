@@ -1,22 +1,19 @@
 package esdb_test
 
 import (
-	"context"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"slices"
-	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/inorder/inorder/internal/benchtest"
 
 	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/esdb"
 	"github.com/inorder/inorder/source/esdb/esdbtest"
@@ -87,13 +84,7 @@ func BenchmarkESDB(b *testing.B) {
 	e.appendEvents(b, events)
 	n := len(events)
 
-	parts := make([][]aggregate.Event, workers)
-	for _, ev := range events {
-		h := fnv.New64a()
-		h.Write([]byte(ev.Aggregate))
-		w := h.Sum64() % workers
-		parts[w] = append(parts[w], ev)
-	}
+	parts := benchtest.Partition(events, workers)
 	sourceRun := func(b *testing.B, consumers int, persistent *esdb.Persistent) (time.Duration, *benchFigures) {
 		bs := setup(b)
 		procs := []*projection.Processor{bs.proc}
@@ -137,18 +128,7 @@ func BenchmarkESDB(b *testing.B) {
 	variants := []benchVariant{
 		{"processor", func(b *testing.B, _ int) (time.Duration, *benchFigures) {
 			bp := setup(b)
-			began := time.Now()
-			var wg sync.WaitGroup
-			for _, part := range parts {
-				wg.Go(func() {
-					for chunk := range slices.Chunk(part, batchSize) {
-						_, err := bp.proc.Process(context.Background(), projection.Batch{Events: chunk})
-						require.NoError(b, err)
-					}
-				})
-			}
-			wg.Wait()
-			took := time.Since(began)
+			took := benchtest.ProcessAll(b, bp.proc, parts, batchSize)
 			require.EqualValues(b, n, bp.proc.Counts()["ledger"].Applied())
 			return took, nil
 		}},
@@ -170,7 +150,7 @@ func BenchmarkESDB(b *testing.B) {
 		variants = slices.DeleteFunc(variants, func(v benchVariant) bool { return !slices.Contains(keep, v.name) })
 	}
 
-	rates := map[string][]float64{}
+	rates := benchtest.Rates{}
 	round := 0
 	for b.Loop() {
 		for _, v := range variants {
@@ -187,24 +167,7 @@ func BenchmarkESDB(b *testing.B) {
 		}
 		round++
 	}
-	median := func(xs []float64) float64 {
-		s := slices.Clone(xs)
-		sort.Float64s(s)
-		if len(s)%2 == 1 {
-			return s[len(s)/2]
-		}
-		return (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	ratio := func(a, base string) (float64, bool) {
-		if len(rates[a]) == 0 || len(rates[base]) == 0 {
-			return 0, false
-		}
-		var rs []float64
-		for i := range rates[a] {
-			rs = append(rs, rates[a][i]/rates[base][i])
-		}
-		return median(rs), true
-	}
+	median, ratio := benchtest.Median, rates.Ratio
 	for _, v := range variants {
 		b.ReportMetric(median(rates[v.name]), v.name+"-events/s")
 		if r, ok := ratio(v.name, "processor"); ok && v.name != "processor" {

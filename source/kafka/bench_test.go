@@ -1,16 +1,14 @@
 package kafka_test
 
 import (
-	"context"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"slices"
-	"sort"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/inorder/inorder/internal/benchtest"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -72,25 +70,8 @@ func BenchmarkKafka(b *testing.B) {
 	}
 	n := len(events)
 	processorRun := func(b *testing.B, stream []aggregate.Event) time.Duration {
-		parts := make([][]aggregate.Event, 4)
-		for _, ev := range stream {
-			h := fnv.New64a()
-			h.Write([]byte(ev.Aggregate))
-			parts[h.Sum64()%4] = append(parts[h.Sum64()%4], ev)
-		}
 		bp := setup(b)
-		began := time.Now()
-		var wg sync.WaitGroup
-		for _, part := range parts {
-			wg.Go(func() {
-				for chunk := range slices.Chunk(part, batchSize) {
-					_, err := bp.proc.Process(context.Background(), projection.Batch{Events: chunk})
-					require.NoError(b, err)
-				}
-			})
-		}
-		wg.Wait()
-		took := time.Since(began)
+		took := benchtest.ProcessAll(b, bp.proc, benchtest.Partition(stream, 4), batchSize)
 		require.EqualValues(b, n, bp.proc.Counts()["ledger"].Applied())
 		return took
 	}
@@ -126,7 +107,7 @@ func BenchmarkKafka(b *testing.B) {
 		b.StartTimer()
 		return took
 	}
-	rates := map[string][]float64{}
+	rates := benchtest.Rates{}
 	for b.Loop() {
 		for _, sh := range shapes {
 			for _, v := range []struct {
@@ -146,21 +127,8 @@ func BenchmarkKafka(b *testing.B) {
 		}
 		round++
 	}
-	median := func(xs []float64) float64 {
-		s := slices.Clone(xs)
-		sort.Float64s(s)
-		if len(s)%2 == 1 {
-			return s[len(s)/2]
-		}
-		return (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	ratio := func(a, base string) float64 {
-		var rs []float64
-		for i := range rates[a] {
-			rs = append(rs, rates[a][i]/rates[base][i])
-		}
-		return median(rs)
-	}
+	median := benchtest.Median
+	ratio := func(a, base string) float64 { r, _ := rates.Ratio(a, base); return r }
 	for _, sh := range shapes {
 		for _, v := range []string{"processor", "kafka-1", "kafka-3"} {
 			b.ReportMetric(median(rates[sh.name+"/"+v]), sh.name+"/"+v+"-events/s")

@@ -4,13 +4,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"slices"
-	"sort"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/inorder/inorder/internal/benchtest"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -85,26 +84,9 @@ func BenchmarkPostgresSource(b *testing.B) {
 		require.Equal(b, want, got)
 	}
 	processorRun := func(b *testing.B, stream []aggregate.Event) time.Duration {
-		parts := make([][]aggregate.Event, 4)
-		for _, ev := range stream {
-			h := fnv.New64a()
-			h.Write([]byte(ev.Aggregate))
-			parts[h.Sum64()%4] = append(parts[h.Sum64()%4], ev)
-		}
 		db := pgtest.NewMigrated(b)
 		proc, l := newProc(b, db)
-		began := time.Now()
-		var wg sync.WaitGroup
-		for _, part := range parts {
-			wg.Go(func() {
-				for chunk := range slices.Chunk(part, batchSize) {
-					_, err := proc.Process(context.Background(), projection.Batch{Events: chunk})
-					require.NoError(b, err)
-				}
-			})
-		}
-		wg.Wait()
-		took := time.Since(began)
+		took := benchtest.ProcessAll(b, proc, benchtest.Partition(stream, 4), batchSize)
 		require.EqualValues(b, n, proc.Counts()["ledger"].Applied())
 		requireFold(b, db, l)
 		return took
@@ -155,7 +137,7 @@ func BenchmarkPostgresSource(b *testing.B) {
 		requireFold(b, db, l)
 		return took
 	}
-	rates := map[string][]float64{}
+	rates := benchtest.Rates{}
 	variants := []string{"processor", "pgtable-1", "pgtable-3"}
 	round := 0
 	for b.Loop() {
@@ -178,21 +160,8 @@ func BenchmarkPostgresSource(b *testing.B) {
 		}
 		round++
 	}
-	median := func(xs []float64) float64 {
-		s := slices.Clone(xs)
-		sort.Float64s(s)
-		if len(s)%2 == 1 {
-			return s[len(s)/2]
-		}
-		return (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	ratio := func(a, base string) float64 {
-		var rs []float64
-		for i := range rates[a] {
-			rs = append(rs, rates[a][i]/rates[base][i])
-		}
-		return median(rs)
-	}
+	median := benchtest.Median
+	ratio := func(a, base string) float64 { r, _ := rates.Ratio(a, base); return r }
 	for _, sh := range shapes {
 		for _, v := range variants {
 			b.ReportMetric(median(rates[sh.name+"/"+v]), sh.name+"/"+v+"-events/s")
