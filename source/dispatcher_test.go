@@ -15,37 +15,16 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
-	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
 )
 
 const waitTimeout = 30 * time.Second
 
-type bundle struct {
-	db     *pgtest.DB
-	proc   *projection.Processor
-	ledger *ledger.Projection
-}
+type bundle struct{ *ledgertest.Bundle }
 
-func setup(t *testing.T) *bundle {
-	t.Helper()
-	db := pgtest.NewMigrated(t)
-	l := ledger.New(nil)
-	proc, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema}, l)
-	require.NoError(t, err)
-	require.NoError(t, proc.Setup(t.Context()))
-	return &bundle{db: db, proc: proc, ledger: l}
-}
-
-func (b *bundle) requireFold(t *testing.T, events []aggregate.Event) {
-	t.Helper()
-	want, err := ledger.Fold(events)
-	require.NoError(t, err)
-	got, err := b.ledger.Load(t.Context(), b.db.Pool)
-	require.NoError(t, err)
-	require.Equal(t, want, got)
-}
+func setup(t *testing.T) *bundle { return &bundle{ledgertest.New(t)} }
 
 // acker records settlements. Redeliver says what Nack answers.
 type acker struct {
@@ -148,7 +127,7 @@ func TestDispatcher(t *testing.T) {
 		var notCommitted atomic.Int64
 		a.onAck = func(ds []*source.Delivery) {
 			var n int
-			err := b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM unnest($1::text[], $2::bigint[]) AS k(aggregate, version)
+			err := b.DB.Pool.QueryRow(context.Background(), `SELECT count(*) FROM unnest($1::text[], $2::bigint[]) AS k(aggregate, version)
 JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`,
 				aggs(ds), versions(ds)).Scan(&n)
 			if err != nil || n != len(ds) {
@@ -156,10 +135,10 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 			}
 		}
 		var batches, largest, marks atomic.Int64
-		_, err := b.db.Pool.Exec(t.Context(), `CREATE TABLE commit_marks (n int)`)
+		_, err := b.DB.Pool.Exec(t.Context(), `CREATE TABLE commit_marks (n int)`)
 		require.NoError(t, err)
 		d, err := source.NewDispatcher(&source.Config{
-			Processor: b.proc, Workers: 4, BatchSize: 100, MaxWait: 20 * time.Millisecond,
+			Processor: b.Proc, Workers: 4, BatchSize: 100, MaxWait: 20 * time.Millisecond,
 			BeforeCommit: func(ctx context.Context, tx pgx.Tx, batch []*source.Delivery) error {
 				_, err := tx.Exec(ctx, `INSERT INTO commit_marks VALUES (1)`)
 				return err
@@ -180,7 +159,7 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 			require.NoError(t, d.Dispatch(t.Context(), del))
 		}
 		waitFor(t, a.signal, func() bool { n, _ := a.counts(); return n == len(events) }, "every delivery acked")
-		b.requireFold(t, events)
+		b.RequireFold(t, events)
 		for del, n := range a.acked {
 			require.Equal(t, 1, n, "acked once: %+v", del.Event)
 		}
@@ -188,13 +167,13 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 		require.LessOrEqual(t, largest.Load(), int64(100))
 		require.Equal(t, batches.Load(), marks.Load())
 		var committed int64
-		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM commit_marks`).Scan(&committed))
+		require.NoError(t, b.DB.Pool.QueryRow(t.Context(), `SELECT count(*) FROM commit_marks`).Scan(&committed))
 		require.Equal(t, batches.Load(), committed, "BeforeCommit ran once in each committed transaction")
 		require.Equal(t, batches.Load(), d.Stats().Committed)
 		require.Less(t, batches.Load(), int64(len(events)/10), "batches, not transactions per event")
 		// One aggregate's deliveries stay on one worker, in order: nothing
 		// had to wait for a predecessor.
-		c := b.proc.Counts()["ledger"]
+		c := b.Proc.Counts()["ledger"]
 		require.Zero(t, c.Deliveries[projection.Parked])
 		require.EqualValues(t, len(events), c.Applied())
 	})
@@ -207,7 +186,7 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 		var failures atomic.Int64
 		failures.Store(1)
 		d, err := source.NewDispatcher(&source.Config{
-			Processor: b.proc, Workers: 1, BatchSize: 1000, MaxWait: time.Hour, // one batch, at Flush
+			Processor: b.Proc, Workers: 1, BatchSize: 1000, MaxWait: time.Hour, // one batch, at Flush
 			MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
 			Checkpoints: func(batch []*source.Delivery) []projection.Checkpoint {
 				last := batch[len(batch)-1].Handle.(int)
@@ -228,8 +207,8 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 			require.NoError(t, d.Dispatch(t.Context(), del))
 		}
 		require.NoError(t, d.Flush(t.Context()))
-		b.requireFold(t, events)
-		got, ok, err := b.proc.LoadCheckpoint(t.Context(), "src")
+		b.RequireFold(t, events)
+		got, ok, err := b.Proc.LoadCheckpoint(t.Context(), "src")
 		require.NoError(t, err)
 		require.True(t, ok, "the batch's checkpoint committed with it")
 		require.Equal(t, fmt.Sprintf("%04d", len(ds)-1), string(got))
@@ -241,7 +220,7 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 		b := setup(t)
 		events := ledger.Generate(rand.New(rand.NewPCG(2, 2)), 5, 3)
 		a := newAcker(false)
-		d, err := source.NewDispatcher(&source.Config{Processor: b.proc, MaxWait: time.Hour})
+		d, err := source.NewDispatcher(&source.Config{Processor: b.Proc, MaxWait: time.Hour})
 		require.NoError(t, err)
 		run(t, d)
 		for _, del := range deliveries(events, a) {
@@ -250,7 +229,7 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 		require.NoError(t, d.Flush(t.Context()))
 		n, _ := a.counts()
 		require.Equal(t, len(events), n)
-		b.requireFold(t, events)
+		b.RequireFold(t, events)
 	})
 
 	t.Run("FailedBatches", func(t *testing.T) {
@@ -260,7 +239,7 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 		var failures atomic.Int64
 		failures.Store(3)
 		d, err := source.NewDispatcher(&source.Config{
-			Processor: b.proc, Workers: 1, BatchSize: 1000, MaxWait: time.Hour, // one batch, at Flush
+			Processor: b.Proc, Workers: 1, BatchSize: 1000, MaxWait: time.Hour, // one batch, at Flush
 			MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
 			BeforeCommit: func(ctx context.Context, tx pgx.Tx, batch []*source.Delivery) error {
 				if failures.Add(-1) >= 0 {
@@ -296,7 +275,7 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 			require.NoError(t, d.Dispatch(t.Context(), del))
 		}
 		require.NoError(t, d.Flush(t.Context()))
-		b.requireFold(t, events)
+		b.RequireFold(t, events)
 	})
 
 	t.Run("StopAbandonsUnsettled", func(t *testing.T) {
@@ -306,7 +285,7 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 		entered := make(chan struct{})
 		var once sync.Once
 		d, err := source.NewDispatcher(&source.Config{
-			Processor: b.proc, MaxWait: time.Millisecond,
+			Processor: b.Proc, MaxWait: time.Millisecond,
 			BeforeCommit: func(ctx context.Context, tx pgx.Tx, batch []*source.Delivery) error {
 				once.Do(func() { close(entered) })
 				<-ctx.Done() // hold the transaction until the dispatcher stops
@@ -327,7 +306,7 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 		require.ErrorIs(t, d.Flush(t.Context()), source.ErrStopped)
 		require.ErrorIs(t, d.Dispatch(t.Context(), deliveries(events, a)[0]), source.ErrStopped)
 		var n int
-		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM ledger_payments`).Scan(&n))
+		require.NoError(t, b.DB.Pool.QueryRow(t.Context(), `SELECT count(*) FROM ledger_payments`).Scan(&n))
 		require.Zero(t, n, "the abandoned batch rolled back")
 	})
 
@@ -337,7 +316,7 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 		good := ledger.Generate(rand.New(rand.NewPCG(5, 5)), 1, 1)[0]
 		bad := aggregate.Event{Aggregate: "pay-x", Version: 1, Type: ledger.Authorized, Data: []byte{0xff}}
 		a := newAcker(false)
-		d, err := source.NewDispatcher(&source.Config{Processor: b.proc, Source: "unit"})
+		d, err := source.NewDispatcher(&source.Config{Processor: b.Proc, Source: "unit"})
 		require.NoError(t, err)
 		run(t, d)
 		require.NoError(t, d.Dispatch(t.Context(), &source.Delivery{Event: bad, Acker: a,
@@ -347,11 +326,11 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 		acked, _ := a.counts()
 		require.Equal(t, 2, acked)
 		var src, reason, msg string
-		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT source, reason, error FROM rejected`).Scan(&src, &reason, &msg))
+		require.NoError(t, b.DB.Pool.QueryRow(t.Context(), `SELECT source, reason, error FROM rejected`).Scan(&src, &reason, &msg))
 		require.Equal(t, "unit", src)
 		require.Equal(t, "invalid_json", reason)
 		require.Contains(t, msg, "application/octet-stream")
-		b.requireFold(t, []aggregate.Event{good})
+		b.RequireFold(t, []aggregate.Event{good})
 	})
 
 	// A full window closes every partial batch at once: nothing more can
@@ -365,7 +344,7 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 		// Without the rule, the first 10 deliveries would wait an hour for
 		// their batches to fill and Dispatch would block behind them.
 		d, err := source.NewDispatcher(&source.Config{
-			Processor: b.proc, Workers: 4, BatchSize: 1000, MaxWait: time.Hour, MaxInFlight: 10,
+			Processor: b.Proc, Workers: 4, BatchSize: 1000, MaxWait: time.Hour, MaxInFlight: 10,
 		})
 		require.NoError(t, err)
 		run(t, d)
@@ -395,7 +374,7 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 		require.Equal(t, st.Batches, batches, "every batch's fill counted")
 		require.Greater(t, st.FillSum, 0.0)
 		require.Positive(t, st.Filling+st.Idle, "workers waited for input at times")
-		b.requireFold(t, events)
+		b.RequireFold(t, events)
 	})
 
 	t.Run("Validates", func(t *testing.T) {
@@ -435,7 +414,7 @@ func TestDispatcherCheckpoint(t *testing.T) {
 	tr := source.NewTracker[int]()
 	var written atomic.Int64
 	d, err := source.NewDispatcher(&source.Config{
-		Processor: b.proc, Workers: 4, BatchSize: 25, MaxWait: 5 * time.Millisecond,
+		Processor: b.Proc, Workers: 4, BatchSize: 25, MaxWait: 5 * time.Millisecond,
 		Checkpoints: func(batch []*source.Delivery) []projection.Checkpoint {
 			tickets := make([]source.Ticket, len(batch))
 			for i, del := range batch {
@@ -470,7 +449,7 @@ func TestDispatcherCheckpoint(t *testing.T) {
 	extra.Ticket = tr.Track(len(events) + 1)
 	require.NoError(t, d.Dispatch(t.Context(), extra))
 	require.NoError(t, d.Flush(t.Context()))
-	pos, ok, err := b.proc.LoadCheckpoint(t.Context(), "test")
+	pos, ok, err := b.Proc.LoadCheckpoint(t.Context(), "test")
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, fmt.Sprintf("%08d", len(events)+1), string(pos))

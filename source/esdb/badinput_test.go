@@ -29,23 +29,23 @@ func TestBadInput(t *testing.T) {
 			events := generate(10, 20, 3)
 			e.appendEvents(t, events)
 
-			cfg := esdb.Config{URL: e.url, Processor: b.proc, Name: "bad-input", Mapping: esdb.Mapping{StreamPrefix: e.prefix}}
+			cfg := esdb.Config{URL: e.url, Processor: b.Proc, Name: "bad-input", Mapping: esdb.Mapping{StreamPrefix: e.prefix}}
 			if mode == "Persistent" {
 				cfg.Persistent = &esdb.Persistent{Group: "g"}
 			}
 			r := start(t, cfg)
 			count := func(table string) int {
 				var n int
-				require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM `+table).Scan(&n))
+				require.NoError(t, b.DB.Pool.QueryRow(t.Context(), `SELECT count(*) FROM `+table).Scan(&n))
 				return n
 			}
 			waitFor(t, r.commits, func() bool {
-				return applied(len(events), b.proc)() && count("rejected") == 2 && count("quarantine") == 1
+				return applied(len(events), b.Proc)() && count("rejected") == 2 && count("quarantine") == 1
 			}, "good events applied, bad ones rejected, poison quarantined")
 			require.NoError(t, r.stop())
-			b.requireFold(t, events)
+			b.RequireFold(t, events)
 
-			rows, err := b.db.Pool.Query(t.Context(), `SELECT source, aggregate, version, reason, error FROM rejected ORDER BY aggregate`)
+			rows, err := b.DB.Pool.Query(t.Context(), `SELECT source, aggregate, version, reason, error FROM rejected ORDER BY aggregate`)
 			require.NoError(t, err)
 			type rej struct {
 				Source, Aggregate string
@@ -68,7 +68,7 @@ func TestBadInput(t *testing.T) {
 			require.EqualValues(t, 2, st.Rejected)
 			require.EqualValues(t, len(events)+4, st.Received)
 			var agg string
-			require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT aggregate FROM quarantine`).Scan(&agg))
+			require.NoError(t, b.DB.Pool.QueryRow(t.Context(), `SELECT aggregate FROM quarantine`).Scan(&agg))
 			require.Equal(t, "poison-1", agg)
 			require.Equal(t, st.Received, st.Acked, "every delivery acknowledged, the bad ones too")
 		})

@@ -87,9 +87,9 @@ func BenchmarkESDB(b *testing.B) {
 	parts := benchtest.Partition(events, workers)
 	sourceRun := func(b *testing.B, consumers int, persistent *esdb.Persistent) (time.Duration, *benchFigures) {
 		bs := setup(b)
-		procs := []*projection.Processor{bs.proc}
+		procs := []*projection.Processor{bs.Proc}
 		for len(procs) < consumers {
-			procs = append(procs, bs.newProcessor(b))
+			procs = append(procs, bs.NewProcessor(b))
 		}
 		anyCommit := newSignal()
 		began := time.Now()
@@ -121,15 +121,15 @@ func BenchmarkESDB(b *testing.B) {
 			f.duplicates += c.Deliveries[projection.Duplicate]
 		}
 		b.StopTimer()
-		bs.requireFold(b, events)
+		bs.RequireFold(b, events)
 		b.StartTimer()
 		return took, f
 	}
 	variants := []benchVariant{
 		{"processor", func(b *testing.B, _ int) (time.Duration, *benchFigures) {
 			bp := setup(b)
-			took := benchtest.ProcessAll(b, bp.proc, parts, batchSize)
-			require.EqualValues(b, n, bp.proc.Counts()["ledger"].Applied())
+			took := benchtest.ProcessAll(b, bp.Proc, parts, batchSize)
+			require.EqualValues(b, n, bp.Proc.Counts()["ledger"].Applied())
 			return took, nil
 		}},
 		{"catch-up", func(b *testing.B, _ int) (time.Duration, *benchFigures) { return sourceRun(b, 1, nil) }},

@@ -36,20 +36,20 @@ func TestCatchUp(t *testing.T) {
 	events := generate(1, 300, 10)
 	e.appendEvents(t, events[:len(events)/2])
 	r := start(t, esdb.Config{
-		URL: e.url, Processor: b.proc, Name: "catch-up", Workers: 4,
+		URL: e.url, Processor: b.Proc, Name: "catch-up", Workers: 4,
 		Mapping: esdb.Mapping{StreamPrefix: e.prefix},
 	})
 	waitSignal(t, r.caughtUp, "caught up")
 	e.appendEvents(t, events[len(events)/2:]) // live
-	waitFor(t, r.commits, applied(len(events), b.proc), "every event applied")
+	waitFor(t, r.commits, applied(len(events), b.Proc), "every event applied")
 	last := events[len(events)-1]
 	end := e.lastPosition(t, e.stream(last.Aggregate))
 	waitFor(t, r.saved, func() bool { cp, ok := b.checkpoint(t, "catch-up"); return ok && !posLess(cp, end) }, "checkpoint past the last event")
 	require.NoError(t, r.stop())
 
-	b.requireFold(t, events)
+	b.RequireFold(t, events)
 	require.Equal(t, len(events), b.appliedRows(t))
-	c := b.proc.Counts()["ledger"]
+	c := b.Proc.Counts()["ledger"]
 	require.Zero(t, c.Deliveries[projection.Duplicate], "catch-up delivers once")
 	require.Zero(t, c.Deliveries[projection.Parked], "one aggregate stays on one worker, in order")
 	require.Greater(t, c.Batches, int64(3))
@@ -79,7 +79,7 @@ func TestCatchUpCheckpointsFilteredHistory(t *testing.T) {
 	}
 	target := e.lastPosition(t, noiseStream(noise-64))
 	cfg := esdb.Config{
-		URL: e.url, Processor: b.proc, Name: "filtered", CheckpointEvery: 10 * time.Millisecond,
+		URL: e.url, Processor: b.Proc, Name: "filtered", CheckpointEvery: 10 * time.Millisecond,
 		Mapping: esdb.Mapping{StreamPrefix: e.prefix}, TrustServerCheckpoints: true,
 	}
 	r := start(t, cfg)
@@ -87,16 +87,16 @@ func TestCatchUpCheckpointsFilteredHistory(t *testing.T) {
 	require.NoError(t, r.stop())
 	st := r.src.Stats()
 	require.Zero(t, st.Received, "the server filtered the noise out")
-	require.Zero(t, b.proc.Counts()["ledger"].Batches, "no batch was needed")
+	require.Zero(t, b.Proc.Counts()["ledger"].Batches, "no batch was needed")
 	saved, _ := b.checkpoint(t, "filtered")
 
 	// A restart resumes after the noise and processes what follows.
 	events := generate(2, 5, 3)
 	e.appendEvents(t, events)
 	r2 := start(t, cfg)
-	waitFor(t, r2.commits, applied(len(events), b.proc), "events after the noise")
+	waitFor(t, r2.commits, applied(len(events), b.Proc), "events after the noise")
 	require.NoError(t, r2.stop())
-	b.requireFold(t, events)
+	b.RequireFold(t, events)
 	cp, _ := b.checkpoint(t, "filtered")
 	require.False(t, posLess(cp, saved))
 }
@@ -119,12 +119,12 @@ func TestCatchUpServerCheckpointAhead(t *testing.T) {
 			events := generate(15, 4, 3)
 			e.appendEvents(t, events[:len(events)-1])
 			cfg := esdb.Config{
-				URL: e.url, Processor: b.proc, Name: "ahead", CheckpointEvery: 10 * time.Millisecond,
+				URL: e.url, Processor: b.Proc, Name: "ahead", CheckpointEvery: 10 * time.Millisecond,
 				Mapping: esdb.Mapping{StreamPrefix: e.prefix}, TrustServerCheckpoints: trust,
 			}
 			r := start(t, cfg)
 			waitSignal(t, r.caughtUp, "caught up")
-			waitFor(t, r.commits, applied(len(events)-1, b.proc), "the first events applied")
+			waitFor(t, r.commits, applied(len(events)-1, b.Proc), "the first events applied")
 			require.NoError(t, r.stop())
 
 			// Written while the source is down, at the end of the log.
@@ -133,13 +133,13 @@ func TestCatchUpServerCheckpointAhead(t *testing.T) {
 			waitSignal(t, r2.caughtUp, "caught up again")
 			if trust {
 				require.NoError(t, r2.stop())
-				require.EqualValues(t, len(events)-1, b.proc.Counts()["ledger"].Applied(),
+				require.EqualValues(t, len(events)-1, b.Proc.Counts()["ledger"].Applied(),
 					"resuming from the server's checkpoint skipped the event written there")
 				return
 			}
-			waitFor(t, r2.commits, applied(len(events), b.proc), "the event written after the restart")
+			waitFor(t, r2.commits, applied(len(events), b.Proc), "the event written after the restart")
 			require.NoError(t, r2.stop())
-			b.requireFold(t, events)
+			b.RequireFold(t, events)
 		})
 	}
 }

@@ -29,12 +29,12 @@ func TestConformance(t *testing.T) {
 			e := newEnv(t)
 			b := setup(t)
 			r := start(t, esdb.Config{
-				URL: e.url, Processor: b.proc, Name: "conformance", MaxWait: 2 * time.Millisecond,
+				URL: e.url, Processor: b.Proc, Name: "conformance", MaxWait: 2 * time.Millisecond,
 				CheckpointEvery: 5 * time.Millisecond, RepairAfter: -1,
 				Mapping: esdb.Mapping{StreamPrefix: e.prefix, VersionField: "version"},
 			})
 			return &projectiontest.Case{
-				Processor: b.proc,
+				Processor: b.Proc,
 				Deliver: func(ctx context.Context, events []aggregate.Event) error {
 					var last esdbc.Position
 					for _, ev := range events {
@@ -56,7 +56,7 @@ func TestConformance(t *testing.T) {
 					return r.waitCheckpoint(ctx, last)
 				},
 				Check: func(t *testing.T, events []aggregate.Event) {
-					b.requireFold(t, events)
+					b.RequireFold(t, events)
 					require.Zero(t, r.src.Stats().Rejected)
 				},
 			}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
-	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/esdb"
 	"github.com/inorder/inorder/source/esdb/esdbtest"
@@ -104,52 +104,18 @@ func (e *env) appendRaw(t testing.TB, stream string, data esdbc.EventData) {
 }
 
 // bundle is one test's schema, processor and ledger projection.
-type bundle struct {
-	db     *pgtest.DB
-	proc   *projection.Processor
-	ledger *ledger.Projection
-}
+type bundle struct{ *ledgertest.Bundle }
 
-func setup(t testing.TB) *bundle {
-	t.Helper()
-	db := pgtest.NewMigrated(t)
-	b := &bundle{db: db, ledger: ledger.New(nil)}
-	b.proc = b.newProcessor(t)
-	require.NoError(t, b.proc.Setup(context.Background()))
-	return b
-}
-
-// newProcessor returns another processor on the bundle's schema, like one
-// of another process.
-func (b *bundle) newProcessor(t testing.TB) *projection.Processor {
-	t.Helper()
-	p, err := projection.New(b.db.Pool, &projection.Config{Schema: b.db.Schema}, b.ledger)
-	require.NoError(t, err)
-	return p
-}
-
-func (b *bundle) requireFold(t testing.TB, events []aggregate.Event) {
-	t.Helper()
-	want, err := ledger.Fold(events)
-	require.NoError(t, err)
-	got, err := b.ledger.Load(context.Background(), b.db.Pool)
-	require.NoError(t, err)
-	require.Equal(t, want, got)
-}
+func setup(t testing.TB) *bundle { return &bundle{ledgertest.New(t)} }
 
 // appliedRows counts the events applied: the sum of the payments'
 // versions (the inline ledger's fast path writes no version rows).
-func (b *bundle) appliedRows(t testing.TB) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT coalesce(sum(version), 0) FROM ledger_payments`).Scan(&n))
-	return n
-}
+func (b *bundle) appliedRows(t testing.TB) int { return b.AppliedVersions(t) }
 
 // checkpoint reads a source's checkpoint row.
 func (b *bundle) checkpoint(t testing.TB, name string) (esdbc.Position, bool) {
 	t.Helper()
-	raw, ok, err := b.proc.LoadCheckpoint(context.Background(), name)
+	raw, ok, err := b.Proc.LoadCheckpoint(context.Background(), name)
 	require.NoError(t, err)
 	if !ok {
 		return esdbc.Position{}, false

@@ -75,7 +75,7 @@ func killWorker(ctx context.Context, c *proctest.Child) error {
 func startChild(t *testing.T, e *env, b *bundle) *proctest.Proc {
 	t.Helper()
 	return proctest.Start(t, killRole, proctest.Options{Timeout: waitTimeout, Env: map[string]string{
-		childDB: b.db.URL, childSchema: b.db.Schema, childESDB: e.url, childPrefix: e.prefix}})
+		childDB: b.DB.URL, childSchema: b.DB.Schema, childESDB: e.url, childPrefix: e.prefix}})
 }
 
 // parseCheckpoint returns the position of a "checkpoint" line, false for
@@ -134,7 +134,7 @@ func TestSIGKILL(t *testing.T) {
 	second.Interrupt(t)
 	second.RequireExit(t) // a graceful stop
 
-	b.requireFold(t, events)
+	b.RequireFold(t, events)
 	require.Equal(t, len(events), b.appliedRows(t))
 	requireForward(t, after)
 	final, ok := b.checkpoint(t, childName)

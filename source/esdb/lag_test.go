@@ -101,7 +101,7 @@ func TestLagCatchUp(t *testing.T) {
 		e.appendRaw(t, "other-"+e.prefix, esdbc.EventData{EventType: "noise", ContentType: esdbc.ContentTypeJson, Data: []byte(`{"i":1}`)})
 	}
 	e.appendEvents(t, events[:15])
-	cfg := esdb.Config{URL: e.url, Processor: b.proc, Name: "lag", Mapping: esdb.Mapping{StreamPrefix: e.prefix}, LagEvery: -1, RepairAfter: -1}
+	cfg := esdb.Config{URL: e.url, Processor: b.Proc, Name: "lag", Mapping: esdb.Mapping{StreamPrefix: e.prefix}, LagEvery: -1, RepairAfter: -1}
 
 	// Not running, no checkpoint: everything is behind.
 	idle, err := esdb.New(&cfg)
@@ -122,7 +122,7 @@ func TestLagCatchUp(t *testing.T) {
 	require.Nil(t, lag.Projections[0].LastApplied, "no checkpoint yet")
 
 	r := start(t, cfg)
-	waitFor(t, r.commits, applied(15, b.proc), "the first events applied")
+	waitFor(t, r.commits, applied(15, b.Proc), "the first events applied")
 	lag, err = r.src.MeasureLag(t.Context())
 	require.NoError(t, err)
 	requireNoLag(t, lag)
@@ -143,10 +143,10 @@ func TestLagCatchUp(t *testing.T) {
 	require.False(t, lag.Projections[0].LastApplied.Time.IsZero())
 
 	r = start(t, cfg)
-	waitFor(t, r.commits, applied(len(events), b.proc), "every event applied")
+	waitFor(t, r.commits, applied(len(events), b.Proc), "every event applied")
 	requireNoLag(t, lagUntil(t, r.src, func(l esdb.Lag) bool { return l.Events == 0 }, "no lag"))
 	require.NoError(t, r.stop())
-	b.requireFold(t, events)
+	b.RequireFold(t, events)
 }
 
 // Events held in flight count, with the age of the oldest; each projection
@@ -156,7 +156,7 @@ func TestLagInFlight(t *testing.T) {
 	e := newEnv(t)
 	b := setup(t)
 	h := newHeld()
-	proc, err := projection.New(b.db.Pool, &projection.Config{Schema: b.db.Schema}, b.ledger, h)
+	proc, err := projection.New(b.DB.Pool, &projection.Config{Schema: b.DB.Schema}, b.Ledger, h)
 	require.NoError(t, err)
 	require.NoError(t, proc.Setup(t.Context()))
 	events := generate(17, 4, 3)
@@ -198,13 +198,13 @@ func TestLagPersistent(t *testing.T) {
 	settings := esdbc.SubscriptionSettingsDefault()
 	settings.CheckpointLowerBound, settings.CheckpointUpperBound = 1, 1
 	cfg := esdb.Config{
-		URL: e.url, Processor: b.proc, Name: "lag-ps", Mapping: esdb.Mapping{StreamPrefix: e.prefix}, LagEvery: -1, RepairAfter: -1,
+		URL: e.url, Processor: b.Proc, Name: "lag-ps", Mapping: esdb.Mapping{StreamPrefix: e.prefix}, LagEvery: -1, RepairAfter: -1,
 		Persistent: &esdb.Persistent{Group: "g-" + e.prefix, Settings: &settings},
 	}
 	r := start(t, cfg)
 	waitSignal(t, r.subscribe, "subscribed")
 	e.appendEvents(t, events[:15])
-	waitFor(t, r.commits, applied(15, b.proc), "the first events applied")
+	waitFor(t, r.commits, applied(15, b.Proc), "the first events applied")
 	lag := lagUntil(t, r.src, func(l esdb.Lag) bool { return l.Events == 0 }, "every acknowledgement settled")
 	requireNoLag(t, lag)
 	require.Equal(t, "persistent", lag.Mode)
@@ -238,10 +238,10 @@ func TestLagPersistent(t *testing.T) {
 	require.Equal(t, headPos.Commit, lag.Projections[0].LastApplied.Commit, "the group's checkpoint")
 
 	r = start(t, cfg)
-	waitFor(t, r.commits, applied(len(events), b.proc), "every event applied")
+	waitFor(t, r.commits, applied(len(events), b.Proc), "every event applied")
 	requireNoLag(t, lagUntil(t, r.src, func(l esdb.Lag) bool { return l.Events == 0 }, "every acknowledgement settled"))
 	require.NoError(t, r.stop())
-	b.requireFold(t, events)
+	b.RequireFold(t, events)
 }
 
 // gather returns every sample of reg as "name{labels}" → value; histograms
@@ -281,11 +281,11 @@ func TestRegisterMetrics(t *testing.T) {
 	b := setup(t)
 	reg := prometheus.NewRegistry()
 	for _, name := range []string{"a", "b"} {
-		src, err := esdb.New(&esdb.Config{URL: "esdb://127.0.0.1:1?tls=false", Processor: b.proc, Name: name})
+		src, err := esdb.New(&esdb.Config{URL: "esdb://127.0.0.1:1?tls=false", Processor: b.Proc, Name: name})
 		require.NoError(t, err)
 		require.NoError(t, src.RegisterMetrics(reg))
 	}
-	again, err := esdb.New(&esdb.Config{URL: "esdb://127.0.0.1:1?tls=false", Processor: b.proc, Name: "a"})
+	again, err := esdb.New(&esdb.Config{URL: "esdb://127.0.0.1:1?tls=false", Processor: b.Proc, Name: "a"})
 	require.NoError(t, err)
 	require.Error(t, again.RegisterMetrics(reg), "the same name twice")
 	got := gather(t, reg)

@@ -24,11 +24,11 @@ func TestLifecycle(t *testing.T) {
 		events := generate(11, 100, 10)
 		e.appendEvents(t, events)
 		cfg := esdb.Config{
-			URL: e.url, Processor: b.proc, Name: "drain", Workers: 4, BatchSize: 20, MaxWait: time.Hour,
+			URL: e.url, Processor: b.Proc, Name: "drain", Workers: 4, BatchSize: 20, MaxWait: time.Hour,
 			Mapping: esdb.Mapping{StreamPrefix: e.prefix},
 		}
 		r := start(t, cfg)
-		waitFor(t, r.commits, func() bool { return b.proc.Counts()["ledger"].Batches >= 3 }, "three batches")
+		waitFor(t, r.commits, func() bool { return b.Proc.Counts()["ledger"].Batches >= 3 }, "three batches")
 		require.NoError(t, r.stop(), "a graceful stop")
 		st := r.src.Stats()
 		require.Zero(t, st.InFlight, "everything received was committed")
@@ -43,10 +43,10 @@ func TestLifecycle(t *testing.T) {
 
 		cfg.MaxWait = 0 // the default: a partial batch waits 50 ms
 		r2 := start(t, cfg)
-		waitFor(t, r2.commits, applied(len(events), b.proc), "the rest applied")
+		waitFor(t, r2.commits, applied(len(events), b.Proc), "the rest applied")
 		require.NoError(t, r2.stop())
-		b.requireFold(t, events)
-		require.Zero(t, b.proc.Counts()["ledger"].Deliveries[projection.Duplicate], "resumed exactly after the checkpoint")
+		b.RequireFold(t, events)
+		require.Zero(t, b.Proc.Counts()["ledger"].Deliveries[projection.Duplicate], "resumed exactly after the checkpoint")
 		requireForward(t, append(r.checkpoints(), r2.checkpoints()...))
 	})
 
@@ -56,7 +56,7 @@ func TestLifecycle(t *testing.T) {
 		e := newEnv(t)
 		b := setup(t)
 		e.appendEvents(t, generate(12, 50, 10))
-		r := start(t, esdb.Config{URL: e.url, Processor: b.proc, BatchSize: 10, Mapping: esdb.Mapping{StreamPrefix: e.prefix}})
+		r := start(t, esdb.Config{URL: e.url, Processor: b.Proc, BatchSize: 10, Mapping: esdb.Mapping{StreamPrefix: e.prefix}})
 		waitSignal(t, r.commits, "a commit")
 		r.src.Abort()
 		require.ErrorIs(t, r.stop(), esdb.ErrAborted)
@@ -66,7 +66,7 @@ func TestLifecycle(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
 		b := setup(t)
-		src, err := esdb.New(&esdb.Config{URL: e.url, Processor: b.proc})
+		src, err := esdb.New(&esdb.Config{URL: e.url, Processor: b.Proc})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 2)
@@ -85,18 +85,18 @@ func TestLifecycle(t *testing.T) {
 		for name, cfg := range map[string]*esdb.Config{
 			"nil":            nil,
 			"no processor":   {URL: "esdb://localhost:2113?tls=false"},
-			"no url":         {Processor: b.proc},
-			"bad url":        {URL: "http://nope", Processor: b.proc},
-			"bad type regex": {URL: "esdb://localhost:2113?tls=false", Processor: b.proc, TypeRegex: "("},
-			"no group":       {URL: "esdb://localhost:2113?tls=false", Processor: b.proc, Persistent: &esdb.Persistent{}},
-			"negative":       {URL: "esdb://localhost:2113?tls=false", Processor: b.proc, BatchSize: -1},
+			"no url":         {Processor: b.Proc},
+			"bad url":        {URL: "http://nope", Processor: b.Proc},
+			"bad type regex": {URL: "esdb://localhost:2113?tls=false", Processor: b.Proc, TypeRegex: "("},
+			"no group":       {URL: "esdb://localhost:2113?tls=false", Processor: b.Proc, Persistent: &esdb.Persistent{}},
+			"negative":       {URL: "esdb://localhost:2113?tls=false", Processor: b.Proc, BatchSize: -1},
 		} {
 			_, err := esdb.New(cfg)
 			require.Error(t, err, name)
 		}
 		cfg, err := esdbc.ParseConnectionString("esdb://localhost:2113?tls=false")
 		require.NoError(t, err)
-		_, err = esdb.New(&esdb.Config{Client: cfg, Processor: b.proc, Persistent: &esdb.Persistent{Group: "g", Stream: "$ce-payment"}})
+		_, err = esdb.New(&esdb.Config{Client: cfg, Processor: b.Proc, Persistent: &esdb.Persistent{Group: "g", Stream: "$ce-payment"}})
 		require.NoError(t, err)
 	})
 }

@@ -55,7 +55,7 @@ func testPersistent(t *testing.T, strategy esdbc.ConsumerStrategy) {
 	var procs []*projection.Processor
 	var consumers []*running
 	for i := range 3 {
-		p := b.newProcessor(t)
+		p := b.NewProcessor(t)
 		procs = append(procs, p)
 		consumers = append(consumers, start(t, esdb.Config{
 			URL: e.url, Processor: p, Name: fmt.Sprintf("consumer-%d", i),
@@ -83,7 +83,7 @@ func testPersistent(t *testing.T, strategy esdbc.ConsumerStrategy) {
 		require.NoError(t, c.stop())
 	}
 
-	b.requireFold(t, events)
+	b.RequireFold(t, events)
 	require.Equal(t, len(events), b.appliedRows(t))
 	var total, dups, received int64
 	for i, p := range procs {
@@ -144,12 +144,12 @@ func TestPersistentToStream(t *testing.T) {
 	settings := esdbc.SubscriptionSettingsDefault()
 	settings.ResolveLinkTos = true
 	r := start(t, esdb.Config{
-		URL: e.url, Processor: b.proc, Name: "to-stream",
+		URL: e.url, Processor: b.Proc, Name: "to-stream",
 		Persistent: &esdb.Persistent{Group: "g", Stream: cat, Settings: &settings},
 		Mapping:    esdb.Mapping{StreamPrefix: e.prefix},
 	})
-	waitFor(t, r.commits, applied(len(events), b.proc), "every event applied")
+	waitFor(t, r.commits, applied(len(events), b.Proc), "every event applied")
 	require.NoError(t, r.stop())
-	b.requireFold(t, events)
+	b.RequireFold(t, events)
 	require.EqualValues(t, len(events), r.src.Stats().Acked)
 }

@@ -96,7 +96,7 @@ func TestReconnect(t *testing.T) {
 				reconnecting := &logSignal{match: "reconnecting", sig: newSignal()}
 				cfg := esdb.Config{
 					// One discovery attempt: a failed connection shows at once.
-					URL: e.url + "&maxDiscoverAttempts=1&discoveryInterval=10", Processor: b.proc, Name: "reconnect",
+					URL: e.url + "&maxDiscoverAttempts=1&discoveryInterval=10", Processor: b.Proc, Name: "reconnect",
 					Logger:       slog.New(reconnecting),
 					ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond,
 					BatchSize: 50, MaxWait: 5 * time.Millisecond,
@@ -111,16 +111,16 @@ func TestReconnect(t *testing.T) {
 					start:      func() { r = start(t, cfg, commits) },
 					appendRest: func() { e.appendEvents(t, events[half:]) },
 					waitApplied: func(n int) {
-						waitFor(t, commits, applied(n, b.proc), "events applied")
+						waitFor(t, commits, applied(n, b.Proc), "events applied")
 					},
 					reconnecting: reconnecting.sig,
 				})
-				waitFor(t, commits, applied(len(events), b.proc), "every event applied")
+				waitFor(t, commits, applied(len(events), b.Proc), "every event applied")
 				require.NoError(t, r.stop())
 
-				b.requireFold(t, events)
+				b.RequireFold(t, events)
 				require.Equal(t, len(events), b.appliedRows(t))
-				c := b.proc.Counts()["ledger"]
+				c := b.Proc.Counts()["ledger"]
 				require.EqualValues(t, len(events), c.Applied(), "each event applied once")
 				st := r.src.Stats()
 				require.Positive(t, st.Reconnects)

@@ -49,7 +49,7 @@ func TestRejected(t *testing.T) {
 		e := newEnv(t)
 		b := setup(t)
 		err := runUntilReturn(t, reconnectFast(esdb.Config{
-			URL: e.url, Processor: b.proc, Mapping: esdb.Mapping{StreamPrefix: e.prefix},
+			URL: e.url, Processor: b.Proc, Mapping: esdb.Mapping{StreamPrefix: e.prefix},
 			Persistent: &esdb.Persistent{Group: "g-" + e.prefix, Stream: "$ce-" + e.prefix, NoCreate: true},
 		}))
 		require.ErrorIs(t, err, esdb.ErrRejected)
@@ -75,7 +75,7 @@ func TestRejected(t *testing.T) {
 			e.needServer(t)
 			b := setup(t)
 			e.srv.SetError(c.method, status.Error(c.code, "esdbtest: "+c.name))
-			cfg := esdb.Config{URL: e.url, Processor: b.proc, Mapping: esdb.Mapping{StreamPrefix: e.prefix}}
+			cfg := esdb.Config{URL: e.url, Processor: b.Proc, Mapping: esdb.Mapping{StreamPrefix: e.prefix}}
 			if c.persistent {
 				cfg.Persistent = &esdb.Persistent{Group: "g"}
 			}
@@ -98,7 +98,7 @@ func TestRejected(t *testing.T) {
 		e.srv.SetError("PersistentSubscriptions/Read", status.Error(codes.Unavailable, "esdbtest: try later"))
 		reconnecting := newSignal()
 		cfg := reconnectFast(esdb.Config{
-			URL: e.url, Processor: b.proc, Mapping: esdb.Mapping{StreamPrefix: e.prefix},
+			URL: e.url, Processor: b.Proc, Mapping: esdb.Mapping{StreamPrefix: e.prefix},
 			Persistent: &esdb.Persistent{Group: "g"},
 			Logger:     slog.New(&logSignal{match: "reconnecting", sig: reconnecting}),
 		})
@@ -106,8 +106,8 @@ func TestRejected(t *testing.T) {
 		waitSignal(t, reconnecting, "a failed attempt")
 		waitSignal(t, reconnecting, "another failed attempt")
 		e.srv.SetError("PersistentSubscriptions/Read", nil)
-		waitFor(t, r.commits, applied(len(events), b.proc), "every event applied")
+		waitFor(t, r.commits, applied(len(events), b.Proc), "every event applied")
 		require.NoError(t, r.stop(), "Run did not give up on a transient error")
-		b.requireFold(t, events)
+		b.RequireFold(t, events)
 	})
 }

@@ -56,7 +56,7 @@ func without(events []aggregate.Event, versions ...int64) []aggregate.Event {
 // repairConfig starts at the end of $all: only gap repair brings events.
 func repairConfig(e *env, b *bundle) esdb.Config {
 	return esdb.Config{
-		URL: e.url, Processor: b.proc, Name: "repair", FromEnd: true,
+		URL: e.url, Processor: b.Proc, Name: "repair", FromEnd: true,
 		RepairAfter: 100 * time.Millisecond, RepairEvery: 20 * time.Millisecond,
 		Mapping: esdb.Mapping{StreamPrefix: e.prefix},
 	}
@@ -73,7 +73,7 @@ func TestGapRepair(t *testing.T) {
 		b := setup(t)
 		events := generate(7, 3, 5)
 		e.appendEvents(t, events)
-		res, err := b.proc.Process(t.Context(), projection.Batch{Events: without(events, 3)})
+		res, err := b.Proc.Process(t.Context(), projection.Batch{Events: without(events, 3)})
 		require.NoError(t, err)
 		parked := 0
 		for _, r := range res {
@@ -84,9 +84,9 @@ func TestGapRepair(t *testing.T) {
 		require.Equal(t, 6, parked)
 
 		r := start(t, repairConfig(e, b))
-		waitFor(t, r.repairs, applied(len(events), b.proc), "the gaps repaired")
+		waitFor(t, r.repairs, applied(len(events), b.Proc), "the gaps repaired")
 		require.NoError(t, r.stop())
-		b.requireFold(t, events)
+		b.RequireFold(t, events)
 		require.EqualValues(t, 3, r.src.Stats().Repaired)
 		for _, rp := range r.repairsSoFar() {
 			require.False(t, rp.Missing)
@@ -95,7 +95,7 @@ func TestGapRepair(t *testing.T) {
 			require.Equal(t, int64(3), rp.To)
 		}
 		var n int
-		require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM operator_log`).Scan(&n))
+		require.NoError(t, b.DB.Pool.QueryRow(t.Context(), `SELECT count(*) FROM operator_log`).Scan(&n))
 		require.Zero(t, n)
 	})
 
@@ -116,7 +116,7 @@ func TestGapRepair(t *testing.T) {
 			events := generate(8, 1, 5)
 			agg := events[0].Aggregate
 			e.appendEvents(t, events)
-			_, err := b.proc.Process(t.Context(), projection.Batch{Events: without(events, 3)})
+			_, err := b.Proc.Process(t.Context(), projection.Batch{Events: without(events, 3)})
 			require.NoError(t, err)
 			c.remove(t, e, e.stream(agg))
 
@@ -135,7 +135,7 @@ func TestGapRepair(t *testing.T) {
 			waitFor(t, r2.repairs, func() bool { return sawMissing(r2) }, "the second source's repair")
 			require.NoError(t, r1.stop())
 			require.NoError(t, r2.stop())
-			rows, err := b.db.Pool.Query(t.Context(), `SELECT action, projection, aggregate, from_version, to_version, reason FROM operator_log`)
+			rows, err := b.DB.Pool.Query(t.Context(), `SELECT action, projection, aggregate, from_version, to_version, reason FROM operator_log`)
 			require.NoError(t, err)
 			type logRow struct {
 				Action, Projection, Aggregate string
@@ -162,11 +162,11 @@ func TestGapRepair(t *testing.T) {
 			// 4 and 5 parked, for an operator to decide.
 			var version int64
 			var parked int
-			require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT greatest(v.version, coalesce(p.version, 0)), v.parked FROM versions v
+			require.NoError(t, b.DB.Pool.QueryRow(t.Context(), `SELECT greatest(v.version, coalesce(p.version, 0)), v.parked FROM versions v
 LEFT JOIN ledger_payments p ON p.payment_id = v.aggregate WHERE v.aggregate = $1`, agg).Scan(&version, &parked))
 			require.Equal(t, int64(2), version)
 			require.Equal(t, 2, parked)
-			b.requireFold(t, events[:2])
+			b.RequireFold(t, events[:2])
 		})
 	}
 
@@ -184,15 +184,15 @@ LEFT JOIN ledger_payments p ON p.payment_id = v.aggregate WHERE v.aggregate = $1
 			events[i].Metadata = []byte(fmt.Sprintf(`{"version":%d}`, events[i].Version))
 			e.appendRaw(t, stream, esdbc.EventData{EventType: events[i].Type, ContentType: esdbc.ContentTypeJson, Data: events[i].Data, Metadata: events[i].Metadata})
 		}
-		_, err := b.proc.Process(t.Context(), projection.Batch{Events: without(events, 3)})
+		_, err := b.Proc.Process(t.Context(), projection.Batch{Events: without(events, 3)})
 		require.NoError(t, err)
 
 		cfg := repairConfig(e, b)
 		cfg.Mapping.VersionField = "version"
 		r := start(t, cfg)
-		waitFor(t, r.repairs, applied(len(events), b.proc), "the gap repaired")
+		waitFor(t, r.repairs, applied(len(events), b.Proc), "the gap repaired")
 		require.NoError(t, r.stop())
-		b.requireFold(t, events)
+		b.RequireFold(t, events)
 		require.EqualValues(t, 1, r.src.Stats().Repaired)
 	})
 }
@@ -205,7 +205,7 @@ func TestRepairNow(t *testing.T) {
 	newSource := func(t *testing.T, e *env, b *bundle, onRepair func(esdb.Repair)) *esdb.Source {
 		t.Helper()
 		src, err := esdb.New(&esdb.Config{
-			URL: e.url, Processor: b.proc, Name: "repair-now", RepairAfter: time.Hour,
+			URL: e.url, Processor: b.Proc, Name: "repair-now", RepairAfter: time.Hour,
 			Mapping: esdb.Mapping{StreamPrefix: e.prefix}, OnRepair: onRepair,
 		})
 		require.NoError(t, err)
@@ -218,7 +218,7 @@ func TestRepairNow(t *testing.T) {
 		b := setup(t)
 		events := generate(10, 3, 5)
 		e.appendEvents(t, events)
-		_, err := b.proc.Process(t.Context(), projection.Batch{Events: without(events, 3)})
+		_, err := b.Proc.Process(t.Context(), projection.Batch{Events: without(events, 3)})
 		require.NoError(t, err)
 		var hooked []esdb.Repair
 		src := newSource(t, e, b, func(r esdb.Repair) { hooked = append(hooked, r) })
@@ -229,7 +229,7 @@ func TestRepairNow(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []esdb.Repair{{Aggregate: agg, From: 3, To: 3, Found: 1, Fed: 1, Outcomes: map[string]int{"applied": 1}}}, reps)
 		require.Equal(t, reps, hooked)
-		v, err := b.proc.Version(t.Context(), "ledger", agg)
+		v, err := b.Proc.Version(t.Context(), "ledger", agg)
 		require.NoError(t, err)
 		require.Equal(t, int64(5), v, "version 3 read from the stream, 4 and 5 drained")
 
@@ -241,7 +241,7 @@ func TestRepairNow(t *testing.T) {
 		reps, err = src.RepairNow(t.Context(), nil)
 		require.NoError(t, err)
 		require.Len(t, reps, 1)
-		b.requireFold(t, events)
+		b.RequireFold(t, events)
 		require.EqualValues(t, 3, src.Stats().Repaired)
 
 		reps, err = src.RepairNow(t.Context(), nil)
@@ -261,7 +261,7 @@ func TestRepairNow(t *testing.T) {
 		events := generate(11, 1, 5)
 		agg := events[0].Aggregate
 		e.appendEvents(t, events[:2])
-		_, err := b.proc.Process(t.Context(), projection.Batch{Events: without(events, 3, 4)})
+		_, err := b.Proc.Process(t.Context(), projection.Batch{Events: without(events, 3, 4)})
 		require.NoError(t, err)
 		src := newSource(t, e, b, nil)
 		for range 2 {
@@ -271,7 +271,7 @@ func TestRepairNow(t *testing.T) {
 			require.Equal(t, "3-4", reps[0].Absent[0].String())
 		}
 		var n int
-		require.NoError(t, b.db.Pool.QueryRow(t.Context(),
+		require.NoError(t, b.DB.Pool.QueryRow(t.Context(),
 			`SELECT count(*) FROM operator_log WHERE action = 'gap-missing-at-source' AND aggregate = $1 AND from_version = 3 AND to_version = 4`, agg).Scan(&n))
 		require.Equal(t, 1, n)
 		require.EqualValues(t, 1, src.Stats().GapsMissing)
@@ -281,7 +281,7 @@ func TestRepairNow(t *testing.T) {
 		for i := range other {
 			other[i].Aggregate = "absent"
 		}
-		_, err = b.proc.Process(t.Context(), projection.Batch{Events: other[1:]})
+		_, err = b.Proc.Process(t.Context(), projection.Batch{Events: other[1:]})
 		require.NoError(t, err)
 		reps, err := src.RepairNow(t.Context(), &esdb.RepairOptions{Aggregate: "absent"})
 		require.NoError(t, err)

@@ -60,11 +60,11 @@ func TestGapRepairStreamOrder(t *testing.T) {
 			for _, v := range c.deliver {
 				deliveries = append(deliveries, first[v])
 			}
-			_, err := b.proc.Process(t.Context(), projection.Batch{Events: deliveries})
+			_, err := b.Proc.Process(t.Context(), projection.Batch{Events: deliveries})
 			require.NoError(t, err)
 
 			src, err := esdb.New(&esdb.Config{
-				URL: e.url, Processor: b.proc, Name: "repair-order", RepairAfter: time.Hour,
+				URL: e.url, Processor: b.Proc, Name: "repair-order", RepairAfter: time.Hour,
 				Mapping: esdb.Mapping{StreamPrefix: e.prefix, VersionField: "version"},
 			})
 			require.NoError(t, err)
@@ -73,18 +73,18 @@ func TestGapRepairStreamOrder(t *testing.T) {
 			require.Equal(t, []esdb.Repair{{Aggregate: agg, From: 3, To: 3, Found: 1, Fed: 1, Outcomes: map[string]int{"applied": 1}}}, reps,
 				"version 3 is in the stream: found, not missing at the source")
 
-			v, err := b.proc.Version(t.Context(), "ledger", agg)
+			v, err := b.Proc.Version(t.Context(), "ledger", agg)
 			require.NoError(t, err)
 			require.Equal(t, int64(5), v, "3 repaired, 4 and 5 drained")
-			log, err := b.proc.OperatorLog(t.Context(), projection.ListOptions{})
+			log, err := b.Proc.OperatorLog(t.Context(), projection.ListOptions{})
 			require.NoError(t, err)
 			require.Empty(t, log, "no gap recorded as missing at the source")
-			applied, err := b.proc.AppliedLog(t.Context(), projection.ListOptions{Projection: "ledger", Aggregate: agg})
+			applied, err := b.Proc.AppliedLog(t.Context(), projection.ListOptions{Projection: "ledger", Aggregate: agg})
 			require.NoError(t, err)
 			require.Len(t, applied, 5)
 			// The inline ledger's row logs an entry that stands for the id.
 			require.Equal(t, projection.InlineEntry(first[3]), applied[2].Entry, "the first version 3 in stream order")
-			b.requireFold(t, payment)
+			b.RequireFold(t, payment)
 		})
 	}
 }

@@ -28,9 +28,9 @@ func TestReplayer(t *testing.T) {
 		e.appendRaw(t, "other-"+e.prefix, esdbc.EventData{EventType: "noise", ContentType: esdbc.ContentTypeJson, Data: []byte(`{}`)})
 		e.appendRaw(t, e.stream("pay-noise"), esdbc.EventData{EventType: "noise", ContentType: esdbc.ContentTypeJson, Data: []byte(`{}`)})
 		// The read model is wrong before the rebuild.
-		_, err := b.proc.Process(t.Context(), projection.Batch{Events: events[:len(events)/3]})
+		_, err := b.Proc.Process(t.Context(), projection.Batch{Events: events[:len(events)/3]})
 		require.NoError(t, err)
-		_, err = b.db.Pool.Exec(t.Context(), `UPDATE ledger_balances SET balance = balance + 1`)
+		_, err = b.DB.Pool.Exec(t.Context(), `UPDATE ledger_balances SET balance = balance + 1`)
 		require.NoError(t, err)
 
 		r, err := esdb.NewReplayer(&esdb.Config{
@@ -39,11 +39,11 @@ func TestReplayer(t *testing.T) {
 		})
 		require.NoError(t, err)
 		var emitted int64
-		_, err = b.proc.Build(t.Context(), "ledger", &projection.BuildOptions{InPlace: true, Replay: r.Replay,
+		_, err = b.Proc.Build(t.Context(), "ledger", &projection.BuildOptions{InPlace: true, Replay: r.Replay,
 			Progress: func(p projection.BuildProgress) { emitted = p.Events },
 		})
 		require.NoError(t, err)
-		b.requireFold(t, events)
+		b.RequireFold(t, events)
 		require.EqualValues(t, len(events), emitted)
 		p := r.Progress()
 		require.EqualValues(t, len(events), p.Read-p.Skipped, "every event of the prefix and types emitted, the others skipped")

@@ -85,7 +85,7 @@ func TestPersistentStrategyByServerVersion(t *testing.T) {
 			warned := newSignal() // only the warnings name KurrentDB#5497
 			log := &logSignal{match: "KurrentDB#5497", sig: warned}
 			anyCommit := newSignal()
-			procs := []*projection.Processor{b.proc, b.newProcessor(t)}
+			procs := []*projection.Processor{b.Proc, b.NewProcessor(t)}
 			var consumers []*running
 			for i, p := range procs {
 				consumers = append(consumers, start(t, esdb.Config{
@@ -101,7 +101,7 @@ func TestPersistentStrategyByServerVersion(t *testing.T) {
 			for _, c := range consumers {
 				require.NoError(t, c.stop())
 			}
-			b.requireFold(t, events)
+			b.RequireFold(t, events)
 
 			info, err := e.client.GetPersistentSubscriptionInfoToAll(context.Background(), group, esdbc.GetPersistentSubscriptionOptions{})
 			require.NoError(t, err)

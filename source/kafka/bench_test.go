@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/inorder/inorder/internal/benchtest"
+	"github.com/inorder/inorder/internal/ledgertest"
 
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -71,16 +72,16 @@ func BenchmarkKafka(b *testing.B) {
 	n := len(events)
 	processorRun := func(b *testing.B, stream []aggregate.Event) time.Duration {
 		bp := setup(b)
-		took := benchtest.ProcessAll(b, bp.proc, benchtest.Partition(stream, 4), batchSize)
-		require.EqualValues(b, n, bp.proc.Counts()["ledger"].Applied())
+		took := benchtest.ProcessAll(b, bp.Proc, benchtest.Partition(stream, 4), batchSize)
+		require.EqualValues(b, n, bp.Proc.Counts()["ledger"].Applied())
 		return took
 	}
 	round := 0
 	sourceRun := func(b *testing.B, topic string, consumers, workers int) time.Duration {
 		bs := setup(b)
-		procs := []*projection.Processor{bs.proc}
+		procs := []*projection.Processor{bs.Proc}
 		for len(procs) < consumers {
-			p, err := projection.New(bs.db.Pool, &projection.Config{Schema: bs.db.Schema}, ledger.New(nil))
+			p, err := projection.New(bs.DB.Pool, &projection.Config{Schema: bs.DB.Schema}, ledger.New(nil))
 			require.NoError(b, err)
 			procs = append(procs, p)
 		}
@@ -88,7 +89,7 @@ func BenchmarkKafka(b *testing.B) {
 		began := time.Now()
 		var rs []*running
 		for _, p := range procs {
-			rb := &bundle{db: bs.db, proc: p}
+			rb := &bundle{&ledgertest.Bundle{DB: bs.DB, Proc: p}}
 			rs = append(rs, start(b, c, rb, kafka.Config{Topics: []string{topic}, Group: group, Workers: workers, BatchSize: batchSize, MaxWait: 20 * time.Millisecond, LagEvery: -1}))
 		}
 		waitFor(b, "every event applied", func() bool {
@@ -103,7 +104,7 @@ func BenchmarkKafka(b *testing.B) {
 			require.NoError(b, r.stop())
 		}
 		b.StopTimer()
-		bs.requireFold(b, events)
+		bs.RequireFold(b, events)
 		b.StartTimer()
 		return took
 	}

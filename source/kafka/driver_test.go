@@ -42,7 +42,7 @@ func TestDriver(t *testing.T) {
 	require.ErrorContains(t, ob.Validate(url), "Mapping.Aggregate")
 
 	ready := make(chan struct{}, 1)
-	feed, err := o.Open(t.Context(), url, &source.OpenConfig{Processor: b.proc, Name: "kafka", Logger: testLogger(t),
+	feed, err := o.Open(t.Context(), url, &source.OpenConfig{Processor: b.Proc, Name: "kafka", Logger: testLogger(t),
 		OnReady: func() {
 			select {
 			case ready <- struct{}{}:
@@ -60,20 +60,20 @@ func TestDriver(t *testing.T) {
 	})
 	cancel()
 	require.NoError(t, <-done)
-	b.requireFold(t, events)
+	b.RequireFold(t, events)
 
 	rfs := pflag.NewFlagSet("rebuild", pflag.ContinueOnError)
 	ro := d.Bind(rfs, "rebuild")
 	require.NoError(t, rfs.Parse(nil))
 	var notes []string
-	r, err := ro.Replayer(t.Context(), url, &source.OpenConfig{Name: "kafka", Logger: testLogger(t), Processor: b.proc,
+	r, err := ro.Replayer(t.Context(), url, &source.OpenConfig{Name: "kafka", Logger: testLogger(t), Processor: b.Proc,
 		Note: func(m string) { notes = append(notes, m) }})
 	require.NoError(t, err)
 	require.Equal(t, []string{`reading the topics as the workers of source kafka do: --aggregate-from "key" --version-from "header:Inorder-Version" --type-from "header:Inorder-Type" --id-from "header:Inorder-Id"`}, notes,
 		"a rebuild without mapping flags reads as the workers recorded")
-	_, err = b.proc.Build(t.Context(), "ledger", &projection.BuildOptions{InPlace: true, Replay: r.Replay})
+	_, err = b.Proc.Build(t.Context(), "ledger", &projection.BuildOptions{InPlace: true, Replay: r.Replay})
 	require.NoError(t, err)
-	b.requireFold(t, events)
+	b.RequireFold(t, events)
 	require.InDelta(t, 1.0, r.Progress().Fraction, 1e-9)
 
 	del := kadm.Offsets{}

@@ -16,8 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/inorder/inorder/aggregate"
-	"github.com/inorder/inorder/examples/ledger"
-	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/kafka"
 )
@@ -78,33 +77,12 @@ func produce(t testing.TB, cl *kgo.Client, events []aggregate.Event) {
 	}
 }
 
-type bundle struct {
-	db     *pgtest.DB
-	proc   *projection.Processor
-	ledger *ledger.Projection
-}
+type bundle struct{ *ledgertest.Bundle }
 
-func setup(t testing.TB) *bundle {
-	t.Helper()
-	db := pgtest.NewMigrated(t)
-	l := ledger.New(nil)
-	proc, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema}, l)
-	require.NoError(t, err)
-	require.NoError(t, proc.Setup(t.Context()))
-	return &bundle{db: db, proc: proc, ledger: l}
-}
-
-func (b *bundle) requireFold(t testing.TB, events []aggregate.Event) {
-	t.Helper()
-	want, err := ledger.Fold(events)
-	require.NoError(t, err)
-	got, err := b.ledger.Load(t.Context(), b.db.Pool)
-	require.NoError(t, err)
-	require.Equal(t, want, got)
-}
+func setup(t testing.TB) *bundle { return &bundle{ledgertest.New(t)} }
 
 // counts returns the ledger's deliveries by outcome.
-func (b *bundle) counts() projection.Counts { return b.proc.Counts()["ledger"] }
+func (b *bundle) counts() projection.Counts { return b.Proc.Counts()["ledger"] }
 
 func testLogger(t testing.TB) *slog.Logger {
 	if os.Getenv("KAFKA_TEST_LOG") != "" {
@@ -130,7 +108,7 @@ func start(t testing.TB, c *kfake.Cluster, b *bundle, cfg kafka.Config) *running
 	if cfg.Topics == nil {
 		cfg.Topics = []string{testTopic}
 	}
-	cfg.Processor = b.proc
+	cfg.Processor = b.Proc
 	// No test run in process kills its member: a long session, so that a
 	// busy machine's late heartbeats do not end it (a lost session would
 	// hand partitions over undrained).

@@ -41,7 +41,7 @@ func TestHandoverDrains(t *testing.T) {
 	require.NoError(t, a.stop(), "the member that leaves drains")
 	produce(t, pr, events[2*third:])
 	requireCaughtUp(t, bb.src)
-	b.requireFold(t, events)
+	b.RequireFold(t, events)
 
 	n := b.counts()
 	require.EqualValues(t, len(events), n.Applied())

@@ -25,17 +25,17 @@ func TestReplay(t *testing.T) {
 	produce(t, pr, events)
 	produce(t, pr, events[:50]) // copies: absorbed
 	// The read model is wrong before the rebuild.
-	_, err := b.proc.Process(t.Context(), projection.Batch{Events: events[:len(events)/3]})
+	_, err := b.Proc.Process(t.Context(), projection.Batch{Events: events[:len(events)/3]})
 	require.NoError(t, err)
-	_, err = b.db.Pool.Exec(t.Context(), `UPDATE ledger_balances SET balance = balance + 1`)
+	_, err = b.DB.Pool.Exec(t.Context(), `UPDATE ledger_balances SET balance = balance + 1`)
 	require.NoError(t, err)
 
 	r, err := kafka.NewReplayer(&kafka.Config{Brokers: c.ListenAddrs(), Topics: []string{testTopic}, Workers: 3, BatchSize: 16})
 	require.NoError(t, err)
 	require.NoError(t, r.Check(t.Context()))
-	_, err = b.proc.Build(t.Context(), "ledger", &projection.BuildOptions{InPlace: true, Replay: r.Replay})
+	_, err = b.Proc.Build(t.Context(), "ledger", &projection.BuildOptions{InPlace: true, Replay: r.Replay})
 	require.NoError(t, err)
-	b.requireFold(t, events)
+	b.RequireFold(t, events)
 	require.Equal(t, kafka.ReplayProgress{Read: int64(len(events) + 50), Total: int64(len(events) + 50)}, r.Progress())
 
 	adm := kadm.NewClient(pr)

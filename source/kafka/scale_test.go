@@ -160,7 +160,7 @@ func TestScaleOut(t *testing.T) {
 	b := setup(t)
 	events := ledger.Generate(rand.New(rand.NewPCG(9, 9)), payments, 6)
 	pr := producer(t, c)
-	env := map[string]string{"DB_URL": b.db.URL, "DB_SCHEMA": b.db.Schema,
+	env := map[string]string{"DB_URL": b.DB.URL, "DB_SCHEMA": b.DB.Schema,
 		"KAFKA_BROKERS": strings.Join(c.ListenAddrs(), ","), "KAFKA_TOPIC": testTopic}
 	g := &group{owner: map[string]string{}, changed: make(chan struct{}, 1)}
 	n := 0
@@ -215,7 +215,7 @@ func TestScaleOut(t *testing.T) {
 		publish()
 	}
 
-	lagger, err := kafka.New(&kafka.Config{Brokers: c.ListenAddrs(), Topics: []string{testTopic}, Group: "scale", Processor: b.proc})
+	lagger, err := kafka.New(&kafka.Config{Brokers: c.ListenAddrs(), Topics: []string{testTopic}, Group: "scale", Processor: b.Proc})
 	require.NoError(t, err)
 	waitFor(t, "lag 0", func() bool {
 		l, err := lagger.MeasureLag(t.Context())
@@ -228,8 +228,8 @@ func TestScaleOut(t *testing.T) {
 		w.RequireExit(t)
 		require.NotContains(t, w.Output(), " level=ERROR ", "%s surfaced an error", w.Name())
 	}
-	b.requireFold(t, events)
-	st, err := b.proc.Status(t.Context(), nil)
+	b.RequireFold(t, events)
+	st, err := b.Proc.Status(t.Context(), nil)
 	require.NoError(t, err)
 	for _, p := range st.Projections {
 		require.Zero(t, p.Parked, "nothing left parked")

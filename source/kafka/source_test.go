@@ -27,7 +27,7 @@ func TestConsume(t *testing.T) {
 	produce(t, pr, events[:300]) // produced again: duplicates at later offsets
 	r := start(t, c, b, kafka.Config{})
 	requireCaughtUp(t, r.src)
-	b.requireFold(t, events)
+	b.RequireFold(t, events)
 	n := b.counts()
 	require.EqualValues(t, len(events), n.Applied())
 	require.EqualValues(t, 300, n.Deliveries[projection.Duplicate])
@@ -46,7 +46,7 @@ func TestConsume(t *testing.T) {
 	r = start(t, c, b, kafka.Config{})
 	produce(t, pr, more)
 	requireCaughtUp(t, r.src)
-	b.requireFold(t, append(events, more...))
+	b.RequireFold(t, append(events, more...))
 	require.EqualValues(t, len(more), r.src.Stats().Acked, "resumed after its checkpoints: nothing read twice")
 }
 
@@ -86,12 +86,12 @@ func TestRejected(t *testing.T) {
 
 	r := start(t, c, b, kafka.Config{})
 	requireCaughtUp(t, r.src)
-	b.requireFold(t, events)
+	b.RequireFold(t, events)
 	require.NoError(t, r.stop())
 	st := r.src.Stats()
 	require.EqualValues(t, len(hostile), st.Rejected)
 	require.EqualValues(t, 1, st.Skipped, "the tombstone")
-	rej, err := b.proc.Rejected(t.Context(), projection.ListOptions{})
+	rej, err := b.Proc.Rejected(t.Context(), projection.ListOptions{})
 	require.NoError(t, err)
 	require.Len(t, rej, len(hostile))
 	reasons := map[string]int{}

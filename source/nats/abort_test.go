@@ -30,10 +30,10 @@ func TestAbortDuringCommit(t *testing.T) {
 	srv := natstest.New(t)
 	e := newEnv(t, srv.URL(), 1)
 	b := setup(t)
-	proxy, url, err := pgproxy.ListenFor(b.db.URL)
+	proxy, url, err := pgproxy.ListenFor(b.DB.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = proxy.Close() })
-	first, err := projection.New(newPool(t, url), &projection.Config{Schema: b.db.Schema}, b.ledger)
+	first, err := projection.New(newPool(t, url), &projection.Config{Schema: b.DB.Schema}, b.Ledger)
 	require.NoError(t, err)
 	events := generate(11, 40, 5)
 	e.publish(t, events)
@@ -53,7 +53,7 @@ func TestAbortDuringCommit(t *testing.T) {
 	require.ErrorIs(t, a.stop(), nats.ErrAborted)
 	hold.Release() // too late: the aborted processor closed its connection
 	require.Equal(t, int64(1), proxy.Stats().CommitHolds)
-	committed := b.appliedVersions(t)
+	committed := b.AppliedVersions(t)
 	require.Greater(t, int64(committed), first.Counts()["ledger"].Applied(), "the held COMMIT committed events the aborted processor did not count")
 
 	// The next source, on the same durable consumer, gets the aborted
@@ -61,16 +61,16 @@ func TestAbortDuringCommit(t *testing.T) {
 	cfg = e.config(b)
 	cfg.AckWait = time.Second
 	r := start(t, cfg)
-	waitFor(t, ticks(t, 20*time.Millisecond), func() bool { return b.appliedVersions(t) == len(events) }, "the read model complete")
+	waitFor(t, ticks(t, 20*time.Millisecond), func() bool { return b.AppliedVersions(t) == len(events) }, "the read model complete")
 	complete := time.Since(aborted)
-	b.requireFold(t, events)
+	b.RequireFold(t, events)
 	waitFor(t, ticks(t, 20*time.Millisecond), func() bool {
 		ci := e.consumerInfo(t, nats.DefaultConsumer)
 		return ci.NumAckPending == 0 && ci.NumPending == 0
 	}, "every message acknowledged")
 	require.NoError(t, r.stop())
 
-	c1, c2 := first.Counts()["ledger"], b.proc.Counts()["ledger"]
+	c1, c2 := first.Counts()["ledger"], b.Proc.Counts()["ledger"]
 	unheard := int64(len(events)) - c1.Applied() - c2.Applied()
 	require.Positive(t, unheard, "the batch whose answer was held committed without being counted as applied")
 	require.GreaterOrEqual(t, c2.Deliveries[projection.Duplicate], unheard, "its redelivered messages are duplicates")

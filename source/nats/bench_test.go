@@ -110,8 +110,8 @@ func BenchmarkNATS(b *testing.B) {
 	n := len(events)
 	processorRun := func(b *testing.B, stream []aggregate.Event) time.Duration {
 		bp := setup(b)
-		took := benchtest.ProcessAll(b, bp.proc, benchtest.Partition(stream, 4), batchSize)
-		require.EqualValues(b, n, bp.proc.Counts()["ledger"].Applied())
+		took := benchtest.ProcessAll(b, bp.Proc, benchtest.Partition(stream, 4), batchSize)
+		require.EqualValues(b, n, bp.Proc.Counts()["ledger"].Applied())
 		return took
 	}
 	round := 0
@@ -119,9 +119,9 @@ func BenchmarkNATS(b *testing.B) {
 	// or, parted, each on its own partition's.
 	sourceRun := func(b *testing.B, stream string, consumers, workers int, parted bool) time.Duration {
 		bs := setup(b)
-		procs := []*projection.Processor{bs.proc}
+		procs := []*projection.Processor{bs.Proc}
 		for len(procs) < consumers {
-			p, err := projection.New(bs.db.Pool, &projection.Config{Schema: bs.db.Schema}, ledger.New(nil))
+			p, err := projection.New(bs.DB.Pool, &projection.Config{Schema: bs.DB.Schema}, ledger.New(nil))
 			require.NoError(b, err)
 			procs = append(procs, p)
 		}
@@ -145,7 +145,7 @@ func BenchmarkNATS(b *testing.B) {
 			require.NoError(b, r.stop())
 		}
 		b.StopTimer()
-		bs.requireFold(b, events)
+		bs.RequireFold(b, events)
 		b.StartTimer()
 		return took
 	}

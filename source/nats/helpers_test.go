@@ -17,7 +17,7 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
-	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/nats"
 )
@@ -71,7 +71,7 @@ func (e *env) publish(t testing.TB, events []aggregate.Event) int {
 // config is a Source config for the env's stream on bundle b.
 func (e *env) config(b *bundle) nats.Config {
 	return nats.Config{
-		URL: e.url, Stream: e.stream, Processor: b.proc,
+		URL: e.url, Stream: e.stream, Processor: b.Proc,
 		Workers: 4, BatchSize: 50, MaxWait: 5 * time.Millisecond, LagEvery: -1,
 	}
 }
@@ -98,43 +98,16 @@ func newPool(t testing.TB, url string) *pgxpool.Pool {
 }
 
 // bundle is one test's schema, processor and ledger projection.
-type bundle struct {
-	db     *pgtest.DB
-	proc   *projection.Processor
-	ledger *ledger.Projection
-}
+type bundle struct{ *ledgertest.Bundle }
 
-func setup(t testing.TB) *bundle {
-	t.Helper()
-	db := pgtest.NewMigrated(t)
-	b := &bundle{db: db, ledger: ledger.New(nil)}
-	p, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema}, b.ledger)
-	require.NoError(t, err)
-	b.proc = p
-	require.NoError(t, p.Setup(context.Background()))
-	return b
-}
-
-func (b *bundle) requireFold(t testing.TB, events []aggregate.Event) {
-	t.Helper()
-	want, err := ledger.Fold(events)
-	require.NoError(t, err)
-	got, err := b.ledger.Load(context.Background(), b.db.Pool)
-	require.NoError(t, err)
-	require.Equal(t, want, got)
-}
+func setup(t testing.TB) *bundle { return &bundle{ledgertest.New(t)} }
 
 // count runs a count query on the bundle's schema.
 func (b *bundle) count(t testing.TB, query string) int {
 	t.Helper()
 	var n int
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(), query).Scan(&n))
+	require.NoError(t, b.DB.Pool.QueryRow(context.Background(), query).Scan(&n))
 	return n
-}
-
-// appliedVersions is the sum of the payments' versions: the events applied.
-func (b *bundle) appliedVersions(t testing.TB) int {
-	return b.count(t, `SELECT coalesce(sum(version), 0) FROM ledger_payments`)
 }
 
 // notifier is a coalescing "something happened" channel.

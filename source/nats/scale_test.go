@@ -77,7 +77,7 @@ func TestScaleOut(t *testing.T) {
 	b := setup(t)
 	events := ledger.Generate(rand.New(rand.NewPCG(11, 11)), payments, 6)
 	rng := rand.New(rand.NewPCG(12, 12))
-	env := map[string]string{"DB_URL": b.db.URL, "DB_SCHEMA": b.db.Schema, "NATS_URL": cl.URL(), "NATS_STREAM": e.stream}
+	env := map[string]string{"DB_URL": b.DB.URL, "DB_SCHEMA": b.DB.Schema, "NATS_URL": cl.URL(), "NATS_STREAM": e.stream}
 	n := 0
 	spawn := func() *proctest.Proc {
 		n++
@@ -104,7 +104,7 @@ func TestScaleOut(t *testing.T) {
 	poll := ticks(t, 50*time.Millisecond)
 	appliedAll := func(k int) func() bool {
 		want := versionSum(events[:k])
-		return func() bool { return b.appliedVersions(t) >= want }
+		return func() bool { return b.AppliedVersions(t) >= want }
 	}
 	publish()
 	var handovers []time.Duration
@@ -132,7 +132,7 @@ func TestScaleOut(t *testing.T) {
 		publish()
 	}
 
-	lagger, err := nats.New(&nats.Config{URL: cl.URL(), Stream: e.stream, Consumer: "scale", Processor: b.proc, LagEvery: -1})
+	lagger, err := nats.New(&nats.Config{URL: cl.URL(), Stream: e.stream, Consumer: "scale", Processor: b.Proc, LagEvery: -1})
 	require.NoError(t, err)
 	// The acks follow the commits, and the server counts them when it has
 	// read them: poll.
@@ -147,8 +147,8 @@ func TestScaleOut(t *testing.T) {
 		w.RequireExit(t)
 		require.NotContains(t, w.Output(), " level=ERROR ", "%s surfaced an error", w.Name())
 	}
-	b.requireFold(t, events)
-	st, err := b.proc.Status(t.Context(), nil)
+	b.RequireFold(t, events)
+	st, err := b.Proc.Status(t.Context(), nil)
 	require.NoError(t, err)
 	for _, p := range st.Projections {
 		require.Zero(t, p.Parked, "nothing left parked")

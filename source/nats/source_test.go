@@ -54,9 +54,9 @@ func TestFold(t *testing.T) {
 	cfg := e.config(b)
 	r := start(t, cfg)
 	waitFor(t, r.commits, func() bool { return r.src.Stats().Acked >= int64(len(events)+copies) }, "every message acknowledged")
-	b.requireFold(t, events)
-	require.Equal(t, len(events), b.appliedVersions(t), "each event applied once")
-	require.EqualValues(t, copies, b.proc.Counts()["ledger"].Deliveries[projection.Duplicate])
+	b.RequireFold(t, events)
+	require.Equal(t, len(events), b.AppliedVersions(t), "each event applied once")
+	require.EqualValues(t, copies, b.Proc.Counts()["ledger"].Deliveries[projection.Duplicate])
 
 	// Live: events published while the source runs arrive too.
 	more := generate(3, 5, 4)
@@ -64,7 +64,7 @@ func TestFold(t *testing.T) {
 		more[i].Aggregate = "live-" + more[i].Aggregate
 	}
 	e.publish(t, more)
-	waitFor(t, r.commits, applied(len(events)+len(more), b.proc), "the live events")
+	waitFor(t, r.commits, applied(len(events)+len(more), b.Proc), "the live events")
 	// The ack follows the commit, and the server counts it when it has
 	// read it: the lag falls to 0 shortly after the last live message is
 	// applied, not at once.
@@ -100,7 +100,7 @@ func TestLagBehind(t *testing.T) {
 	// Create the consumer, consume nothing.
 	cfg := e.config(b)
 	r := start(t, cfg)
-	waitFor(t, r.commits, applied(10, b.proc), "the first events")
+	waitFor(t, r.commits, applied(10, b.Proc), "the first events")
 	require.NoError(t, r.stop())
 	e.publish(t, events[10:])
 
@@ -146,12 +146,12 @@ func TestRejected(t *testing.T) {
 	}
 	e.publish(t, good)
 
-	proc, err := projection.New(b.db.Pool, &projection.Config{Schema: b.db.Schema, Limits: aggregate.Limits{MaxPayload: 512 << 10}}, b.ledger)
+	proc, err := projection.New(b.DB.Pool, &projection.Config{Schema: b.DB.Schema, Limits: aggregate.Limits{MaxPayload: 512 << 10}}, b.Ledger)
 	require.NoError(t, err)
-	b.proc = proc
+	b.Proc = proc
 	r := start(t, e.config(b))
 	waitFor(t, r.commits, func() bool { return r.src.Stats().Acked >= int64(len(good)+len(bad)) }, "every message acknowledged")
-	b.requireFold(t, good)
+	b.RequireFold(t, good)
 	require.Equal(t, len(bad), b.count(t, `SELECT count(*) FROM rejected`))
 	require.Equal(t, len(bad), b.count(t, `SELECT count(*) FROM rejected WHERE source = 'nats'`))
 	// Where the ones the mapping rejected came from is kept for the
@@ -182,14 +182,14 @@ func TestMaxAckPendingNoStall(t *testing.T) {
 	// their batches wait for MaxWait like a trickle of live events, until
 	// the graceful stop commits them.
 	waitFor(t, ticks(t, 10*time.Millisecond), func() bool {
-		return applied(len(events)-cfg.MaxAckPending, b.proc)() && r.src.Stats().Received == int64(len(events))
+		return applied(len(events)-cfg.MaxAckPending, b.Proc)() && r.src.Stats().Received == int64(len(events))
 	}, "every event received, all but the last window applied")
 	took := time.Since(began)
 	require.Less(t, took, cfg.MaxWait, "no batch waited for MaxWait")
 	st := r.src.Stats()
 	require.Positive(t, st.Kicks, "the source closed batches the server held back")
 	require.NoError(t, r.stop())
-	b.requireFold(t, events)
+	b.RequireFold(t, events)
 	t.Logf("%d events through MaxAckPending %d in %s, %d held-back kicks, %d batches", len(events), cfg.MaxAckPending, took.Round(time.Millisecond), st.Kicks, st.Batches)
 }
 
@@ -221,17 +221,17 @@ func TestInProgress(t *testing.T) {
 	e := newEnv(t, srv.URL(), 1)
 	b := setup(t)
 	sl := &slow{d: 3 * time.Second, in: make(chan struct{})}
-	proc, err := projection.New(b.db.Pool, &projection.Config{Schema: b.db.Schema}, b.ledger, sl)
+	proc, err := projection.New(b.DB.Pool, &projection.Config{Schema: b.DB.Schema}, b.Ledger, sl)
 	require.NoError(t, err)
 	require.NoError(t, proc.Setup(context.Background()))
-	b.proc = proc
+	b.Proc = proc
 	events := generate(7, 20, 5)
 	e.publish(t, events)
 	cfg := e.config(b)
 	cfg.AckWait = time.Second
 	r := start(t, cfg)
-	waitFor(t, r.commits, applied(len(events), b.proc), "every event")
-	b.requireFold(t, events)
+	waitFor(t, r.commits, applied(len(events), b.Proc), "every event")
+	b.RequireFold(t, events)
 	st := r.src.Stats()
 	require.Positive(t, st.InProgress, "in-progress acks were sent")
 	require.Zero(t, st.Redelivered, "nothing was delivered again")
@@ -250,12 +250,12 @@ func TestServerRestart(t *testing.T) {
 	cfg := e.config(b)
 	cfg.ReconnectMin, cfg.ReconnectMax = 20*time.Millisecond, 200*time.Millisecond
 	r := start(t, cfg)
-	waitFor(t, r.commits, applied(half/2, b.proc), "some events")
+	waitFor(t, r.commits, applied(half/2, b.Proc), "some events")
 	require.NoError(t, srv.Restart())
 	e.publish(t, events[half:])
-	waitFor(t, r.commits, applied(len(events), b.proc), "every event")
-	b.requireFold(t, events)
-	require.Equal(t, len(events), b.appliedVersions(t))
+	waitFor(t, r.commits, applied(len(events), b.Proc), "every event")
+	b.RequireFold(t, events)
+	require.Equal(t, len(events), b.AppliedVersions(t))
 	require.NoError(t, r.stop(), "no error surfaced")
 	require.Positive(t, r.src.Stats().Reconnects)
 }
@@ -268,13 +268,13 @@ func TestNakOnFailure(t *testing.T) {
 	srv := natstest.New(t)
 	e := newEnv(t, srv.URL(), 1)
 	b := setup(t)
-	proxy, url, err := pgproxy.ListenFor(b.db.URL)
+	proxy, url, err := pgproxy.ListenFor(b.DB.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = proxy.Close() })
 	pool := newPool(t, url)
-	proc, err := projection.New(pool, &projection.Config{Schema: b.db.Schema, MaxRetryTime: time.Millisecond}, b.ledger)
+	proc, err := projection.New(pool, &projection.Config{Schema: b.DB.Schema, MaxRetryTime: time.Millisecond}, b.Ledger)
 	require.NoError(t, err)
-	b.proc = proc
+	b.Proc = proc
 	events := generate(9, 50, 6)
 	e.publish(t, events)
 	proxy.CutAtCommit(2)
@@ -286,8 +286,8 @@ func TestNakOnFailure(t *testing.T) {
 	waitFor(t, r.commits, func() bool {
 		return r.src.Stats().Acked >= int64(len(events)) && proxy.ArmedCommitCuts() == 0
 	}, "every message acknowledged, after the cut commits")
-	b.requireFold(t, events)
-	require.Equal(t, len(events), b.appliedVersions(t), "nothing applied twice")
+	b.RequireFold(t, events)
+	require.Equal(t, len(events), b.AppliedVersions(t), "nothing applied twice")
 	st := r.src.Stats()
 	require.Positive(t, st.Dispatch.Failures)
 	require.Positive(t, st.Nacked)

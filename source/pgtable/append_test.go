@@ -24,44 +24,44 @@ func TestAppend(t *testing.T) {
 	ctx := t.Context()
 	count := func() int {
 		var n int
-		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n))
+		require.NoError(t, b.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n))
 		return n
 	}
-	require.NoError(t, b.w.Append(ctx, b.db.Pool, ev("a", 1, `{"n": 1}`), ev("a", 2, `{"n":2}`), ev("b", 1, `{}`)))
+	require.NoError(t, b.w.Append(ctx, b.DB.Pool, ev("a", 1, `{"n": 1}`), ev("a", 2, `{"n":2}`), ev("b", 1, `{}`)))
 	require.Equal(t, 3, count())
 
 	var conflict *pgtable.VersionConflictError
 	t.Run("TakenVersion", func(t *testing.T) {
-		err := b.w.Append(ctx, b.db.Pool, ev("a", 2, `{"other":true}`))
+		err := b.w.Append(ctx, b.DB.Pool, ev("a", 2, `{"other":true}`))
 		require.ErrorIs(t, err, pgtable.ErrVersionConflict)
 		require.ErrorAs(t, err, &conflict)
 		require.Equal(t, pgtable.VersionConflictError{Aggregate: "a", Version: 2, Current: 2}, *conflict)
 	})
 	t.Run("Gap", func(t *testing.T) {
-		err := b.w.Append(ctx, b.db.Pool, ev("b", 1, `{}`), ev("c", 2, `{}`))
+		err := b.w.Append(ctx, b.DB.Pool, ev("b", 1, `{}`), ev("c", 2, `{}`))
 		require.ErrorAs(t, err, &conflict)
 		require.Equal(t, "c", conflict.Aggregate)
 		require.Equal(t, 3, count(), "nothing of the call written")
 	})
 	t.Run("NotConsecutive", func(t *testing.T) {
-		require.ErrorIs(t, b.w.Append(ctx, b.db.Pool, ev("d", 1, `{}`), ev("d", 3, `{}`)), pgtable.ErrVersionConflict)
+		require.ErrorIs(t, b.w.Append(ctx, b.DB.Pool, ev("d", 1, `{}`), ev("d", 3, `{}`)), pgtable.ErrVersionConflict)
 	})
 	t.Run("IdempotentRetry", func(t *testing.T) {
 		// The same events again, and one more: the copies are left as they
 		// are, the new one appended; the payload is kept byte for byte.
-		require.NoError(t, b.w.Append(ctx, b.db.Pool, ev("a", 2, `{"n":2}`), ev("a", 3, `{"n":  3}`)))
+		require.NoError(t, b.w.Append(ctx, b.DB.Pool, ev("a", 2, `{"n":2}`), ev("a", 3, `{"n":  3}`)))
 		require.Equal(t, 4, count())
 		var data string
-		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT data::text FROM events WHERE aggregate = 'a' AND version = 3`).Scan(&data))
+		require.NoError(t, b.DB.Pool.QueryRow(ctx, `SELECT data::text FROM events WHERE aggregate = 'a' AND version = 3`).Scan(&data))
 		require.Equal(t, `{"n":  3}`, data)
 	})
 	t.Run("Invalid", func(t *testing.T) {
 		var verr *aggregate.ValidationError
-		require.ErrorAs(t, b.w.Append(ctx, b.db.Pool, ev("", 1, `{}`)), &verr)
-		require.ErrorIs(t, b.w.Append(ctx, b.db.Pool, ev("e", 1, `{nope`)), aggregate.ErrInvalidJSON)
+		require.ErrorAs(t, b.w.Append(ctx, b.DB.Pool, ev("", 1, `{}`)), &verr)
+		require.ErrorIs(t, b.w.Append(ctx, b.DB.Pool, ev("e", 1, `{nope`)), aggregate.ErrInvalidJSON)
 	})
 	t.Run("InTransaction", func(t *testing.T) {
-		tx, err := b.db.Pool.Begin(ctx)
+		tx, err := b.DB.Pool.Begin(ctx)
 		require.NoError(t, err)
 		require.NoError(t, b.w.Append(ctx, tx, ev("f", 1, `{}`)))
 		require.NoError(t, tx.Rollback(ctx))
@@ -75,14 +75,14 @@ func TestAppendConcurrent(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	require.NoError(t, b.w.Append(ctx, b.db.Pool, ev("race", 1, `{}`)))
+	require.NoError(t, b.w.Append(ctx, b.DB.Pool, ev("race", 1, `{}`)))
 	const writers = 8
 	for v := int64(2); v <= 6; v++ {
 		var wg sync.WaitGroup
 		errs := make([]error, writers)
 		for i := range writers {
 			wg.Go(func() {
-				tx, err := b.db.Pool.Begin(ctx)
+				tx, err := b.DB.Pool.Begin(ctx)
 				if err != nil {
 					errs[i] = err
 					return
@@ -107,7 +107,7 @@ func TestAppendConcurrent(t *testing.T) {
 		require.Equal(t, 1, won, "v%d: one writer appends it", v)
 	}
 	var n int
-	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE aggregate = 'race'`).Scan(&n))
+	require.NoError(t, b.DB.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE aggregate = 'race'`).Scan(&n))
 	require.Equal(t, 6, n)
 }
 
@@ -116,18 +116,18 @@ func TestAppendConcurrent(t *testing.T) {
 func TestNotifyWakesReaders(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	s, err := pgtable.New(&pgtable.Config{Pool: b.db.Pool, Processor: b.proc, PollInterval: time.Hour, MaxWait: time.Millisecond})
+	s, err := pgtable.New(&pgtable.Config{Pool: b.DB.Pool, Processor: b.Proc, PollInterval: time.Hour, MaxWait: time.Millisecond})
 	require.NoError(t, err)
 	stop := run(t, s)
 	events := ledger.Generate(rand.New(rand.NewPCG(3, 3)), 1, 3) // one payment: one partition
-	require.NoError(t, b.w.Append(t.Context(), b.db.Pool, events[0]))
-	waitFor(t, "the first event applied", func() bool { return b.appliedVersions(t) == 1 })
+	require.NoError(t, b.w.Append(t.Context(), b.DB.Pool, events[0]))
+	waitFor(t, "the first event applied", func() bool { return b.AppliedVersions(t) == 1 })
 	// Its partition's reader has read it and waits: what comes now, only a
 	// notification can bring.
 	for _, e := range events[1:] {
-		require.NoError(t, b.w.Append(t.Context(), b.db.Pool, e))
-		waitFor(t, "the next event applied without a poll", func() bool { return b.appliedVersions(t) == int(e.Version) })
+		require.NoError(t, b.w.Append(t.Context(), b.DB.Pool, e))
+		waitFor(t, "the next event applied without a poll", func() bool { return b.AppliedVersions(t) == int(e.Version) })
 	}
 	stop()
-	b.requireFold(t, events)
+	b.RequireFold(t, events)
 }

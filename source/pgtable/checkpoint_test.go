@@ -9,47 +9,22 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
-	"github.com/inorder/inorder/internal/pgtest"
-	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/source/pgtable"
 )
 
 // bundle is a test's schema (inorder's tables, the events table among
 // them) with a ledger processor.
 type bundle struct {
-	db     *pgtest.DB
-	proc   *projection.Processor
-	ledger *ledger.Projection
-	w      *pgtable.Writer
+	*ledgertest.Bundle
+	w *pgtable.Writer
 }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	db := pgtest.NewMigrated(t)
-	l := ledger.New(nil)
-	proc, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema}, l)
-	require.NoError(t, err)
-	require.NoError(t, proc.Setup(t.Context()))
-	return &bundle{db: db, proc: proc, ledger: l, w: pgtable.NewWriter(db.Schema, nil)}
-}
-
-func (b *bundle) requireFold(t *testing.T, events []aggregate.Event) {
-	t.Helper()
-	want, err := ledger.Fold(events)
-	require.NoError(t, err)
-	got, err := b.ledger.Load(t.Context(), b.db.Pool)
-	require.NoError(t, err)
-	require.Equal(t, want, got)
-}
-
-// appliedVersions is the sum of the payments' versions: the events applied.
-func (b *bundle) appliedVersions(t *testing.T) int {
-	t.Helper()
-	var n int
-	require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT coalesce(sum(version), 0) FROM ledger_payments`).Scan(&n))
-	return n
+	l := ledgertest.New(t)
+	return &bundle{Bundle: l, w: pgtable.NewWriter(l.DB.Schema, nil)}
 }
 
 // run runs s until the test ends, and returns a function that stops it
@@ -97,15 +72,15 @@ func checkpointsFollowCommits(t *testing.T, parts int) {
 	b := setup(t)
 	events := ledger.Generate(rand.New(rand.NewPCG(1, 2)), 60, 5)
 	for _, e := range events { // a transaction each
-		require.NoError(t, b.w.Append(t.Context(), b.db.Pool, e))
+		require.NoError(t, b.w.Append(t.Context(), b.DB.Pool, e))
 	}
-	s, err := pgtable.New(&pgtable.Config{Pool: b.db.Pool, Processor: b.proc, Workers: 4, BatchSize: 10, Partitions: parts,
+	s, err := pgtable.New(&pgtable.Config{Pool: b.DB.Pool, Processor: b.Proc, Workers: 4, BatchSize: 10, Partitions: parts,
 		MaxWait: time.Millisecond, CheckpointEvery: 10 * time.Millisecond, LeaseEvery: 50 * time.Millisecond})
 	require.NoError(t, err)
 	stop := run(t, s)
-	waitFor(t, "every event applied", func() bool { return b.appliedVersions(t) == len(events) })
+	waitFor(t, "every event applied", func() bool { return b.AppliedVersions(t) == len(events) })
 	last := func() map[string]string {
-		rows, err := b.db.Pool.Query(t.Context(), `SELECT DISTINCT ON (p) 'postgres/' || p, format('T:%s/S:%s', lpad(txid::text, 20, '0'), lpad(seq::text, 20, '0'))
+		rows, err := b.DB.Pool.Query(t.Context(), `SELECT DISTINCT ON (p) 'postgres/' || p, format('T:%s/S:%s', lpad(txid::text, 20, '0'), lpad(seq::text, 20, '0'))
 FROM (SELECT mod(hashtext(aggregate) & 2147483647, $1) AS p, txid, seq FROM events) e ORDER BY p, txid DESC, seq DESC`, parts)
 		require.NoError(t, err)
 		out := map[string]string{}
@@ -117,7 +92,7 @@ FROM (SELECT mod(hashtext(aggregate) & 2147483647, $1) AS p, txid, seq FROM even
 		return out
 	}()
 	saved := func() map[string]string {
-		cps, err := b.proc.Checkpoints(t.Context())
+		cps, err := b.Proc.Checkpoints(t.Context())
 		require.NoError(t, err)
 		out := map[string]string{}
 		for _, c := range cps {
@@ -128,5 +103,5 @@ FROM (SELECT mod(hashtext(aggregate) & 2147483647, $1) AS p, txid, seq FROM even
 	waitFor(t, "each partition's checkpoint at its last row", func() bool { return fmt.Sprint(saved()) == fmt.Sprint(last) })
 	stop()
 	require.Equal(t, last, saved())
-	b.requireFold(t, events)
+	b.RequireFold(t, events)
 }

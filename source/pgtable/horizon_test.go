@@ -33,20 +33,20 @@ func TestHorizonHeldBackByOpenTransaction(t *testing.T) {
 	ctx := t.Context()
 	events := ledger.Generate(rand.New(rand.NewPCG(5, 22)), 20, 4)
 	before, after := events[:40], events[40:]
-	require.NoError(t, b.w.Append(ctx, b.db.Pool, before...))
+	require.NoError(t, b.w.Append(ctx, b.DB.Pool, before...))
 	var logs syncBuffer
-	s, err := pgtable.New(&pgtable.Config{Pool: b.db.Pool, Processor: b.proc, Workers: 2, BatchSize: 10, MaxWait: time.Millisecond,
+	s, err := pgtable.New(&pgtable.Config{Pool: b.DB.Pool, Processor: b.Proc, Workers: 2, BatchSize: 10, MaxWait: time.Millisecond,
 		LagEvery: 50 * time.Millisecond, HorizonWarnAfter: 300 * time.Millisecond, PollInterval: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	require.NoError(t, s.RegisterMetrics(reg))
 	stop := run(t, s)
-	waitFor(t, "the first events applied", func() bool { return b.appliedVersions(t) == len(before) })
+	waitFor(t, "the first events applied", func() bool { return b.AppliedVersions(t) == len(before) })
 
 	// The blocker: a transaction with an id, idle, on a connection of its
 	// own — a session left "idle in transaction".
-	conn, err := b.db.Pool.Acquire(ctx)
+	conn, err := b.DB.Pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
 	tx, err := conn.Begin(ctx)
@@ -55,7 +55,7 @@ func TestHorizonHeldBackByOpenTransaction(t *testing.T) {
 	var pid int
 	var xid string
 	require.NoError(t, tx.QueryRow(ctx, `SELECT pg_backend_pid(), pg_current_xact_id()::text`).Scan(&pid, &xid))
-	require.NoError(t, b.w.Append(ctx, b.db.Pool, after...)) // committed, behind the open transaction
+	require.NoError(t, b.w.Append(ctx, b.DB.Pool, after...)) // committed, behind the open transaction
 
 	gauge := func() float64 {
 		fams, err := reg.Gather()
@@ -89,10 +89,10 @@ func TestHorizonHeldBackByOpenTransaction(t *testing.T) {
 	lag2, err := s.MeasureLag(ctx)
 	require.NoError(t, err)
 	require.Greater(t, lag2.Behind, lag1.Behind, "the lag in seconds does not grow")
-	require.Equal(t, len(before), b.appliedVersions(t), "events delivered past an open transaction")
+	require.Equal(t, len(before), b.AppliedVersions(t), "events delivered past an open transaction")
 
 	require.NoError(t, tx.Rollback(ctx))
-	waitFor(t, "every event applied once the transaction ended", func() bool { return b.appliedVersions(t) == len(events) })
+	waitFor(t, "every event applied once the transaction ended", func() bool { return b.AppliedVersions(t) == len(events) })
 	waitFor(t, "the report cleared", func() bool {
 		_, ok := s.Blocker()
 		return !ok && gauge() == 0
@@ -100,5 +100,5 @@ func TestHorizonHeldBackByOpenTransaction(t *testing.T) {
 	waitFor(t, "the lag at 0", func() bool { return s.Lag().Events == 0 && s.Lag().Behind == 0 })
 	require.Contains(t, logs.String(), "the snapshot horizon moves again")
 	stop()
-	b.requireFold(t, events)
+	b.RequireFold(t, events)
 }

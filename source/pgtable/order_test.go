@@ -29,7 +29,7 @@ func TestReadOrderAcrossTxidLengths(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := t.Context()
-	_, err := b.db.Pool.Exec(ctx, `CREATE TABLE outbox (
+	_, err := b.DB.Pool.Exec(ctx, `CREATE TABLE outbox (
 	id bigserial PRIMARY KEY, txid xid8 NOT NULL, event_id text, aggregate_id text, aggregate_version integer,
 	event_type text, payload text, created_at timestamptz NOT NULL DEFAULT now());
 CREATE INDEX ON outbox (txid, id)`)
@@ -42,23 +42,23 @@ CREATE INDEX ON outbox (txid, id)`)
 		txids = append(txids, base-2, base-1, base, base+1)
 	}
 	for i, e := range events {
-		_, err := b.db.Pool.Exec(ctx, `INSERT INTO outbox (txid, event_id, aggregate_id, aggregate_version, event_type, payload)
+		_, err := b.DB.Pool.Exec(ctx, `INSERT INTO outbox (txid, event_id, aggregate_id, aggregate_version, event_type, payload)
 VALUES ($1::text::xid8, $2, $3, $4, $5, $6)`, strconv.FormatUint(txids[i/5], 10), e.StableID(), e.Aggregate, e.Version, e.Type, string(e.Data))
 		require.NoError(t, err)
 	}
-	cfg := &pgtable.Config{Pool: b.db.Pool, Processor: b.proc, Table: outboxTable, Partitions: 1, Channel: "-",
+	cfg := &pgtable.Config{Pool: b.DB.Pool, Processor: b.Proc, Table: outboxTable, Partitions: 1, Channel: "-",
 		Workers: 2, BatchSize: 7, ReadBatch: 4, MaxWait: time.Millisecond, PollInterval: 20 * time.Millisecond}
 	s, err := pgtable.New(cfg)
 	require.NoError(t, err)
 	stop := run(t, s)
-	waitFor(t, "every event applied", func() bool { return b.appliedVersions(t) == len(events) })
+	waitFor(t, "every event applied", func() bool { return b.AppliedVersions(t) == len(events) })
 	stop()
-	b.requireFold(t, events)
-	require.Zero(t, b.proc.Counts()["ledger"].Deliveries[projection.Parked], "events read out of order")
+	b.RequireFold(t, events)
+	require.Zero(t, b.Proc.Counts()["ledger"].Deliveries[projection.Parked], "events read out of order")
 
 	// The replay of a rebuild reads the same order.
 	rcfg := *cfg
-	rcfg.Processor, rcfg.Schema = nil, b.db.Schema
+	rcfg.Processor, rcfg.Schema = nil, b.DB.Schema
 	r, err := pgtable.NewReplayer(&rcfg)
 	require.NoError(t, err)
 	var seen []string

@@ -1,0 +1,38 @@
+package ledgertest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/projection"
+)
+
+// Bundle is one test's schema, the ledger projection and a processor of it.
+type Bundle struct {
+	DB     *pgtest.DB
+	Proc   *projection.Processor
+	Ledger *ledger.Projection
+}
+
+// New returns a Bundle on a migrated schema of the test's own, its
+// processor set up.
+func New(tb testing.TB) *Bundle {
+	tb.Helper()
+	b := &Bundle{DB: pgtest.NewMigrated(tb), Ledger: ledger.New(nil)}
+	b.Proc = b.NewProcessor(tb)
+	require.NoError(tb, b.Proc.Setup(context.Background()))
+	return b
+}
+
+// NewProcessor returns another processor of the ledger on the bundle's
+// schema, like one of another process.
+func (b *Bundle) NewProcessor(tb testing.TB) *projection.Processor {
+	tb.Helper()
+	p, err := projection.New(b.DB.Pool, &projection.Config{Schema: b.DB.Schema}, b.Ledger)
+	require.NoError(tb, err)
+	return p
+}
