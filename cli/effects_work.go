@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -27,15 +28,11 @@ func (o *effectsWorkOptions) validate(args []string) error {
 	if err := clikit.NoArgs(args); err != nil {
 		return err
 	}
-	for _, v := range []interface{ Validate() error }{&o.log, &o.db, &o.http} {
-		if err := v.Validate(); err != nil {
-			return err
-		}
-	}
-	if o.DrainTimeout <= 0 {
-		return clikit.Usagef("--drain-timeout must be positive")
-	}
-	return o.fx.validate(1)
+	return cmp.Or(
+		clikit.ValidateAll(&o.log, &o.db, &o.http),
+		clikit.Positive("drain-timeout", o.DrainTimeout),
+		o.fx.validate(1),
+	)
 }
 
 type effectsWorkCmd struct{ a *App }

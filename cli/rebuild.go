@@ -53,25 +53,18 @@ func (o *rebuildOptions) validate(args []string) error {
 	if o.Projection, err = o.a.pickProjection(name); err != nil {
 		return err
 	}
-	for _, v := range []interface{ Validate() error }{&o.log, &o.db, &o.src} {
-		if err := v.Validate(); err != nil {
-			return err
-		}
+	if err := cmp.Or(
+		clikit.ValidateAll(&o.log, &o.db, &o.src),
+		clikit.AtLeast("workers", o.Workers, 1),
+		clikit.AtLeast("batch-size", o.BatchSize, 1),
+		clikit.AtLeast("replay-batch-size", o.ReplayBatch, 1),
+		clikit.AtLeast("max-aggregates", o.MaxAggregates, 1),
+		clikit.AtLeast("catch-up-events", o.CatchUpEvents, 1),
+		clikit.Positive("verify-timeout", o.VerifyTimeout),
+	); err != nil {
+		return err
 	}
-	switch {
-	case o.Workers < 1:
-		return clikit.Usagef("--workers must be at least 1")
-	case o.BatchSize < 1:
-		return clikit.Usagef("--batch-size must be at least 1")
-	case o.ReplayBatch < 1:
-		return clikit.Usagef("--replay-batch-size must be at least 1")
-	case o.MaxAggregates < 1:
-		return clikit.Usagef("--max-aggregates must be at least 1")
-	case o.CatchUpEvents < 1:
-		return clikit.Usagef("--catch-up-events must be at least 1")
-	case o.VerifyTimeout <= 0:
-		return clikit.Usagef("--verify-timeout must be positive")
-	case o.Retention == 0:
+	if o.Retention == 0 {
 		return clikit.Usagef("--retention must not be 0 (negative retires the previous generation at once)")
 	}
 	if o.InPlace && !o.Yes && !o.a.Terminal() {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,24 +52,15 @@ func (o *runOptions) validate(args []string) error {
 	if err := clikit.NoArgs(args); err != nil {
 		return err
 	}
-	for _, v := range []interface{ Validate() error }{&o.log, &o.db, &o.src, &o.http} {
-		if err := v.Validate(); err != nil {
-			return err
-		}
-	}
-	switch {
-	case o.Workers < 1:
-		return clikit.Usagef("--workers must be at least 1")
-	case o.BatchSize < 1:
-		return clikit.Usagef("--batch-size must be at least 1")
-	case o.MaxWait <= 0:
-		return clikit.Usagef("--max-wait must be positive")
-	case o.ReadyMaxLag < 0:
-		return clikit.Usagef("--ready-max-lag must not be negative")
-	case o.DrainTimeout <= 0:
-		return clikit.Usagef("--drain-timeout must be positive")
-	}
-	return o.fx.validate(0)
+	return cmp.Or(
+		clikit.ValidateAll(&o.log, &o.db, &o.src, &o.http),
+		clikit.AtLeast("workers", o.Workers, 1),
+		clikit.AtLeast("batch-size", o.BatchSize, 1),
+		clikit.Positive("max-wait", o.MaxWait),
+		clikit.NotNegative("ready-max-lag", o.ReadyMaxLag),
+		clikit.Positive("drain-timeout", o.DrainTimeout),
+		o.fx.validate(0),
+	)
 }
 
 // sourceName returns --name, or by default the source's first scheme

@@ -42,3 +42,44 @@ func OneArg(args []string, what string) (string, error) {
 	}
 	return args[0], nil
 }
+
+// Number is what the flag checks compare: counts and durations.
+type Number interface {
+	~int | ~int32 | ~int64 | ~float64
+}
+
+// AtLeast is the usage error "--flag must be at least min" when v < min,
+// else nil. Flag checks are listed in order in a cmp.Or: the first one
+// broken is the error.
+func AtLeast[T Number](flag string, v, min T) error {
+	if v < min {
+		return Usagef("--%s must be at least %v", flag, min)
+	}
+	return nil
+}
+
+// Positive is the usage error "--flag must be positive" when v <= 0.
+func Positive[T Number](flag string, v T) error {
+	if v <= 0 {
+		return Usagef("--%s must be positive", flag)
+	}
+	return nil
+}
+
+// NotNegative is the usage error "--flag must not be negative" when v < 0.
+func NotNegative[T Number](flag string, v T) error {
+	if v < 0 {
+		return Usagef("--%s must not be negative", flag)
+	}
+	return nil
+}
+
+// ValidateAll returns the first error of the groups' Validate, in order.
+func ValidateAll(groups ...interface{ Validate() error }) error {
+	for _, g := range groups {
+		if err := g.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -6,10 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/inorder/inorder/cli"
-	"github.com/inorder/inorder/examples/ledger"
-	"github.com/inorder/inorder/internal/clikit"
-	"github.com/spf13/cobra"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -18,6 +14,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/inorder/inorder/cli"
+	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/clikit"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -113,24 +115,21 @@ func (o *options) validate(args []string) error {
 			return clikit.Usagef("invalid --database-url: %s", clikit.Redact(err))
 		}
 	}
-	switch {
-	case o.Schema == "" || len(o.Schema) > 63:
+	if o.Schema == "" || len(o.Schema) > 63 {
 		return clikit.Usagef("invalid --schema %q", o.Schema)
-	case o.Aggregates < 1:
-		return clikit.Usagef("--%s must be at least 1", o.noun())
-	case o.Versions < 1:
-		return clikit.Usagef("--versions must be at least 1")
-	case o.Consumers < 1:
-		return clikit.Usagef("--consumers must be at least 1")
-	case o.BatchSize < 1:
-		return clikit.Usagef("--batch-size must be at least 1")
-	case o.MaxWait <= 0:
-		return clikit.Usagef("--max-wait must be positive")
-	case o.Buffer < 1:
-		return clikit.Usagef("--buffer must be at least 1")
-	case o.Timeout <= 0:
-		return clikit.Usagef("--timeout must be positive")
-	case o.Source != sourceESDB && o.Source != sourcePostgres && o.Source != sourceNATS:
+	}
+	if err := cmp.Or(
+		clikit.AtLeast(o.noun(), o.Aggregates, 1),
+		clikit.AtLeast("versions", o.Versions, 1),
+		clikit.AtLeast("consumers", o.Consumers, 1),
+		clikit.AtLeast("batch-size", o.BatchSize, 1),
+		clikit.Positive("max-wait", o.MaxWait),
+		clikit.AtLeast("buffer", o.Buffer, 1),
+		clikit.Positive("timeout", o.Timeout),
+	); err != nil {
+		return err
+	}
+	if o.Source != sourceESDB && o.Source != sourcePostgres && o.Source != sourceNATS {
 		return clikit.Usagef("--source must be %s, %s or %s, not %q", sourceESDB, sourcePostgres, sourceNATS, o.Source)
 	}
 	return nil
