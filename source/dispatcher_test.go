@@ -16,6 +16,7 @@ import (
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/ledgertest"
+	"github.com/inorder/inorder/internal/runtest"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
 )
@@ -78,15 +79,7 @@ func (a *acker) counts() (acked, nacked int) {
 // waitFor waits on signal until cond holds.
 func waitFor(t *testing.T, signal <-chan struct{}, cond func() bool, what string) {
 	t.Helper()
-	deadline := time.NewTimer(waitTimeout)
-	defer deadline.Stop()
-	for !cond() {
-		select {
-		case <-signal:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	runtest.WaitFor(t, signal, waitTimeout, cond, what)
 }
 
 // run starts d and stops it when the test ends.

@@ -2,9 +2,7 @@ package esdb_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"sync"
@@ -16,9 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/aggregate"
-	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/ledgertest"
-	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/internal/runtest"
 	"github.com/inorder/inorder/source/esdb"
 	"github.com/inorder/inorder/source/esdb/esdbtest"
 )
@@ -127,29 +124,14 @@ func (b *bundle) checkpoint(t testing.TB, name string) (esdbc.Position, bool) {
 }
 
 // notifier is a coalescing "something happened" channel.
-type notifier chan struct{}
+type notifier = runtest.Signal
 
-func newSignal() notifier { return make(notifier, 1) }
-
-func (s notifier) notify() {
-	select {
-	case s <- struct{}{}:
-	default:
-	}
-}
+var newSignal = runtest.NewSignal
 
 // waitFor re-checks cond each time sig fires until it holds.
 func waitFor(t testing.TB, sig notifier, cond func() bool, what string) {
 	t.Helper()
-	deadline := time.NewTimer(waitTimeout)
-	defer deadline.Stop()
-	for !cond() {
-		select {
-		case <-sig:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	runtest.WaitFor(t, sig, waitTimeout, cond, what)
 }
 
 // waitSignal waits for sig to fire.
@@ -165,8 +147,7 @@ func waitSignal(t testing.TB, sig notifier, what string) {
 // running is a Source running in the background, with test signals.
 type running struct {
 	src       *esdb.Source
-	cancel    context.CancelFunc
-	done      chan error
+	bg        *runtest.Background
 	commits   notifier // each committed batch
 	saved     notifier // each checkpoint saved
 	caughtUp  notifier
@@ -177,19 +158,17 @@ type running struct {
 	checkpoint []esdbc.Position // checkpoints saved, in order
 	cpChanged  chan struct{}    // closed and replaced when a checkpoint is saved
 	repaired   []esdb.Repair
-	stopOnce   sync.Once
-	err        error
 }
 
 // start runs a Source made from cfg (hooks are added) until the test ends.
 // Each committed batch also notifies the extra signals.
 func start(t testing.TB, cfg esdb.Config, extra ...notifier) *running {
 	t.Helper()
-	r := &running{done: make(chan error, 1), cpChanged: make(chan struct{}), commits: newSignal(), saved: newSignal(), caughtUp: newSignal(), subscribe: newSignal(), repairs: newSignal()}
+	r := &running{cpChanged: make(chan struct{}), commits: newSignal(), saved: newSignal(), caughtUp: newSignal(), subscribe: newSignal(), repairs: newSignal()}
 	cfg.OnCommit = func(c esdb.Commit) {
-		r.commits.notify()
+		r.commits.Notify()
 		for _, s := range extra {
-			s.notify()
+			s.Notify()
 		}
 	}
 	cfg.OnCheckpoint = func(p esdbc.Position) {
@@ -198,15 +177,15 @@ func start(t testing.TB, cfg esdb.Config, extra ...notifier) *running {
 		close(r.cpChanged)
 		r.cpChanged = make(chan struct{})
 		r.mu.Unlock()
-		r.saved.notify()
+		r.saved.Notify()
 	}
-	cfg.OnCaughtUp = r.caughtUp.notify
-	cfg.OnSubscribed = r.subscribe.notify
+	cfg.OnCaughtUp = r.caughtUp.Notify
+	cfg.OnSubscribed = r.subscribe.Notify
 	cfg.OnRepair = func(rp esdb.Repair) {
 		r.mu.Lock()
 		r.repaired = append(r.repaired, rp)
 		r.mu.Unlock()
-		r.repairs.notify()
+		r.repairs.Notify()
 	}
 	if cfg.URL == "" {
 		t.Fatal("start: no URL")
@@ -214,30 +193,12 @@ func start(t testing.TB, cfg esdb.Config, extra ...notifier) *running {
 	src, err := esdb.New(&cfg)
 	require.NoError(t, err)
 	r.src = src
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	go func() { r.done <- src.Run(ctx) }()
-	t.Cleanup(func() {
-		if err := r.stop(); err != nil && !errors.Is(err, esdb.ErrAborted) {
-			t.Errorf("source stopped with %v", err)
-		}
-	})
+	r.bg = runtest.Start(t, src, waitTimeout, esdb.ErrAborted)
 	return r
 }
 
 // stop drains the source and returns Run's error.
-func (r *running) stop() error {
-	r.stopOnce.Do(func() {
-		r.cancel()
-		select {
-		case r.err = <-r.done:
-		case <-time.After(waitTimeout):
-			r.src.Abort()
-			r.err = <-r.done
-		}
-	})
-	return r.err
-}
+func (r *running) stop() error { return r.bg.Stop() }
 
 // waitCheckpoint waits until the saved checkpoint reaches p. Any number of
 // goroutines may wait at once.
@@ -282,18 +243,6 @@ func posLess(a, b esdbc.Position) bool {
 	return a.Commit < b.Commit || (a.Commit == b.Commit && a.Prepare < b.Prepare)
 }
 
-// applied returns a condition: the processors applied n events in all.
-func applied(n int, procs ...*projection.Processor) func() bool {
-	return func() bool {
-		var sum int64
-		for _, p := range procs {
-			sum += p.Counts()["ledger"].Applied()
-		}
-		return sum >= int64(n)
-	}
-}
-
+// applied returns a condition: the processors applied n events in all;
 // generate returns a ledger stream.
-func generate(seed uint64, payments, versions int) []aggregate.Event {
-	return ledger.Generate(rand.New(rand.NewPCG(seed, seed*7+1)), payments, versions)
-}
+var applied, generate = ledgertest.Applied, ledgertest.Generate

@@ -34,7 +34,7 @@ func (h *held) ApplyBatch(ctx context.Context, _ *projection.Tx, events []aggreg
 	h.mu.Lock()
 	h.entered += len(events)
 	h.mu.Unlock()
-	h.signal.notify()
+	h.signal.Notify()
 	select {
 	case <-h.released:
 		return nil

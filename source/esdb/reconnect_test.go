@@ -24,7 +24,7 @@ type logSignal struct {
 func (h *logSignal) Enabled(context.Context, slog.Level) bool { return true }
 func (h *logSignal) Handle(_ context.Context, r slog.Record) error {
 	if strings.Contains(r.Message, h.match) {
-		h.sig.notify()
+		h.sig.Notify()
 	}
 	return nil
 }

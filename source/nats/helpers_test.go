@@ -2,10 +2,8 @@ package nats_test
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,9 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/aggregate"
-	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/ledgertest"
-	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/internal/runtest"
 	"github.com/inorder/inorder/source/nats"
 )
 
@@ -111,122 +108,58 @@ func (b *bundle) count(t testing.TB, query string) int {
 }
 
 // notifier is a coalescing "something happened" channel.
-type notifier chan struct{}
+type notifier = runtest.Signal
 
-func newSignal() notifier { return make(notifier, 1) }
-
-func (s notifier) notify() {
-	select {
-	case s <- struct{}{}:
-	default:
-	}
-}
+var newSignal = runtest.NewSignal
 
 // ticks returns a signal that fires every d until the test ends, for
 // conditions that no hook signals (a count of the server's).
-func ticks(t testing.TB, d time.Duration) notifier {
-	s := newSignal()
-	tk := time.NewTicker(d)
-	done := make(chan struct{})
-	t.Cleanup(func() { tk.Stop(); close(done) })
-	go func() {
-		for {
-			select {
-			case <-tk.C:
-				s.notify()
-			case <-done:
-				return
-			}
-		}
-	}()
-	return s
-}
+var ticks = runtest.Ticks
 
 // waitFor re-checks cond each time sig fires (or every poll, for
 // conditions no signal covers) until it holds.
 func waitFor(t testing.TB, sig notifier, cond func() bool, what string) {
 	t.Helper()
-	deadline := time.NewTimer(waitTimeout)
-	defer deadline.Stop()
-	for !cond() {
-		select {
-		case <-sig:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	runtest.WaitFor(t, sig, waitTimeout, cond, what)
 }
 
 // running is a Source running in the background.
 type running struct {
 	src     *nats.Source
-	cancel  context.CancelFunc
-	done    chan error
+	bg      *runtest.Background
 	commits notifier
 	subs    notifier
-	once    sync.Once
-	err     error
 }
 
 // start runs a Source made from cfg until the test ends; each committed
 // batch notifies commits and the extra signals.
 func start(t testing.TB, cfg nats.Config, extra ...notifier) *running {
 	t.Helper()
-	r := &running{done: make(chan error, 1), commits: newSignal(), subs: newSignal()}
+	r := &running{commits: newSignal(), subs: newSignal()}
 	prev := cfg.OnCommit
 	cfg.OnCommit = func(c nats.Commit) {
 		if prev != nil {
 			prev(c)
 		}
-		r.commits.notify()
+		r.commits.Notify()
 		for _, s := range extra {
-			s.notify()
+			s.Notify()
 		}
 	}
-	cfg.OnSubscribed = r.subs.notify
+	cfg.OnSubscribed = r.subs.Notify
 	src, err := nats.New(&cfg)
 	require.NoError(t, err)
 	r.src = src
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	go func() { r.done <- src.Run(ctx) }()
-	t.Cleanup(func() {
-		if err := r.stop(); err != nil && !errors.Is(err, nats.ErrAborted) {
-			t.Errorf("source stopped with %v", err)
-		}
-	})
+	r.bg = runtest.Start(t, src, waitTimeout, nats.ErrAborted)
 	return r
 }
 
 // stop drains the source and returns Run's error.
-func (r *running) stop() error {
-	r.once.Do(func() {
-		r.cancel()
-		select {
-		case r.err = <-r.done:
-		case <-time.After(waitTimeout):
-			r.src.Abort()
-			r.err = <-r.done
-		}
-	})
-	return r.err
-}
+func (r *running) stop() error { return r.bg.Stop() }
 
-// applied returns a condition: the processors applied n events in all.
-func applied(n int, procs ...*projection.Processor) func() bool {
-	return func() bool {
-		var sum int64
-		for _, p := range procs {
-			sum += p.Counts()["ledger"].Applied()
-		}
-		return sum >= int64(n)
-	}
-}
-
+// applied returns a condition: the processors applied n events in all;
 // generate returns a ledger stream.
-func generate(seed uint64, payments, versions int) []aggregate.Event {
-	return ledger.Generate(rand.New(rand.NewPCG(seed, seed*7+1)), payments, versions)
-}
+var applied, generate = ledgertest.Applied, ledgertest.Generate
 
 // hostile returns the stream shuffled, with about a third of its events
 // repeated later (as a producer that republishes would): the order and the
