@@ -52,27 +52,15 @@ func (s *Source) catchUpSession(soft, hard context.Context, client *esdbc.Client
 		}
 	}()
 	s.log.Info("esdb subscribed to $all", "name", s.cfg.Name, "from", fmtPosition(from))
-	if s.cfg.OnSubscribed != nil {
-		s.cfg.OnSubscribed()
-	}
 	acker := &catchUpAcker{s: s}
-	for {
-		var m *esdbc.SubscriptionEvent
-		select {
-		case <-soft.Done():
-			return progressed, nil
-		case m = <-msgs:
-		}
+	return receive(soft, s, msgs, func(m *esdbc.SubscriptionEvent) (bool, error) {
 		switch {
 		case m.SubscriptionDropped != nil:
-			return progressed, fmt.Errorf("esdb: subscription dropped: %w", m.SubscriptionDropped.Error)
+			return false, fmt.Errorf("esdb: subscription dropped: %w", m.SubscriptionDropped.Error)
 		case m.EventAppeared != nil:
-			progressed = true
 			// Dispatch until hard: what was received is processed, even
 			// while draining.
-			if err := s.catchUpEvent(hard, m.EventAppeared, acker); err != nil {
-				return progressed, err
-			}
+			return true, s.catchUpEvent(hard, m.EventAppeared, acker)
 		case m.CheckPointReached != nil:
 			if s.cfg.TrustServerCheckpoints {
 				s.tracker.Pass(tpos{Position: *m.CheckPointReached})
@@ -83,7 +71,8 @@ func (s *Source) catchUpSession(soft, hard context.Context, client *esdbc.Client
 				s.cfg.OnCaughtUp()
 			}
 		}
-	}
+		return false, nil
+	})
 }
 
 func (s *Source) catchUpEvent(ctx context.Context, ev *esdbc.ResolvedEvent, acker *catchUpAcker) error {

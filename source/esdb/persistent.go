@@ -38,26 +38,15 @@ func (s *Source) persistentSession(soft, hard context.Context, client *esdbc.Cli
 		stopPump()
 	}()
 	s.log.Info("esdb subscribed to persistent group", "name", s.cfg.Name, "group", s.cfg.Persistent.Group, "stream", streamOrAll(s.cfg.Persistent.Stream))
-	if s.cfg.OnSubscribed != nil {
-		s.cfg.OnSubscribed()
-	}
-	for {
-		var m *esdbc.PersistentSubscriptionEvent
-		select {
-		case <-soft.Done():
-			return progressed, nil
-		case m = <-msgs:
-		}
+	return receive(soft, s, msgs, func(m *esdbc.PersistentSubscriptionEvent) (bool, error) {
 		switch {
 		case m.SubscriptionDropped != nil:
-			return progressed, fmt.Errorf("esdb: persistent subscription dropped: %w", m.SubscriptionDropped.Error)
+			return false, fmt.Errorf("esdb: persistent subscription dropped: %w", m.SubscriptionDropped.Error)
 		case m.EventAppeared != nil && m.EventAppeared.Event != nil:
-			progressed = true
-			if err := s.persistentEvent(hard, m.EventAppeared.Event, acker); err != nil {
-				return progressed, err
-			}
+			return true, s.persistentEvent(hard, m.EventAppeared.Event, acker)
 		}
-	}
+		return false, nil
+	})
 }
 
 func (s *Source) persistentEvent(ctx context.Context, ev *esdbc.ResolvedEvent, acker *psAcker) error {

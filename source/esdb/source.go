@@ -290,6 +290,30 @@ func pump[T any](recv func() *T, last func(*T) bool, drop func(error) *T) (<-cha
 	}
 }
 
+// receive runs a session's subscription once it is made: it calls
+// Config.OnSubscribed, then hands each message of msgs to handle until soft
+// is done (nil) or handle returns an error (a dropped subscription, a failed
+// dispatch). handle reports whether the message was an event: progressed
+// says whether any was.
+func receive[T any](soft context.Context, s *Source, msgs <-chan *T, handle func(*T) (event bool, err error)) (progressed bool, err error) {
+	if s.cfg.OnSubscribed != nil {
+		s.cfg.OnSubscribed()
+	}
+	for {
+		var m *T
+		select {
+		case <-soft.Done():
+			return progressed, nil
+		case m = <-msgs:
+		}
+		event, err := handle(m)
+		progressed = progressed || event
+		if err != nil {
+			return progressed, err
+		}
+	}
+}
+
 func safeRecv[T any](recv func() *T, drop func(error) *T) (m *T) {
 	defer func() {
 		if r := recover(); r != nil {
