@@ -90,20 +90,31 @@ func (r *Replayer) Replay(ctx context.Context, emit func(context.Context, []aggr
 	r.pos.Store(0)
 	r.read.Store(0)
 	r.skipped.Store(0)
-	client, err := r.cfg.newClient()
-	if err != nil {
+	client, end, err := r.open(ctx)
+	if err != nil || client == nil {
 		return err
 	}
 	defer client.Close()
-	end, ok, err := lastPosition(ctx, client)
-	if err != nil || !ok {
-		return err
-	}
 	r.end.Store(end.Commit)
 
 	return sourceutil.FanOut(ctx, r.cfg.Workers, r.cfg.BatchSize, emit, func(ctx context.Context, send func(aggregate.Event) error) error {
 		return r.readAll(ctx, client, end, send)
 	})
+}
+
+// open connects and returns the client and the position of the last event
+// in $all; a nil client when $all is empty (nothing to read).
+func (r *Replayer) open(ctx context.Context) (*esdbc.Client, esdbc.Position, error) {
+	client, err := r.cfg.newClient()
+	if err != nil {
+		return nil, esdbc.Position{}, err
+	}
+	end, ok, err := lastPosition(ctx, client)
+	if err != nil || !ok {
+		client.Close()
+		return nil, end, err
+	}
+	return client, end, nil
 }
 
 // readAll pages through $all up to end, calling fn with every mapped event.

@@ -24,15 +24,11 @@ import (
 // and the time it was recorded. Read implements projection.Stream; one
 // goroutine calls fn, and the replay's counters (Progress) follow it.
 func (r *Replayer) Read(ctx context.Context, from projection.Position, fn func(context.Context, projection.StreamBatch) error) error {
-	client, err := r.cfg.newClient()
-	if err != nil {
+	client, end, err := r.open(ctx)
+	if err != nil || client == nil {
 		return err
 	}
 	defer client.Close()
-	end, ok, err := lastPosition(ctx, client)
-	if err != nil || !ok {
-		return err
-	}
 	var start esdbc.AllPosition = esdbc.Start{}
 	var last *esdbc.Position
 	if len(from) > 0 {

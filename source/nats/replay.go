@@ -120,23 +120,11 @@ func (r *Replayer) Replay(ctx context.Context, emit func(context.Context, []aggr
 	r.end.Store(0)
 	r.pos.Store(0)
 	r.read.Store(0)
-	nc, owned, err := r.cfg.connect("inorder " + r.cfg.Name + " replay")
+	js, st, done, err := r.stream(ctx, "replay")
 	if err != nil {
 		return err
 	}
-	if owned {
-		defer nc.Close()
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("nats: %w", err)
-	}
-	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	st, err := js.Stream(ictx, r.cfg.Stream)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("nats: replay: stream %s: %w", r.cfg.Stream, err)
-	}
+	defer done()
 	info := st.CachedInfo()
 	if err := incomplete(info); err != nil && !r.AllowIncomplete {
 		return err
@@ -148,16 +136,9 @@ func (r *Replayer) Replay(ctx context.Context, emit func(context.Context, []aggr
 	r.first.Store(info.State.FirstSeq)
 	r.end.Store(end)
 
-	cons, err := js.OrderedConsumer(ctx, r.cfg.Stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: r.cfg.Subjects,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
+	it, err := r.messages(ctx, js, "replay", 0)
 	if err != nil {
-		return fmt.Errorf("nats: replay: %w", err)
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(max(r.cfg.PullBatch, 1000)))
-	if err != nil {
-		return fmt.Errorf("nats: replay: %w", err)
+		return err
 	}
 	defer it.Stop()
 
@@ -187,6 +168,53 @@ func (r *Replayer) Replay(ctx context.Context, emit func(context.Context, []aggr
 			}
 		}
 	})
+}
+
+// stream connects (as "inorder <name> <what>") and returns the stream to
+// read; done closes the connection if the replayer made it. what names the
+// reading in errors.
+func (r *Replayer) stream(ctx context.Context, what string) (js jetstream.JetStream, st jetstream.Stream, done func(), err error) {
+	nc, owned, err := r.cfg.connect("inorder " + r.cfg.Name + " " + what)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	done = func() {
+		if owned {
+			nc.Close()
+		}
+	}
+	js, err = jetstream.New(nc)
+	if err != nil {
+		done()
+		return nil, nil, nil, fmt.Errorf("nats: %w", err)
+	}
+	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	st, err = js.Stream(ictx, r.cfg.Stream)
+	cancel()
+	if err != nil {
+		done()
+		return nil, nil, nil, fmt.Errorf("nats: %s: stream %s: %w", what, r.cfg.Stream, err)
+	}
+	return js, st, done, nil
+}
+
+// messages reads the stream's messages matching Subjects, in order, from
+// the first (after 0) or from the one after sequence after. what names the
+// reading in errors.
+func (r *Replayer) messages(ctx context.Context, js jetstream.JetStream, what string, after uint64) (jetstream.MessagesContext, error) {
+	occ := jetstream.OrderedConsumerConfig{FilterSubjects: r.cfg.Subjects, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if after > 0 {
+		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
+	}
+	cons, err := js.OrderedConsumer(ctx, r.cfg.Stream, occ)
+	if err != nil {
+		return nil, fmt.Errorf("nats: %s: %w", what, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(max(r.cfg.PullBatch, 1000)))
+	if err != nil {
+		return nil, fmt.Errorf("nats: %s: %w", what, err)
+	}
+	return it, nil
 }
 
 // lastMatching returns the sequence of the stream's last message matching

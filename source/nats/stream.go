@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/inorder/inorder/projection"
 )
@@ -27,23 +24,11 @@ func (r *Replayer) Read(ctx context.Context, from projection.Position, fn func(c
 		}
 		after = n
 	}
-	nc, owned, err := r.cfg.connect("inorder " + r.cfg.Name + " read")
+	js, st, done, err := r.stream(ctx, "read")
 	if err != nil {
 		return err
 	}
-	if owned {
-		defer nc.Close()
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("nats: %w", err)
-	}
-	ictx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	st, err := js.Stream(ictx, r.cfg.Stream)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("nats: read: stream %s: %w", r.cfg.Stream, err)
-	}
+	defer done()
 	info := st.CachedInfo()
 	if err := incomplete(info); err != nil && !r.AllowIncomplete && after == 0 {
 		return err
@@ -55,17 +40,9 @@ func (r *Replayer) Read(ctx context.Context, from projection.Position, fn func(c
 	r.first.Store(after)
 	r.end.Store(end)
 	r.pos.Store(after)
-	occ := jetstream.OrderedConsumerConfig{FilterSubjects: r.cfg.Subjects, DeliverPolicy: jetstream.DeliverAllPolicy}
-	if after > 0 {
-		occ.DeliverPolicy, occ.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
-	}
-	cons, err := js.OrderedConsumer(ctx, r.cfg.Stream, occ)
+	it, err := r.messages(ctx, js, "read", after)
 	if err != nil {
-		return fmt.Errorf("nats: read: %w", err)
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(max(r.cfg.PullBatch, 1000)))
-	if err != nil {
-		return fmt.Errorf("nats: read: %w", err)
+		return err
 	}
 	defer it.Stop()
 	defer context.AfterFunc(ctx, it.Stop)()
