@@ -453,27 +453,14 @@ func checkExpected(ctx context.Context, st *streamState, exp expectation) error 
 
 func (x *streamsService) Delete(ctx context.Context, req *streams.DeleteReq) (*streams.DeleteResp, error) {
 	o := req.GetOptions()
-	name, err := streamName(o.GetStreamIdentifier())
-	if err != nil {
-		return nil, err
-	}
 	var rev *uint64
 	if r, ok := o.GetExpectedStreamRevision().(*streams.DeleteReq_Options_Revision); ok {
 		rev = &r.Revision
 	}
-	exp := expectationOf(o.GetAny() != nil, o.GetNoStream() != nil, o.GetStreamExists() != nil, rev)
-	s := x.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.streams[name]
-	if st != nil && st.tombstoned {
-		return nil, streamDeleted(unaryTrailerSetter(ctx), name)
-	}
-	if err := checkExpected(ctx, st, exp); err != nil {
+	r, err := x.remove(ctx, o, rev, func(name string) *record { return x.s.setTruncateBeforeLocked(name, deletedStreamRevision) })
+	if err != nil {
 		return nil, err
 	}
-	r := s.setTruncateBeforeLocked(name, deletedStreamRevision)
-	s.pumpAllLocked()
 	return &streams.DeleteResp{PositionOption: &streams.DeleteResp_Position_{Position: &streams.DeleteResp_Position{
 		CommitPosition: r.pos, PreparePosition: r.pos,
 	}}}, nil
@@ -481,13 +468,35 @@ func (x *streamsService) Delete(ctx context.Context, req *streams.DeleteReq) (*s
 
 func (x *streamsService) Tombstone(ctx context.Context, req *streams.TombstoneReq) (*streams.TombstoneResp, error) {
 	o := req.GetOptions()
-	name, err := streamName(o.GetStreamIdentifier())
-	if err != nil {
-		return nil, err
-	}
 	var rev *uint64
 	if r, ok := o.GetExpectedStreamRevision().(*streams.TombstoneReq_Options_Revision); ok {
 		rev = &r.Revision
+	}
+	r, err := x.remove(ctx, o, rev, x.s.writeTombstoneLocked)
+	if err != nil {
+		return nil, err
+	}
+	// The client dereferences the position without a nil check: always set it.
+	return &streams.TombstoneResp{PositionOption: &streams.TombstoneResp_Position_{Position: &streams.TombstoneResp_Position{
+		CommitPosition: r.pos, PreparePosition: r.pos,
+	}}}, nil
+}
+
+// removeOptions are what Delete's and Tombstone's options share.
+type removeOptions interface {
+	GetStreamIdentifier() *shared.StreamIdentifier
+	GetAny() *shared.Empty
+	GetNoStream() *shared.Empty
+	GetStreamExists() *shared.Empty
+}
+
+// remove runs a Delete or a Tombstone: it checks the stream and the
+// expected revision (rev, if one), then, under the lock, calls apply with
+// the stream's name and wakes the subscriptions; it returns apply's record.
+func (x *streamsService) remove(ctx context.Context, o removeOptions, rev *uint64, apply func(name string) *record) (*record, error) {
+	name, err := streamName(o.GetStreamIdentifier())
+	if err != nil {
+		return nil, err
 	}
 	exp := expectationOf(o.GetAny() != nil, o.GetNoStream() != nil, o.GetStreamExists() != nil, rev)
 	s := x.s
@@ -500,10 +509,7 @@ func (x *streamsService) Tombstone(ctx context.Context, req *streams.TombstoneRe
 	if err := checkExpected(ctx, st, exp); err != nil {
 		return nil, err
 	}
-	r := s.writeTombstoneLocked(name)
+	r := apply(name)
 	s.pumpAllLocked()
-	// The client dereferences the position without a nil check: always set it.
-	return &streams.TombstoneResp{PositionOption: &streams.TombstoneResp_Position_{Position: &streams.TombstoneResp_Position{
-		CommitPosition: r.pos, PreparePosition: r.pos,
-	}}}, nil
+	return r, nil
 }
