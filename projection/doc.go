@@ -98,7 +98,9 @@
 // own upsert is the compare-and-set ([InlineTable.Condition]) and keeps the
 // applied log of the row's last [InlineTable].LogEntries versions (default
 // [InlineLogEntries], 16; [InlineTable.SetLog]), and the gate writes no row
-// of its own. That is an inline projection's conflict horizon: a stale
+// of its own. [InlineUpsert] writes that upsert for the projection from
+// what its rows are — its columns, and what each becomes when the row
+// exists — and adds the condition and the log. That is an inline projection's conflict horizon: a stale
 // redelivery older than it counts as a duplicate without being checked
 // against the applied event, and as [Counts].BeyondHorizon; a projection
 // with version rows keeps every version's entry and has no horizon. Once the

@@ -22,18 +22,20 @@ import (
 // each aggregate continues the version the row holds, with nothing parked,
 // quarantined or in conflict, is applied by the projection's own upsert,
 // which carries the compare-and-set (InlineTable.Condition) and the recent
-// applied versions (InlineTable.SetLog). Everything else — a version to
+// applied versions (InlineTable.SetLog) — InlineUpsert writes that upsert
+// from the read model's columns and adds both. Everything else — a version to
 // park, a stale or conflicting delivery, a failing handler, an operator
 // action — leaves the fast path for inorder's tables, in the same
 // transaction.
 //
 // The projection's obligations:
 //
-//   - every applied event writes its aggregate's row through Tx.QueueInline,
-//     with the version and log of Tx.InlineRuns, and the upsert's
-//     ON CONFLICT DO UPDATE carries Condition and SetLog: a BatchHandler
-//     writes each aggregate's row once per call (one row per entry of
-//     InlineRuns), an EventHandler once per Apply;
+//   - every applied event writes its aggregate's row: a BatchHandler each
+//     aggregate's row once per call (one row per entry of Tx.InlineRuns),
+//     an EventHandler once per Apply. InlineUpsert.Queue does the rest; an
+//     upsert written by hand goes through Tx.QueueInline, with the version
+//     and log of Tx.InlineRuns, and its ON CONFLICT DO UPDATE carries
+//     Condition and SetLog;
 //   - the row's writes come in aggregate order (byte order), as the events
 //     do, and before the handler's writes to rows that several aggregates
 //     share, so that concurrent transactions lock rows in one order (see
@@ -102,7 +104,8 @@ const inlineEntrySize = 8
 // ON CONFLICT DO UPDATE, with alias the upserted table's alias: the row
 // moves only from the version before the run it is written with (its
 // version less its log's entries), and only if the gate has not marked it
-// (see Inline).
+// (see Inline). InlineUpsert adds it; call it for an upsert written by
+// hand.
 func (t InlineTable) Condition(alias string) string {
 	a := pgx.Identifier{alias}.Sanitize() + "."
 	v, l := pgx.Identifier{t.Version}.Sanitize(), pgx.Identifier{t.Log}.Sanitize()
@@ -113,7 +116,7 @@ func (t InlineTable) Condition(alias string) string {
 
 // SetLog returns the SET item of the upsert's ON CONFLICT DO UPDATE that
 // appends the run's log entries to the row's log, keeping the last
-// LogEntries.
+// LogEntries. InlineUpsert adds it; call it for an upsert written by hand.
 func (t InlineTable) SetLog(alias string) string {
 	a := pgx.Identifier{alias}.Sanitize() + "."
 	l := pgx.Identifier{t.Log}.Sanitize()
@@ -221,8 +224,9 @@ func (t *Tx) InlineRuns() []InlineRun {
 	return t.inline.runs
 }
 
-// QueueInline queues the upsert of an inline projection's rows (see
-// Inline): the rows it writes are counted, and a count short of the
+// QueueInline queues the upsert of an inline projection's rows, written by
+// hand (see Inline; InlineUpsert.Queue calls it): the rows it writes are
+// counted, and a count short of the
 // aggregates the handler applies tells the gate that a row was not where the
 // events continue it (the compare-and-set did not match).
 func (t *Tx) QueueInline(sql string, args ...any) {
@@ -286,6 +290,6 @@ func (t *Tx) inlineShort(projection string) error {
 	if t.inline == nil || t.inline.got == t.inline.want {
 		return nil
 	}
-	return fmt.Errorf("%w: inline projection %s wrote %d of its %d rows (its upsert must go through Tx.QueueInline with InlineTable.Condition)",
+	return fmt.Errorf("%w: inline projection %s wrote %d of its %d rows (its upsert must go through InlineUpsert.Queue, or Tx.QueueInline with InlineTable.Condition)",
 		errInlineMiss, projection, t.inline.got, t.inline.want)
 }
