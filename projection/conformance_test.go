@@ -147,9 +147,16 @@ func (orderLog) Setup(ctx context.Context, tx pgx.Tx) error {
   log bytea NOT NULL DEFAULT '', applied text NOT NULL)`)
 	return err
 }
-func (orderLog) InlineTable() (projection.InlineTable, bool) {
-	return projection.InlineTable{Table: pgx.Identifier{"order_log"}, Key: "id", Version: "version", Log: "log"}, true
+func (orderLog) InlineTable() (projection.InlineTable, bool) { return orderLogUpsert.Table, true }
+
+// orderLogUpsert is the upsert of orderLog's rows: applied grows by the
+// versions of each call.
+var orderLogUpsert = projection.InlineUpsert{
+	Table:   projection.InlineTable{Table: pgx.Identifier{"order_log"}, Key: "id", Version: "version", Log: "log"},
+	Alias:   "t",
+	Columns: []projection.InlineColumn{{Name: "applied", Type: "text", Update: "t.applied || EXCLUDED.applied"}},
 }
+
 func (orderLog) Reset(ctx context.Context, tx pgx.Tx) error {
 	_, err := tx.Exec(ctx, `TRUNCATE order_log`)
 	return err
@@ -158,13 +165,11 @@ func (orderLog) Reset(ctx context.Context, tx pgx.Tx) error {
 // ApplyBatch writes each aggregate's row once, with the versions of its
 // run appended to the row's list.
 func (o orderLog) ApplyBatch(ctx context.Context, tx *projection.Tx, events []aggregate.Event) error {
-	it, _ := o.InlineTable()
 	runs := tx.InlineRuns()
-	ids, applied, logs := make([]string, len(runs)), make([]string, len(runs)), make([][]byte, len(runs))
-	vers := make([]int64, len(runs))
+	ids, applied, vers := make([]string, len(runs)), make([]string, len(runs)), make([]int64, len(runs))
 	k := 0
 	for i, ru := range runs {
-		ids[i], vers[i], logs[i] = ru.Aggregate, ru.Version, ru.Log
+		ids[i], vers[i] = ru.Aggregate, ru.Version
 		var list strings.Builder
 		for ; k < len(events) && events[k].Aggregate == ru.Aggregate; k++ {
 			fmt.Fprintf(&list, "%d,", events[k].Version)
@@ -174,11 +179,7 @@ func (o orderLog) ApplyBatch(ctx context.Context, tx *projection.Tx, events []ag
 	if k != len(events) {
 		return fmt.Errorf("order-log: %d events, %d in the inline runs", len(events), k)
 	}
-	tx.QueueInline(`INSERT INTO order_log AS t (id, version, log, applied)
-SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[])
-ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, applied = t.applied || EXCLUDED.applied, `+it.SetLog("t")+`
-WHERE `+it.Condition("t"), ids, vers, logs, applied)
-	return nil
+	return orderLogUpsert.Queue(tx, ids, vers, applied)
 }
 
 // TestConformanceInlineOrder runs the conformance suite on orderLog: every

@@ -146,8 +146,10 @@ type Projection struct {
 	schema string
 	t      tables
 	fx     *effects.Client
-	// inline is the payment row's gate state (nil: version rows).
-	inline *projection.InlineTable
+	// payments is the upsert of the payment rows, whose table carries
+	// the gate's state when inline (else version rows: Options.VersionRows).
+	payments projection.InlineUpsert
+	inline   bool
 }
 
 type tables struct {
@@ -195,13 +197,23 @@ func New(opts *Options) *Projection {
 	q := func(t string) string { return id(t).Sanitize() }
 	p.t = tables{payments: q("ledger_payments"), legs: q("ledger_legs"), balances: q("ledger_balances"),
 		balancesID: id("ledger_balances")}
-	if !opts.VersionRows {
-		t := pgx.Identifier{"ledger_payments"}
-		if p.schema != "" {
-			t = pgx.Identifier{p.schema, "ledger_payments"}
-		}
-		p.inline = &projection.InlineTable{Table: t, Key: "payment_id", Version: "version", Log: "inorder_log", LogEntries: opts.LogEntries}
+	// A payment's row: its parties are written once, its status and
+	// amounts by every event; the version and log columns are the gate's.
+	p.payments = projection.InlineUpsert{
+		Table: projection.InlineTable{Table: id("ledger_payments"), Key: "payment_id", Version: "version", Log: "inorder_log",
+			LogEntries: opts.LogEntries},
+		Alias: "pm",
+		Columns: []projection.InlineColumn{
+			{Name: "payer", Type: "text", InsertOnly: true},
+			{Name: "payee", Type: "text", InsertOnly: true},
+			{Name: "status", Type: "text"},
+			{Name: "authorized", Type: "bigint"},
+			{Name: "captured", Type: "bigint"},
+			{Name: "refunded", Type: "bigint"},
+		},
+		Set: []string{"updated_at = now()"},
 	}
+	p.inline = !opts.VersionRows
 	return p
 }
 
@@ -209,10 +221,10 @@ func New(opts *Options) *Projection {
 // version and applied log, so the gate writes no row of its own on the fast
 // path (unless Options.VersionRows).
 func (p *Projection) InlineTable() (projection.InlineTable, bool) {
-	if p.inline == nil {
+	if !p.inline {
 		return projection.InlineTable{}, false
 	}
-	return *p.inline, true
+	return p.payments.Table, true
 }
 
 // Name implements projection.Projection.
@@ -281,7 +293,7 @@ func (p *Projection) ApplyBatch(ctx context.Context, tx *projection.Tx, events [
 	if err != nil {
 		return err
 	}
-	if err := w.queue(tx, p.t, p.inline); err != nil {
+	if err := w.queue(tx, p.t, &p.payments); err != nil {
 		return err
 	}
 	return p.recordSettlements(ctx, tx, w)
@@ -374,9 +386,10 @@ func foldInto(state map[string]*Payment, events []aggregate.Event, balances *pro
 
 // queue queues the writes of payments and legs; the balances are the
 // transaction's projection.TxSums, upserted after the handler's last call in
-// account order, so concurrent transactions lock them in the same order. Inline (it set),
-// the payments' upsert carries the gate's compare-and-set and log.
-func (w *writes) queue(tx *projection.Tx, t tables, it *projection.InlineTable) error {
+// account order, so concurrent transactions lock them in the same order. The
+// payments' upsert carries the gate's compare-and-set and log when the
+// handler runs inline (projection.InlineUpsert.Queue adds them).
+func (w *writes) queue(tx *projection.Tx, t tables, payments *projection.InlineUpsert) error {
 	n := len(w.payments)
 	ids, payers, payees, statuses := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	auth, capt, refd, vers := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
@@ -384,31 +397,8 @@ func (w *writes) queue(tx *projection.Tx, t tables, it *projection.InlineTable) 
 		ids[i], payers[i], payees[i], statuses[i] = pm.ID, pm.Payer, pm.Payee, pm.Status
 		auth[i], capt[i], refd[i], vers[i] = pm.Authorized, pm.Captured, pm.Refunded, pm.Version
 	}
-	runs := tx.InlineRuns()
-	if it == nil || runs == nil { // not inline, or not run as such (a wrapper)
-		tx.Queue(`INSERT INTO `+t.payments+` (payment_id, payer, payee, status, authorized, captured, refunded, version)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[])
-ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status, authorized = EXCLUDED.authorized,
-  captured = EXCLUDED.captured, refunded = EXCLUDED.refunded, version = EXCLUDED.version, updated_at = now()`,
-			ids, payers, payees, statuses, auth, capt, refd, vers)
-	} else {
-		if len(runs) != n {
-			return fmt.Errorf("ledger: %d payments to write, %d inline runs", n, len(runs))
-		}
-		logs := make([][]byte, n)
-		for i, ru := range runs {
-			if ru.Aggregate != ids[i] || ru.Version != vers[i] {
-				return fmt.Errorf("ledger: payment %s v%d written with the inline run of %s v%d", ids[i], vers[i], ru.Aggregate, ru.Version)
-			}
-			logs[i] = ru.Log
-		}
-		tx.QueueInline(`INSERT INTO `+t.payments+` AS pm (payment_id, payer, payee, status, authorized, captured, refunded, version, inorder_log)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bytea[])
-ON CONFLICT (payment_id) DO UPDATE SET status = EXCLUDED.status, authorized = EXCLUDED.authorized,
-  captured = EXCLUDED.captured, refunded = EXCLUDED.refunded, version = EXCLUDED.version, updated_at = now(),
-  `+it.SetLog("pm")+`
-WHERE `+it.Condition("pm"),
-			ids, payers, payees, statuses, auth, capt, refd, vers, logs)
+	if err := payments.Queue(tx, ids, vers, payers, payees, statuses, auth, capt, refd); err != nil {
+		return fmt.Errorf("ledger: write payments: %w", err)
 	}
 	if len(w.legs) > 0 {
 		m := len(w.legs)
@@ -539,7 +529,7 @@ func (s Simple) Apply(ctx context.Context, tx *projection.Tx, e aggregate.Event)
 	if err != nil {
 		return err
 	}
-	if err := w.queue(tx, s.p.t, s.p.inline); err != nil {
+	if err := w.queue(tx, s.p.t, &s.p.payments); err != nil {
 		return err
 	}
 	return s.p.recordSettlements(ctx, tx, w)
