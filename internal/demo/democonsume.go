@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/inorder/inorder/internal/clikit"
 	"net/url"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/inorder/inorder/internal/clikit"
 
 	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
 
@@ -52,24 +55,14 @@ func (d *demoRun) consume(ctx context.Context) (demoStats, error) {
 		}
 	}
 
-	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	defer stop()
-	var wg sync.WaitGroup
-	errs := make([]error, len(srcs))
-	for i, s := range srcs {
-		wg.Go(func() { errs[i] = s.Run(runCtx) })
-	}
-	stopAll := func() error {
-		stop()
-		wg.Wait()
-		return errors.Join(errs...)
-	}
+	running := runAll(ctx, srcs)
+	defer running.stop()
 
 	d.con.Printf([]any{"consumers", len(srcs), "group", demoGroup}, "consuming with %d competing consumers on persistent subscription %q to $all", len(srcs), demoGroup)
 	// Drop every subscription twice mid-run, as a network failure would:
 	// the deliveries not yet acknowledged go to other consumers again.
 	drops := []int64{total / 3, 2 * total / 3}
-	elapsed, err := d.await(ctx, awaiting{total: total, stopAll: stopAll,
+	elapsed, err := d.await(ctx, awaiting{total: total, stopAll: running.stopAll,
 		each: func(events int64, bar *clikit.ProgressBar) {
 			if len(drops) > 0 && events >= drops[0] && events < total {
 				drops = drops[1:]
@@ -80,15 +73,8 @@ func (d *demoRun) consume(ctx context.Context) (demoStats, error) {
 	if err != nil {
 		return demoStats{}, err
 	}
-	if err := stopAll(); err != nil {
-		return demoStats{}, fmt.Errorf("demo: stop the consumers: %w", err)
-	}
-	var received int64
-	for _, s := range srcs {
-		received += s.Stats().Received
-	}
-	return demoStats{elapsed: elapsed, counts: d.proc.Counts()[d.proj], received: received,
-		consumers: fmt.Sprintf("%d competing, one persistent subscription", len(srcs))}, nil
+	return finish(d, running, nil, elapsed, srcs, func(s *esdb.Source) int64 { return s.Stats().Received },
+		fmt.Sprintf("%d competing, one persistent subscription", len(srcs)))
 }
 
 // serve serves the HTTP API until the first signal and prints examples.
@@ -151,4 +137,68 @@ func (d *demoRun) examples(base string) {
 	} else {
 		fmt.Fprintf(w, "  %s status --database-url '%s' --schema %s\n", d.a.Name(), d.dbURL, d.o.Schema)
 	}
+}
+
+// fleet is the demo's consumers running.
+type fleet struct {
+	ctx  context.Context // what they run under: the demo's ctx does not cancel it
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+	errs []error // each Run's error, once stopAll returned
+}
+
+// runAll runs every source in a goroutine until the demo stops them
+// (stopAll, or stop without waiting on an early return).
+func runAll[S interface{ Run(context.Context) error }](ctx context.Context, srcs []S) *fleet {
+	f := &fleet{errs: make([]error, len(srcs))}
+	f.ctx, f.stop = context.WithCancel(context.WithoutCancel(ctx))
+	for i, s := range srcs {
+		f.wg.Go(func() { f.errs[i] = s.Run(f.ctx) })
+	}
+	return f
+}
+
+// stopAll stops every consumer, waits for them and joins their errors.
+func (f *fleet) stopAll() error {
+	f.stop()
+	f.wg.Wait()
+	return errors.Join(f.errs...)
+}
+
+// finish stops the consumers and returns the demo's figures: elapsed, the
+// processor's counts, what the consumers received (received of each) and
+// how they shared the work (consumers). cutOff is what the first consumer's
+// Run returns when the demo cut it off halfway (nil: none was), an error
+// left out.
+func finish[S any](d *demoRun, f *fleet, cutOff error, elapsed time.Duration, srcs []S, received func(S) int64, consumers string) (demoStats, error) {
+	err := f.stopAll()
+	if cutOff != nil && len(f.errs) > 1 && errors.Is(f.errs[0], cutOff) {
+		err = errors.Join(f.errs[1:]...) // the one cut off says so
+	}
+	if err != nil {
+		return demoStats{}, fmt.Errorf("demo: stop the consumers: %w", err)
+	}
+	var n int64
+	for _, s := range srcs {
+		n += received(s)
+	}
+	return demoStats{elapsed: elapsed, counts: d.proc.Counts()[d.proj], received: n, consumers: consumers}, nil
+}
+
+// consumers makes --consumers sources with newSource and registers the
+// first one's metrics (they share one name: one set of series).
+func consumers[S interface {
+	RegisterMetrics(prometheus.Registerer) error
+}](d *demoRun, newSource func() (S, error)) ([]S, error) {
+	srcs := make([]S, d.o.Consumers)
+	for i := range srcs {
+		var err error
+		if srcs[i], err = newSource(); err != nil {
+			return nil, fmt.Errorf("demo: consumer: %w", err)
+		}
+	}
+	if err := srcs[0].RegisterMetrics(d.metrics.Registry()); err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	return srcs, nil
 }

@@ -2,11 +2,9 @@ package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	natsc "github.com/nats-io/nats.go"
@@ -64,39 +62,25 @@ func (d *demoRun) consumeNATS(ctx context.Context) (demoStats, error) {
 	}
 	d.events = d.workload()
 	total := int64(len(d.events))
-	srcs := make([]*nats.Source, d.o.Consumers)
-	for i := range srcs {
-		srcs[i], err = nats.New(&nats.Config{
+	srcs, err := consumers(d, func() (*nats.Source, error) {
+		return nats.New(&nats.Config{
 			URL: srv.URL(), Stream: demoStream, Consumer: demoConsumer, Processor: d.proc, Name: "demo",
 			Workers: 2, BatchSize: d.o.BatchSize, MaxWait: d.o.MaxWait, AckWait: demoAckWait,
 			ReconnectMin: 20 * time.Millisecond, Logger: d.logger,
 		})
-		if err != nil {
-			return demoStats{}, fmt.Errorf("demo: consumer: %w", err)
-		}
+	})
+	if err != nil {
+		return demoStats{}, err
 	}
-	if err := srcs[0].RegisterMetrics(d.metrics.Registry()); err != nil {
-		return demoStats{}, fmt.Errorf("demo: %w", err)
-	}
-	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	defer stop()
-	var wg sync.WaitGroup
-	errs := make([]error, len(srcs))
-	for i, s := range srcs {
-		wg.Go(func() { errs[i] = s.Run(runCtx) })
-	}
-	stopAll := func() error {
-		stop()
-		wg.Wait()
-		return errors.Join(errs...)
-	}
+	running := runAll(ctx, srcs)
+	defer running.stop()
 	d.con.Printf([]any{"consumers", len(srcs), "url", srv.URL(), "stream", demoStream}, "publishing %d events to stream %s on the in-process NATS server at %s; %d consumers share durable consumer %q",
 		total, demoStream, srv.URL(), len(srcs), demoConsumer)
 	published := make(chan error, 1)
-	go func() { published <- d.publishNATS(runCtx, js) }()
+	go func() { published <- d.publishNATS(running.ctx, js) }()
 
 	cut := len(srcs) > 1
-	elapsed, err := d.await(ctx, awaiting{total: total, feed: published, stopAll: stopAll,
+	elapsed, err := d.await(ctx, awaiting{total: total, feed: published, stopAll: running.stopAll,
 		each: func(events int64, bar *clikit.ProgressBar) {
 			if cut && events >= total/2 {
 				cut = false
@@ -108,19 +92,8 @@ func (d *demoRun) consumeNATS(ctx context.Context) (demoStats, error) {
 	if err != nil {
 		return demoStats{}, err
 	}
-	err = stopAll()
-	if len(srcs) > 1 && errors.Is(errs[0], nats.ErrAborted) {
-		err = errors.Join(errs[1:]...) // the one cut off says so
-	}
-	if err != nil {
-		return demoStats{}, fmt.Errorf("demo: stop the consumers: %w", err)
-	}
-	var received int64
-	for _, s := range srcs {
-		received += s.Stats().Received
-	}
-	return demoStats{elapsed: elapsed, counts: d.proc.Counts()[d.proj], received: received,
-		consumers: fmt.Sprintf("%d sharing one durable NATS consumer (one cut off halfway)", len(srcs))}, nil
+	return finish(d, running, nats.ErrAborted, elapsed, srcs, func(s *nats.Source) int64 { return s.Stats().Received },
+		fmt.Sprintf("%d sharing one durable NATS consumer (one cut off halfway)", len(srcs)))
 }
 
 // publishNATS publishes the workload with the source's helper, in chunks,

@@ -30,39 +30,24 @@ const demoWriters = 4
 func (d *demoRun) consumeTable(ctx context.Context) (demoStats, error) {
 	d.events = d.workload()
 	total := int64(len(d.events))
-	srcs := make([]*pgtable.Source, d.o.Consumers)
-	for i := range srcs {
-		var err error
-		srcs[i], err = pgtable.New(&pgtable.Config{
+	srcs, err := consumers(d, func() (*pgtable.Source, error) {
+		return pgtable.New(&pgtable.Config{
 			Pool: d.pool, Processor: d.proc, Name: "demo", Workers: 2, BatchSize: d.o.BatchSize, MaxWait: d.o.MaxWait,
 			LeaseEvery: 200 * time.Millisecond, CheckpointEvery: 200 * time.Millisecond, Logger: d.logger,
 		})
-		if err != nil {
-			return demoStats{}, fmt.Errorf("demo: consumer: %w", err)
-		}
+	})
+	if err != nil {
+		return demoStats{}, err
 	}
-	if err := srcs[0].RegisterMetrics(d.metrics.Registry()); err != nil {
-		return demoStats{}, fmt.Errorf("demo: %w", err)
-	}
-	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	defer stop()
-	var wg sync.WaitGroup
-	errs := make([]error, len(srcs))
-	for i, s := range srcs {
-		wg.Go(func() { errs[i] = s.Run(runCtx) })
-	}
-	stopAll := func() error {
-		stop()
-		wg.Wait()
-		return errors.Join(errs...)
-	}
+	running := runAll(ctx, srcs)
+	defer running.stop()
 	d.con.Printf([]any{"consumers", len(srcs), "writers", demoWriters}, "appending %d events to the events table from %d concurrent writers; %d consumers share its partitions",
 		total, demoWriters, len(srcs))
 	appended := make(chan error, 1)
-	go func() { appended <- d.appendTable(runCtx) }()
+	go func() { appended <- d.appendTable(running.ctx) }()
 
 	cut := len(srcs) > 1
-	elapsed, err := d.await(ctx, awaiting{total: total, feed: appended, stopAll: stopAll,
+	elapsed, err := d.await(ctx, awaiting{total: total, feed: appended, stopAll: running.stopAll,
 		each: func(events int64, bar *clikit.ProgressBar) {
 			if cut && events >= total/2 {
 				cut = false
@@ -73,19 +58,8 @@ func (d *demoRun) consumeTable(ctx context.Context) (demoStats, error) {
 	if err != nil {
 		return demoStats{}, err
 	}
-	err = stopAll()
-	if len(srcs) > 1 && errors.Is(errs[0], pgtable.ErrAborted) {
-		err = errors.Join(errs[1:]...) // the one cut off says so
-	}
-	if err != nil {
-		return demoStats{}, fmt.Errorf("demo: stop the consumers: %w", err)
-	}
-	var received int64
-	for _, s := range srcs {
-		received += s.Stats().Read
-	}
-	return demoStats{elapsed: elapsed, counts: d.proc.Counts()[d.proj], received: received,
-		consumers: fmt.Sprintf("%d sharing the events table's partitions (one cut off halfway)", len(srcs))}, nil
+	return finish(d, running, pgtable.ErrAborted, elapsed, srcs, func(s *pgtable.Source) int64 { return s.Stats().Read },
+		fmt.Sprintf("%d sharing the events table's partitions (one cut off halfway)", len(srcs)))
 }
 
 // appendTable appends the workload from demoWriters writers, each with the
