@@ -41,7 +41,7 @@ func (l ledgerV2) Describe() projection.Description {
 func TestRunBuildsANewCodeVersion(t *testing.T) {
 	t.Parallel()
 	db := pgtest.NewMigrated(t)
-	t.Cleanup(func() { dropGenerationSchemas(t, db) })
+	t.Cleanup(func() { db.DropGenerationSchemas(t) })
 	srv := esdbtest.New(t)
 	var mu sync.Mutex
 	var all []aggregate.Event
@@ -143,19 +143,6 @@ func TestRunBuildsANewCodeVersion(t *testing.T) {
 			return err
 		}))
 		require.Equal(t, want, got, "generation in schema %q", s)
-	}
-}
-
-// dropGenerationSchemas drops the schemas of db's later generations.
-func dropGenerationSchemas(t *testing.T, db *pgtest.DB) {
-	ctx := context.Background()
-	rows, err := db.Pool.Query(ctx, `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)`, db.Schema+"_")
-	require.NoError(t, err)
-	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	for _, s := range schemas {
-		_, err := db.Pool.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{s}.Sanitize()+` CASCADE`)
-		require.NoError(t, err)
 	}
 }
 

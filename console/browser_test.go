@@ -21,7 +21,6 @@ import (
 	"github.com/inorder/inorder/internal/syncbuf"
 
 	"github.com/chromedp/chromedp"
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/cli"
@@ -98,7 +97,7 @@ func (b *bundle) appendNote(agg, body string) {
 func setup(t *testing.T) *bundle {
 	path := chromium(t)
 	b := &bundle{t: t, db: pgtest.NewMigrated(t), es: esdbtest.New(t), notes: &notes{}, logs: &syncBuffer{}}
-	t.Cleanup(func() { dropGenerationSchemas(t, b.db) })
+	t.Cleanup(func() { b.db.DropGenerationSchemas(t) })
 	if dir := os.Getenv("INORDER_CONSOLE_SCREENSHOTS"); dir != "" {
 		b.shots = dir
 	}
@@ -163,18 +162,6 @@ func setup(t *testing.T) *bundle {
 	// timeout on it.
 	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate("about:blank")))
 	return b
-}
-
-func dropGenerationSchemas(t *testing.T, db *pgtest.DB) {
-	ctx := context.Background()
-	rows, err := db.Pool.Query(ctx, `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)`, db.Schema+"_")
-	require.NoError(t, err)
-	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	for _, s := range schemas {
-		_, err := db.Pool.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{s}.Sanitize()+` CASCADE`)
-		require.NoError(t, err)
-	}
 }
 
 // run runs browser actions with a deadline.

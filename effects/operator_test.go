@@ -194,7 +194,7 @@ func TestBuildDoesNotResend(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := t.Context()
-	t.Cleanup(func() { dropGenerationSchemas(t, b) })
+	t.Cleanup(func() { b.db.DropGenerationSchemas(t) })
 	es := slices.Concat(events(t, "a", 12), events(t, "b", 9))
 	b.process(t, es...)
 	b.start(t)
@@ -247,24 +247,4 @@ func (s *sliceStream) Read(ctx context.Context, from projection.Position, fn fun
 		}
 	}
 	return nil
-}
-
-// dropGenerationSchemas drops the schemas of b's generations (they live
-// beside the test's schema, which pgtest drops).
-func dropGenerationSchemas(t *testing.T, b *bundle) {
-	ctx := context.Background()
-	rows, err := b.db.Pool.Query(ctx, `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)`, b.db.Schema+"_")
-	if err != nil {
-		t.Errorf("list generation schemas: %v", err)
-		return
-	}
-	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Errorf("list generation schemas: %v", err)
-	}
-	for _, s := range schemas {
-		if _, err := b.db.Pool.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{s}.Sanitize()+` CASCADE`); err != nil {
-			t.Errorf("drop %s: %v", s, err)
-		}
-	}
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/inorder/inorder/internal/syncbuf"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
@@ -77,24 +76,9 @@ const streamPrefix = "payment-"
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{db: pgtest.New(t), esdb: esdbtest.New(t)}
-	t.Cleanup(func() {
-		// The schemas of the projections' later generations (rebuild),
-		// before pgtest drops the test's.
-		ctx := context.Background()
-		rows, err := e.db.Pool.Query(ctx, `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)`, e.db.Schema+"_")
-		if err == nil {
-			var schemas []string
-			schemas, err = pgx.CollectRows(rows, pgx.RowTo[string])
-			for _, s := range schemas {
-				if _, derr := e.db.Pool.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{s}.Sanitize()+` CASCADE`); derr != nil {
-					err = derr
-				}
-			}
-		}
-		if err != nil {
-			t.Errorf("drop generation schemas: %v", err)
-		}
-	})
+	// The schemas of the projections' later generations (rebuild), before
+	// pgtest drops the test's.
+	t.Cleanup(func() { e.db.DropGenerationSchemas(t) })
 	e.vars = map[string]string{
 		"DATABASE_URL":          e.db.URL,
 		"INORDER_SCHEMA":        e.db.Schema,

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/aggregate"
@@ -37,7 +36,7 @@ func TestRebuildSendsNoWebhook(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			db := pgtest.NewMigrated(t)
-			t.Cleanup(func() { dropGenerations(t, db.Pool, db.Schema) })
+			t.Cleanup(func() { db.DropGenerationSchemas(t) })
 			_, err := effects.MigrateRiver(ctx, db.Pool, &effects.RiverMigrateOptions{Schema: db.Schema})
 			require.NoError(t, err)
 			recv := newReceiver()
@@ -194,24 +193,4 @@ func (s eventStream) Read(ctx context.Context, from projection.Position, fn func
 		}
 	}
 	return nil
-}
-
-// dropGenerations drops the generation schemas of the test's schema (they
-// live beside it, which pgtest drops).
-func dropGenerations(t *testing.T, pool *pgxpool.Pool, schema string) {
-	ctx := context.Background()
-	rows, err := pool.Query(ctx, `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)`, schema+"_")
-	if err != nil {
-		t.Errorf("list generation schemas: %v", err)
-		return
-	}
-	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Errorf("list generation schemas: %v", err)
-	}
-	for _, s := range schemas {
-		if _, err := pool.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{s}.Sanitize()+` CASCADE`); err != nil {
-			t.Errorf("drop %s: %v", s, err)
-		}
-	}
 }

@@ -350,3 +350,26 @@ func parseURL(s string) (*url.URL, error) {
 	}
 	return u, nil
 }
+
+// DropGenerationSchemas drops the schemas named after db's with a suffix
+// ("<Schema>_…"): those of a projection's later generations, which live
+// beside the test's schema, so that the test's end does not drop them. An
+// error fails the test; the other schemas are still dropped.
+func (db *DB) DropGenerationSchemas(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := db.Pool.Query(ctx, `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)`, db.Schema+"_")
+	if err != nil {
+		t.Errorf("pgtest: list generation schemas: %v", err)
+		return
+	}
+	schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Errorf("pgtest: list generation schemas: %v", err)
+	}
+	for _, s := range schemas {
+		if _, err := db.Pool.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{s}.Sanitize()+` CASCADE`); err != nil {
+			t.Errorf("pgtest: drop %s: %v", s, err)
+		}
+	}
+}
