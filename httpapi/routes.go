@@ -246,16 +246,9 @@ func (h *handler) infos(ctx context.Context) ([]ProjectionInfo, error) {
 }
 
 func (h *handler) projections(w http.ResponseWriter, r *http.Request) {
-	if _, msg := params(r, func(string) bool { return false }); msg != "" {
-		writeError(w, http.StatusBadRequest, CodeBadRequest, msg)
-		return
+	if infos, ok := h.serveInfos(w, r); ok {
+		h.respond(w, r, ProjectionsResponse{Projections: infos})
 	}
-	infos, err := h.infos(r.Context())
-	if err != nil {
-		h.fail(w, r, "status", err)
-		return
-	}
-	h.respond(w, r, ProjectionsResponse{Projections: infos})
 }
 
 func (h *handler) projectionInfo(w http.ResponseWriter, r *http.Request) {
@@ -264,13 +257,8 @@ func (h *handler) projectionInfo(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeUnknownProjection, "unknown projection; see GET /v1/projections")
 		return
 	}
-	if _, msg := params(r, func(string) bool { return false }); msg != "" {
-		writeError(w, http.StatusBadRequest, CodeBadRequest, msg)
-		return
-	}
-	infos, err := h.infos(r.Context())
-	if err != nil {
-		h.fail(w, r, "status", err)
+	infos, ok := h.serveInfos(w, r)
+	if !ok {
 		return
 	}
 	for _, in := range infos {
@@ -280,6 +268,21 @@ func (h *handler) projectionInfo(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.fail(w, r, "status", errors.New("projection missing from the status"))
+}
+
+// serveInfos returns the projections' infos for a request that takes no
+// parameters; false when it answered with the error instead.
+func (h *handler) serveInfos(w http.ResponseWriter, r *http.Request) ([]ProjectionInfo, bool) {
+	if _, msg := params(r, func(string) bool { return false }); msg != "" {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, msg)
+		return nil, false
+	}
+	infos, err := h.infos(r.Context())
+	if err != nil {
+		h.fail(w, r, "status", err)
+		return nil, false
+	}
+	return infos, true
 }
 
 // status serves the operator summary.
