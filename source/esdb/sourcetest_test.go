@@ -32,12 +32,7 @@ func sourceSubjects() []sourcetest.Subject {
 
 func TestSourceConformance(t *testing.T) {
 	t.Parallel()
-	for _, s := range sourceSubjects() {
-		t.Run(s.Name, func(t *testing.T) {
-			t.Parallel()
-			sourcetest.Run(t, s)
-		})
-	}
+	sourcetest.Run(t, sourceSubjects()...)
 }
 
 var sourceNS = uuid.MustParse("6d7c1f0e-2b1a-4c3d-9e8f-0a1b2c3d4e5f")

@@ -65,12 +65,7 @@ func sourceSubjects() []sourcetest.Subject {
 
 func TestSourceConformance(t *testing.T) {
 	t.Parallel()
-	for _, s := range sourceSubjects() {
-		t.Run(s.Name, func(t *testing.T) {
-			t.Parallel()
-			sourcetest.Run(t, s)
-		})
-	}
+	sourcetest.Run(t, sourceSubjects()...)
 }
 
 func newSourceCase(t *testing.T, url string, replicas int) *sourcetest.Case {

@@ -39,12 +39,7 @@ func subjects() []sourcetest.Subject {
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	for _, s := range subjects() {
-		t.Run(s.Name, func(t *testing.T) {
-			t.Parallel()
-			sourcetest.Run(t, s)
-		})
-	}
+	sourcetest.Run(t, subjects()...)
 }
 
 func consumer(outbox bool, opts ...func(*pgtable.Config)) func(context.Context, map[string]string, *sourcetest.ConsumerConfig) (source.Feed, error) {

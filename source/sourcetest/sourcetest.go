@@ -137,8 +137,24 @@ type ConsumerConfig struct {
 	OnReady func()
 }
 
-// Run runs the suite on s, as parallel sub-tests of t.
-func Run(t *testing.T, s Subject) {
+// Run runs the suite on each subject: on one, as parallel sub-tests of t;
+// on several, in a parallel sub-test of t per subject, named by its Name.
+func Run(t *testing.T, subjects ...Subject) {
+	t.Helper()
+	if len(subjects) == 1 {
+		run(t, subjects[0])
+		return
+	}
+	for _, s := range subjects {
+		t.Run(s.Name, func(t *testing.T) {
+			t.Parallel()
+			run(t, s)
+		})
+	}
+}
+
+// run runs the suite on s, as parallel sub-tests of t.
+func run(t *testing.T, s Subject) {
 	t.Helper()
 	if s.Name == "" || s.New == nil || s.Consumer == nil {
 		t.Fatal("sourcetest: Subject.Name, New and Consumer are required")
