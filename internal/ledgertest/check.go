@@ -28,3 +28,20 @@ func (b *Bundle) AppliedVersions(tb testing.TB) int {
 	require.NoError(tb, b.DB.Pool.QueryRow(context.Background(), `SELECT coalesce(sum(version), 0) FROM ledger_payments`).Scan(&n))
 	return n
 }
+
+// RequireSettled requires that the read model is the in-order fold of
+// events and that the processor's status is clean: every version applied,
+// nothing parked, quarantined, in conflict or rejected.
+func (b *Bundle) RequireSettled(tb testing.TB, events []aggregate.Event) {
+	tb.Helper()
+	b.RequireFold(tb, events)
+	st, err := b.Proc.Status(context.Background(), nil)
+	require.NoError(tb, err)
+	for _, p := range st.Projections {
+		require.Zero(tb, p.Parked, "nothing left parked")
+		require.Zero(tb, p.Quarantined)
+		require.Zero(tb, p.Conflicts)
+		require.EqualValues(tb, len(events), p.Events, "every version applied once")
+	}
+	require.Empty(tb, st.Attention.Rejected)
+}

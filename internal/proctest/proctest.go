@@ -326,3 +326,19 @@ func (p *Proc) RequireExit(t testing.TB) {
 
 // syncBuffer is a bytes.Buffer safe for concurrent use.
 type syncBuffer = syncbuf.Buffer
+
+// StopAll stops the children gracefully: SIGINT to every one, then it
+// requires that each exits with status 0 without an error in its log
+// (" level=ERROR ").
+func StopAll(t testing.TB, procs []*Proc) {
+	t.Helper()
+	for _, p := range procs {
+		p.Interrupt(t)
+	}
+	for _, p := range procs {
+		p.RequireExit(t)
+		if out := p.Output(); strings.Contains(out, " level=ERROR ") {
+			t.Fatalf("proctest: %s surfaced an error; output:\n%s", p.name, out)
+		}
+	}
+}

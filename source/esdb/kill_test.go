@@ -12,12 +12,10 @@ import (
 	"time"
 
 	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/internal/proctest"
-	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/esdb"
 	"github.com/inorder/inorder/source/sourcetest"
 )
@@ -46,15 +44,11 @@ func TestMain(m *testing.M) {
 // <prepare>").
 func killWorker(ctx context.Context, c *proctest.Child) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	pool, err := pgxpool.New(ctx, c.Getenv(childDB))
+	proc, done, err := ledgertest.OpenProcessor(ctx, c.Getenv(childDB), c.Getenv(childSchema), logger)
 	if err != nil {
-		return fmt.Errorf("pool: %w", err)
+		return err
 	}
-	defer pool.Close()
-	proc, err := projection.New(pool, &projection.Config{Schema: c.Getenv(childSchema), Logger: logger}, ledger.New(nil))
-	if err != nil {
-		return fmt.Errorf("processor: %w", err)
-	}
+	defer done()
 	src, err := esdb.New(&esdb.Config{
 		URL: c.Getenv(childESDB), Processor: proc, Name: childName, Logger: logger,
 		Workers: 4, BatchSize: childBatch, MaxWait: 5 * time.Millisecond,

@@ -12,12 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/internal/proctest"
-	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/kafka"
 )
 
@@ -28,15 +27,11 @@ const scaleRole = "kafka-scale-worker"
 // ledger of DB_URL/DB_SCHEMA as a member of group "scale", saying
 // ASSIGNED and REVOKED with the partitions, until SIGINT.
 func scaleWorker(ctx context.Context, c *proctest.Child) error {
-	pool, err := pgxpool.New(ctx, c.Getenv("DB_URL"))
+	proc, done, err := ledgertest.OpenProcessor(ctx, c.Getenv("DB_URL"), c.Getenv("DB_SCHEMA"), nil)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	proc, err := projection.New(pool, &projection.Config{Schema: c.Getenv("DB_SCHEMA")}, ledger.New(nil))
-	if err != nil {
-		return err
-	}
+	defer done()
 	names := func(ps []kafka.Partition) string {
 		out := make([]string, len(ps))
 		for i, p := range ps {
@@ -221,23 +216,8 @@ func TestScaleOut(t *testing.T) {
 		l, err := lagger.MeasureLag(t.Context())
 		return err == nil && l.Events == 0
 	})
-	for _, w := range workers {
-		w.Interrupt(t)
-	}
-	for _, w := range workers {
-		w.RequireExit(t)
-		require.NotContains(t, w.Output(), " level=ERROR ", "%s surfaced an error", w.Name())
-	}
-	b.RequireFold(t, events)
-	st, err := b.Proc.Status(t.Context(), nil)
-	require.NoError(t, err)
-	for _, p := range st.Projections {
-		require.Zero(t, p.Parked, "nothing left parked")
-		require.Zero(t, p.Quarantined)
-		require.Zero(t, p.Conflicts)
-		require.EqualValues(t, len(events), p.Events, "every version applied")
-	}
-	require.Empty(t, st.Attention.Rejected)
+	proctest.StopAll(t, workers)
+	b.RequireSettled(t, events)
 	slices.Sort(handovers)
 	t.Logf("scale-out: %d events, %d processes, %d rounds of faults; handover after SIGKILL (until every partition is owned again): %v",
 		len(events), 3, rounds, handovers)

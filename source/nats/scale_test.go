@@ -10,13 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/internal/proctest"
-	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/nats"
 	"github.com/inorder/inorder/source/nats/natstest"
 )
@@ -34,15 +33,11 @@ const scaleAckWait = 2 * time.Second
 // the ledger of DB_URL/DB_SCHEMA as a process of the durable consumer
 // "scale", saying SUBSCRIBED each time it starts pulling, until SIGINT.
 func scaleWorker(ctx context.Context, c *proctest.Child) error {
-	pool, err := pgxpool.New(ctx, c.Getenv("DB_URL"))
+	proc, done, err := ledgertest.OpenProcessor(ctx, c.Getenv("DB_URL"), c.Getenv("DB_SCHEMA"), nil)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	proc, err := projection.New(pool, &projection.Config{Schema: c.Getenv("DB_SCHEMA")}, ledger.New(nil))
-	if err != nil {
-		return err
-	}
+	defer done()
 	src, err := nats.New(&nats.Config{
 		URL: c.Getenv("NATS_URL"), Stream: c.Getenv("NATS_STREAM"), Consumer: "scale", Processor: proc,
 		Workers: 2, BatchSize: 50, MaxWait: 10 * time.Millisecond, LagEvery: -1, AckWait: scaleAckWait,
@@ -140,23 +135,8 @@ func TestScaleOut(t *testing.T) {
 		l, err := lagger.MeasureLag(t.Context())
 		return err == nil && l.Known && l.Events == 0 && appliedAll(len(events))()
 	}, "every event applied and the lag at 0")
-	for _, w := range workers {
-		w.Interrupt(t)
-	}
-	for _, w := range workers {
-		w.RequireExit(t)
-		require.NotContains(t, w.Output(), " level=ERROR ", "%s surfaced an error", w.Name())
-	}
-	b.RequireFold(t, events)
-	st, err := b.Proc.Status(t.Context(), nil)
-	require.NoError(t, err)
-	for _, p := range st.Projections {
-		require.Zero(t, p.Parked, "nothing left parked")
-		require.Zero(t, p.Quarantined)
-		require.Zero(t, p.Conflicts)
-		require.EqualValues(t, len(events), p.Events, "every version applied once")
-	}
-	require.Empty(t, st.Attention.Rejected)
+	proctest.StopAll(t, workers)
+	b.RequireSettled(t, events)
 	slices.Sort(handovers)
 	t.Logf("scale-out: %d events, 3 processes on one durable consumer, R3 stream on 3 nodes, %d rounds of faults; "+
 		"handover after SIGKILL (until every event published before it is applied; AckWait %v): %v",
