@@ -25,3 +25,28 @@ func Applied(n int, procs ...*projection.Processor) func() bool {
 func Generate(seed uint64, payments, versions int) []aggregate.Event {
 	return ledger.Generate(rand.New(rand.NewPCG(seed, seed*7+1)), payments, versions)
 }
+
+// Chunks hands out a stream in n chunks of about equal size, in order, for
+// tests that publish while faults happen.
+type Chunks struct {
+	events []aggregate.Event
+	size   int
+	// Sent counts the events handed out so far.
+	Sent int
+}
+
+// NewChunks returns events in n chunks.
+func NewChunks(events []aggregate.Event, n int) *Chunks {
+	return &Chunks{events: events, size: (len(events) + n - 1) / n}
+}
+
+// Next returns the next chunk, empty once every event was handed out.
+func (c *Chunks) Next() []aggregate.Event {
+	end := min(c.Sent+c.size, len(c.events))
+	part := c.events[c.Sent:end]
+	c.Sent = end
+	return part
+}
+
+// Done reports whether every event was handed out.
+func (c *Chunks) Done() bool { return c.Sent >= len(c.events) }

@@ -169,14 +169,10 @@ func TestScaleOut(t *testing.T) {
 	g.waitOwned(t)
 
 	// Records flow during the whole run: a chunk after each fault.
-	chunks := rounds + 2
-	chunk := (len(events) + chunks - 1) / chunks
-	next := 0
+	chunks := ledgertest.NewChunks(events, rounds+2)
 	publish := func() {
-		if next < len(events) {
-			end := min(next+chunk, len(events))
-			produce(t, pr, events[next:end])
-			next = end
+		if !chunks.Done() {
+			produce(t, pr, chunks.Next())
 		}
 	}
 	publish()
@@ -206,7 +202,7 @@ func TestScaleOut(t *testing.T) {
 			g.waitOwned(t)
 		}
 	}
-	for next < len(events) {
+	for !chunks.Done() {
 		publish()
 	}
 

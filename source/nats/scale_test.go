@@ -84,16 +84,12 @@ func TestScaleOut(t *testing.T) {
 
 	// Events flow during the whole run: a chunk, shuffled, before each
 	// fault.
-	chunks := rounds + 2
-	chunk := (len(events) + chunks - 1) / chunks
-	next := 0
+	chunks := ledgertest.NewChunks(events, rounds+2)
 	publish := func() {
-		if next < len(events) {
-			end := min(next+chunk, len(events))
-			part := slices.Clone(events[next:end])
+		if !chunks.Done() {
+			part := slices.Clone(chunks.Next())
 			rng.Shuffle(len(part), func(i, j int) { part[i], part[j] = part[j], part[i] })
 			e.publish(t, part)
-			next = end
 		}
 	}
 	poll := ticks(t, 50*time.Millisecond)
@@ -110,7 +106,7 @@ func TestScaleOut(t *testing.T) {
 			i := rng.IntN(len(workers))
 			killed := time.Now()
 			workers[i].Kill(t)
-			waitFor(t, poll, appliedAll(next), "the events published before the SIGKILL to be applied")
+			waitFor(t, poll, appliedAll(chunks.Sent), "the events published before the SIGKILL to be applied")
 			handovers = append(handovers, time.Since(killed))
 			workers[i] = spawn()
 		case 1: // the node leading the stream dies, and comes back
@@ -123,7 +119,7 @@ func TestScaleOut(t *testing.T) {
 			extra.RequireExit(t)
 		}
 	}
-	for next < len(events) {
+	for !chunks.Done() {
 		publish()
 	}
 
