@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/internal/sourceutil"
 )
 
 // This file holds the source's Driver: how a worker binary (package cli)
@@ -163,14 +164,7 @@ func (o *flags) config(raw string, oc *source.OpenConfig) (*Config, error) {
 
 func (o *flags) Open(_ context.Context, raw string, oc *source.OpenConfig) (source.Feed, error) {
 	cfg, err := o.config(raw, oc)
-	if err != nil {
-		return nil, err
-	}
-	s, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return s.Feed(), nil
+	return sourceutil.Open(cfg, err, New)
 }
 
 // Replayer returns the topics' history, or an error wrapping ErrTruncated

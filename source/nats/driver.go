@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/internal/sourceutil"
 )
 
 // This file holds the source's Driver: how the worker binary (package cli)
@@ -154,14 +155,7 @@ func or(a, b string) string {
 
 func (o *flags) Open(_ context.Context, raw string, oc *source.OpenConfig) (source.Feed, error) {
 	cfg, err := o.config(raw, oc)
-	if err != nil {
-		return nil, err
-	}
-	s, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return s.Feed(), nil
+	return sourceutil.Open(cfg, err, New)
 }
 
 // Replayer returns the stream's replay for a rebuild, with the mapping the

@@ -36,3 +36,16 @@ func (f feed[L]) MeasureLag(ctx context.Context) (source.Lag, error) {
 	l, err := f.s.MeasureLag(ctx)
 	return l.Summary(), err
 }
+
+// Open is a driver's Open: it builds the source of cfg (the driver's
+// config, or its error) with newSource and returns it as a Feed.
+func Open[C any, S interface{ Feed() source.Feed }](cfg C, err error, newSource func(C) (S, error)) (source.Feed, error) {
+	if err != nil {
+		return nil, err
+	}
+	s, err := newSource(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return s.Feed(), nil
+}
