@@ -72,32 +72,17 @@ func ServeFlags(args []string) (events, versions int, seed uint64) {
 }
 
 type brokerOptions struct {
-	inorder, databaseURL, extra string
-	events, versions, consumers int
-	workers, batchSize          int
-	seed                        uint64
-	timeout                     time.Duration
-	keep, rebalance             bool
+	Flags
+	rebalance bool
 }
 
 func (b *Broker) orchestrate(args []string) int {
 	var o brokerOptions
 	fs := flag.NewFlagSet(b.Command, flag.ExitOnError)
-	fs.StringVar(&o.inorder, "inorder", "", "the inorder binary (go build -o … ./cmd/inorder); required")
-	fs.StringVar(&o.databaseURL, "database-url", DatabaseURL(), "PostgreSQL")
-	fs.IntVar(&o.consumers, "consumers", 1, "inorder run processes, "+b.Shared)
-	fs.IntVar(&o.events, "events", 100000, "events (payments × versions)")
-	fs.IntVar(&o.versions, "versions", 8, "versions per payment")
-	fs.IntVar(&o.workers, "workers", 4, "--workers of each process")
-	fs.IntVar(&o.batchSize, "batch-size", 500, "--batch-size of each process")
-	fs.StringVar(&o.extra, "args", "", "more flags for 'inorder run', space separated")
-	fs.Uint64Var(&o.seed, "seed", 1, "workload seed")
+	o.Bind(fs, "inorder run processes, "+b.Shared, "events (payments × versions)", "more flags for 'inorder run', space separated")
 	fs.BoolVar(&o.rebalance, "rebalance", false, "one more process joins at half the run and leaves again")
-	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up after")
-	fs.BoolVar(&o.keep, "keep", false, "keep the schema")
 	_ = fs.Parse(args)
-	if o.inorder == "" {
-		fmt.Fprintf(os.Stderr, "%s: -inorder is required\n", b.Command)
+	if o.Missing(b.Command) {
 		return 2
 	}
 	if err := b.run(&o); err != nil {
@@ -298,9 +283,9 @@ func MiB(rss []float64) string {
 }
 
 func (b *Broker) run(o *brokerOptions) error {
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
 	defer cancel()
-	schema, err := NewSchema(ctx, o.databaseURL, b.Command, o.keep)
+	schema, err := NewSchema(ctx, o.DatabaseURL, b.Command, o.Keep)
 	if err != nil {
 		return err
 	}
@@ -310,8 +295,8 @@ func (b *Broker) run(o *brokerOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "%s: %s %d events in the %s's process…\n", b.Command, b.Loading, o.events, b.Server)
-	srvCmd := exec.Command(self, "serve", "-events", strconv.Itoa(o.events), "-versions", strconv.Itoa(o.versions), "-seed", strconv.FormatUint(o.seed, 10))
+	fmt.Fprintf(os.Stderr, "%s: %s %d events in the %s's process…\n", b.Command, b.Loading, o.Events, b.Server)
+	srvCmd := exec.Command(self, "serve", "-events", strconv.Itoa(o.Events), "-versions", strconv.Itoa(o.Versions), "-seed", strconv.FormatUint(o.Seed, 10))
 	out, err := srvCmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -329,18 +314,18 @@ func (b *Broker) run(o *brokerOptions) error {
 	source := b.Source(strings.TrimSpace(strings.TrimPrefix(line, b.Prefix)), "e2e-"+schema.Name)
 
 	env := append(os.Environ(), "DATABASE_URL="+schema.URL, "INORDER_SCHEMA="+schema.Name, "INORDER_SOURCE="+source, "INORDER_LOG_LEVEL=warn")
-	if err := Migrate(o.inorder, env); err != nil {
+	if err := Migrate(o.Inorder, env); err != nil {
 		return err
 	}
-	args := append([]string{"--workers", strconv.Itoa(o.workers), "--batch-size", strconv.Itoa(o.batchSize)}, b.RunArgs...)
-	workers := NewGroup(o.inorder, env, append(args, strings.Fields(o.extra)...)...)
+	args := append([]string{"--workers", strconv.Itoa(o.Workers), "--batch-size", strconv.Itoa(o.BatchSize)}, b.RunArgs...)
+	workers := NewGroup(o.Inorder, env, append(args, strings.Fields(o.Extra)...)...)
 	defer func() { _, _ = workers.Stop() }()
 	began := time.Now()
-	if err := workers.Start(o.consumers); err != nil {
+	if err := workers.Start(o.Consumers); err != nil {
 		return err
 	}
 
-	events := Workload(o.seed, o.events, o.versions)
+	events := Workload(o.Seed, o.Events, o.Versions)
 	want := int64(len(events))
 	led, err := OpenLedger(ctx, schema)
 	if err != nil {
@@ -388,7 +373,7 @@ func (b *Broker) run(o *brokerOptions) error {
 		return err
 	}
 	fmt.Printf("consumers=%d workers=%d batch=%d events=%d seconds=%.2f events/s=%.0f peak-rss-MiB=%s parked=%.0f rebalance=%v parked-by-rebalance=%.0f joiner-rss-MiB=%.0f verified=%v\n",
-		o.consumers, o.workers, o.batchSize, len(events), took.Seconds(), float64(len(events))/took.Seconds(),
+		o.Consumers, o.Workers, o.BatchSize, len(events), took.Seconds(), float64(len(events))/took.Seconds(),
 		MiB(rss), parked, o.rebalance, parkedAtRebalance, extraRSS, verified)
 	if !verified {
 		return errors.New("the read model differs from the in-order fold")

@@ -82,34 +82,19 @@ func serve(args []string) int {
 }
 
 type options struct {
-	inorder, databaseURL, mode, extra string
-	serverVersion                     string
-	events, versions, consumers       int
-	workers, batchSize                int
-	seed                              uint64
-	timeout                           time.Duration
-	keep                              bool
+	e2eproc.Flags
+	mode, serverVersion string
 }
 
 func orchestrate(args []string) int {
 	var o options
 	fs := flag.NewFlagSet("esdbe2e", flag.ExitOnError)
-	fs.StringVar(&o.inorder, "inorder", "", "the inorder binary (go build -o … ./cmd/inorder); required")
-	fs.StringVar(&o.databaseURL, "database-url", e2eproc.DatabaseURL(), "PostgreSQL")
+	o.Bind(fs, "inorder run processes (persistent mode: competing consumers of one group)", "events (payments × versions)",
+		"more flags for 'inorder run', space separated (--buffer-size 2000 …)")
 	fs.StringVar(&o.mode, "mode", "catch-up", "catch-up or persistent")
-	fs.IntVar(&o.consumers, "consumers", 1, "inorder run processes (persistent mode: competing consumers of one group)")
-	fs.IntVar(&o.events, "events", 100000, "events (payments × versions)")
-	fs.IntVar(&o.versions, "versions", 8, "versions per payment")
-	fs.IntVar(&o.workers, "workers", 4, "--workers of each process")
-	fs.IntVar(&o.batchSize, "batch-size", 500, "--batch-size of each process")
-	fs.StringVar(&o.extra, "args", "", "more flags for 'inorder run', space separated (--buffer-size 2000 …)")
-	fs.Uint64Var(&o.seed, "seed", 1, "workload seed")
 	fs.StringVar(&o.serverVersion, "server-version", serverVersion, "the server version reported to clients (26.0.3: 'inorder run' creates Pinned groups; 25.1.4: RoundRobin)")
-	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up after")
-	fs.BoolVar(&o.keep, "keep", false, "keep the schema")
 	_ = fs.Parse(args)
-	if o.inorder == "" {
-		fmt.Fprintln(os.Stderr, "esdbe2e: -inorder is required")
+	if o.Missing("esdbe2e") {
 		return 2
 	}
 	if err := run(&o); err != nil {
@@ -120,9 +105,9 @@ func orchestrate(args []string) int {
 }
 
 func run(o *options) error {
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
 	defer cancel()
-	schema, err := e2eproc.NewSchema(ctx, o.databaseURL, "e2e", o.keep)
+	schema, err := e2eproc.NewSchema(ctx, o.DatabaseURL, "e2e", o.Keep)
 	if err != nil {
 		return err
 	}
@@ -132,8 +117,8 @@ func run(o *options) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "esdbe2e: appending %d events to the server process…\n", o.events)
-	srvCmd := exec.Command(self, "serve", "-events", strconv.Itoa(o.events), "-versions", strconv.Itoa(o.versions), "-seed", strconv.FormatUint(o.seed, 10), "-server-version", o.serverVersion)
+	fmt.Fprintf(os.Stderr, "esdbe2e: appending %d events to the server process…\n", o.Events)
+	srvCmd := exec.Command(self, "serve", "-events", strconv.Itoa(o.Events), "-versions", strconv.Itoa(o.Versions), "-seed", strconv.FormatUint(o.Seed, 10), "-server-version", o.serverVersion)
 	out, err := srvCmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -151,25 +136,25 @@ func run(o *options) error {
 
 	env := append(os.Environ(), "DATABASE_URL="+schema.URL, "INORDER_SCHEMA="+schema.Name, "ESDB_URL="+esdbURL,
 		"INORDER_STREAM_PREFIX="+streamPrefix, "INORDER_LOG_LEVEL=warn")
-	if err := e2eproc.Migrate(o.inorder, env); err != nil {
+	if err := e2eproc.Migrate(o.Inorder, env); err != nil {
 		_, _ = server.Stop()
 		return err
 	}
 
-	args := []string{"--migrate", "--mode", o.mode, "--workers", strconv.Itoa(o.workers), "--batch-size", strconv.Itoa(o.batchSize),
+	args := []string{"--migrate", "--mode", o.mode, "--workers", strconv.Itoa(o.Workers), "--batch-size", strconv.Itoa(o.BatchSize),
 		"--group", "e2e-" + schema.Name, "--repair-after", "-1s"}
-	workers := e2eproc.NewGroup(o.inorder, env, append(args, strings.Fields(o.extra)...)...)
+	workers := e2eproc.NewGroup(o.Inorder, env, append(args, strings.Fields(o.Extra)...)...)
 	workers.Each = func(i int) []string { return []string{"--name", fmt.Sprintf("e2e-%d", i)} }
 	stopAll := workers.Stop
 	began := time.Now()
-	if err := workers.Start(o.consumers); err != nil {
+	if err := workers.Start(o.Consumers); err != nil {
 		_, _ = stopAll()
 		_, _ = server.Stop()
 		return err
 	}
 
 	// Wait until every event is applied.
-	events := e2eproc.Workload(o.seed, o.events, o.versions)
+	events := e2eproc.Workload(o.Seed, o.Events, o.Versions)
 	want := float64(len(events))
 	var took time.Duration
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -221,11 +206,11 @@ func run(o *options) error {
 		return err
 	}
 	fmt.Printf("mode=%s consumers=%d workers=%d batch=%d events=%d seconds=%.2f events/s=%.0f peak-rss-MiB=%s server-rss-MiB=%.0f verified=%v\n",
-		o.mode, o.consumers, o.workers, o.batchSize, len(events), took.Seconds(), float64(len(events))/took.Seconds(),
+		o.mode, o.Consumers, o.Workers, o.BatchSize, len(events), took.Seconds(), float64(len(events))/took.Seconds(),
 		e2eproc.MiB(rss), serverRSS, verified)
 	fmt.Printf("source: window=%.0f batches=%.0f (full %.0f, window %.0f, max_wait %.0f, flush %.0f, retry %.0f) mean-fill=%.2f worker-wait-s idle=%.1f filling=%.1f (summed over %d workers × %d processes, %.1f s each)\n",
 		src.window, src.batches(), src.closed["full"], src.closed["window"], src.closed["max_wait"], src.closed["flush"], src.closed["retry"],
-		src.meanFill(), src.idle, src.filling, o.workers, o.consumers, took.Seconds())
+		src.meanFill(), src.idle, src.filling, o.Workers, o.Consumers, took.Seconds())
 	if !verified {
 		return errors.New("the read model differs from the in-order fold")
 	}

@@ -49,12 +49,7 @@ import (
 )
 
 type options struct {
-	inorder, databaseURL, extra string
-	events, versions, consumers int
-	workers, batchSize          int
-	seed                        uint64
-	timeout                     time.Duration
-	keep                        bool
+	e2eproc.Flags
 	// -latency
 	latency              bool
 	rate, batch, writers int
@@ -64,17 +59,8 @@ type options struct {
 func main() {
 	var o options
 	fs := flag.NewFlagSet("pgtablee2e", flag.ExitOnError)
-	fs.StringVar(&o.inorder, "inorder", "", "the inorder binary (go build -o … ./cmd/inorder); required")
-	fs.StringVar(&o.databaseURL, "database-url", e2eproc.DatabaseURL(), "PostgreSQL")
-	fs.IntVar(&o.consumers, "consumers", 1, "inorder run processes sharing the partitions")
-	fs.IntVar(&o.events, "events", 100000, "events (payments × versions); with -latency, rate × duration")
-	fs.IntVar(&o.versions, "versions", 8, "versions per payment")
-	fs.IntVar(&o.workers, "workers", 4, "--workers of each process")
-	fs.IntVar(&o.batchSize, "batch-size", 500, "--batch-size of each process")
-	fs.StringVar(&o.extra, "args", "", "more flags for 'inorder run', space separated")
-	fs.Uint64Var(&o.seed, "seed", 1, "workload seed")
-	fs.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up after")
-	fs.BoolVar(&o.keep, "keep", false, "keep the schema")
+	o.Bind(fs, "inorder run processes sharing the partitions", "events (payments × versions); with -latency, rate × duration",
+		"more flags for 'inorder run', space separated")
 	fs.BoolVar(&o.latency, "latency", false, "measure commit-to-read-model latency under a writer appending at -rate")
 	fs.IntVar(&o.rate, "rate", 2000, "-latency: events appended per second")
 	fs.IntVar(&o.batch, "batch", 10, "-latency: events per append (one transaction)")
@@ -82,12 +68,11 @@ func main() {
 	fs.DurationVar(&o.duration, "duration", 30*time.Second, "-latency: how long the writer appends")
 	fs.DurationVar(&o.pollPeriod, "poll", 2*time.Millisecond, "-latency: how often the read model is polled")
 	_ = fs.Parse(os.Args[1:])
-	if o.inorder == "" {
-		fmt.Fprintln(os.Stderr, "pgtablee2e: -inorder is required")
+	if o.Missing("pgtablee2e") {
 		os.Exit(2)
 	}
 	if o.latency {
-		o.events = max(o.rate*int(o.duration/time.Second), o.batch)
+		o.Events = max(o.rate*int(o.duration/time.Second), o.batch)
 	}
 	if err := run(&o); err != nil {
 		fmt.Fprintln(os.Stderr, "pgtablee2e:", err)
@@ -96,16 +81,16 @@ func main() {
 }
 
 func run(o *options) error {
-	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
 	defer cancel()
-	sch, err := e2eproc.NewSchema(ctx, o.databaseURL, "pgtablee2e", o.keep)
+	sch, err := e2eproc.NewSchema(ctx, o.DatabaseURL, "pgtablee2e", o.Keep)
 	if err != nil {
 		return err
 	}
 	defer sch.Drop()
 	schema := sch.Name
 	env := append(os.Environ(), "DATABASE_URL="+sch.URL, "INORDER_SCHEMA="+schema, "INORDER_SOURCE=postgres", "INORDER_LOG_LEVEL=warn")
-	if err := e2eproc.Migrate(o.inorder, env); err != nil {
+	if err := e2eproc.Migrate(o.Inorder, env); err != nil {
 		return err
 	}
 	pool, err := pgxpool.New(ctx, sch.URL) // search_path: the schema's tables
@@ -113,7 +98,7 @@ func run(o *options) error {
 		return err
 	}
 	defer pool.Close()
-	events := e2eproc.Workload(o.seed, o.events, o.versions)
+	events := e2eproc.Workload(o.Seed, o.Events, o.Versions)
 	if !o.latency {
 		fmt.Fprintf(os.Stderr, "pgtablee2e: writing %d events to %s.events…\n", len(events), schema)
 		if err := load(ctx, pool, schema, events); err != nil {
@@ -121,11 +106,11 @@ func run(o *options) error {
 		}
 	}
 
-	group := e2eproc.NewGroup(o.inorder, env, append([]string{"--workers", strconv.Itoa(o.workers), "--batch-size", strconv.Itoa(o.batchSize)},
-		strings.Fields(o.extra)...)...)
+	group := e2eproc.NewGroup(o.Inorder, env, append([]string{"--workers", strconv.Itoa(o.Workers), "--batch-size", strconv.Itoa(o.BatchSize)},
+		strings.Fields(o.Extra)...)...)
 	stopAll, exited := group.Stop, group.Exited
 	began := time.Now()
-	if err := group.Start(o.consumers); err != nil {
+	if err := group.Start(o.Consumers); err != nil {
 		_, _ = stopAll()
 		return err
 	}
@@ -187,11 +172,11 @@ func run(o *options) error {
 	}
 	if o.latency {
 		fmt.Printf("mode=latency consumers=%d workers=%d batch=%d events=%d rate=%d/s writers=%d append-batch=%d appended-in=%.2fs samples=%d p50=%s p90=%s p99=%s max=%s poll=%s peak-rss-MiB=%s parked=%.0f verified=%v\n",
-			o.consumers, o.workers, o.batchSize, len(events), o.rate, o.writers, o.batch, lat.appended.Seconds(), len(lat.d),
+			o.Consumers, o.Workers, o.BatchSize, len(events), o.rate, o.writers, o.batch, lat.appended.Seconds(), len(lat.d),
 			lat.q(0.50), lat.q(0.90), lat.q(0.99), lat.q(1), o.pollPeriod, e2eproc.MiB(rss), parked, verified)
 	} else {
 		fmt.Printf("mode=throughput consumers=%d workers=%d batch=%d events=%d seconds=%.2f events/s=%.0f peak-rss-MiB=%s parked=%.0f verified=%v\n",
-			o.consumers, o.workers, o.batchSize, len(events), took.Seconds(), float64(len(events))/took.Seconds(),
+			o.Consumers, o.Workers, o.BatchSize, len(events), took.Seconds(), float64(len(events))/took.Seconds(),
 			e2eproc.MiB(rss), parked, verified)
 	}
 	if !verified {
