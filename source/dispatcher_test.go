@@ -82,6 +82,18 @@ func waitFor(t *testing.T, signal <-chan struct{}, cond func() bool, what string
 	runtest.WaitFor(t, signal, waitTimeout, cond, what)
 }
 
+// failFirst is a BeforeCommit that fails the first n transactions.
+func failFirst(n int64) func(context.Context, pgx.Tx, []*source.Delivery) error {
+	var failures atomic.Int64
+	failures.Store(n)
+	return func(context.Context, pgx.Tx, []*source.Delivery) error {
+		if failures.Add(-1) >= 0 {
+			return errors.New("injected failure")
+		}
+		return nil
+	}
+}
+
 // run starts d and stops it when the test ends.
 func run(t *testing.T, d *source.Dispatcher) (stop func()) {
 	t.Helper()
@@ -176,8 +188,6 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 		b := setup(t)
 		events := ledger.Generate(rand.New(rand.NewPCG(7, 7)), 30, 3)
 		a := newAcker(false)
-		var failures atomic.Int64
-		failures.Store(1)
 		d, err := source.NewDispatcher(&source.Config{
 			Processor: b.Proc, Workers: 1, BatchSize: 1000, MaxWait: time.Hour, // one batch, at Flush
 			MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
@@ -185,12 +195,7 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 				last := batch[len(batch)-1].Handle.(int)
 				return []projection.Checkpoint{{Name: "src", Position: projection.Position(fmt.Sprintf("%04d", last))}}
 			},
-			BeforeCommit: func(ctx context.Context, tx pgx.Tx, batch []*source.Delivery) error {
-				if failures.Add(-1) >= 0 {
-					return errors.New("injected failure")
-				}
-				return nil
-			},
+			BeforeCommit: failFirst(1),
 		})
 		require.NoError(t, err)
 		run(t, d)
@@ -229,17 +234,10 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 		t.Parallel()
 		b := setup(t)
 		events := ledger.Generate(rand.New(rand.NewPCG(3, 3)), 20, 3)
-		var failures atomic.Int64
-		failures.Store(3)
 		d, err := source.NewDispatcher(&source.Config{
 			Processor: b.Proc, Workers: 1, BatchSize: 1000, MaxWait: time.Hour, // one batch, at Flush
 			MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
-			BeforeCommit: func(ctx context.Context, tx pgx.Tx, batch []*source.Delivery) error {
-				if failures.Add(-1) >= 0 {
-					return errors.New("injected failure")
-				}
-				return nil
-			},
+			BeforeCommit: failFirst(3),
 		})
 		require.NoError(t, err)
 		run(t, d)
