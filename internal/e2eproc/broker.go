@@ -11,9 +11,11 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"os/signal"
 	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,15 +44,17 @@ type Broker struct {
 	Source func(address, name string) string
 	// RunArgs are more flags for every 'inorder run'.
 	RunArgs []string
-	// Serve runs the broker's process: 'serve -events N -versions V -seed S'.
-	Serve func(args []string) int
+	// Start starts the broker in its process ('serve -events N -versions V
+	// -seed S') with the workload loaded, and returns its address and its
+	// stop.
+	Start func(ctx context.Context, events []aggregate.Event) (address string, stop func(), err error)
 }
 
 // Main runs the command: the broker's process when the first argument is
 // "serve", else the orchestration. It exits.
 func (b *Broker) Main() {
 	if len(os.Args) > 1 && os.Args[1] == "serve" {
-		os.Exit(b.Serve(os.Args[2:]))
+		os.Exit(b.serve(os.Args[2:]))
 	}
 	os.Exit(b.orchestrate(os.Args[1:]))
 }
@@ -59,6 +63,24 @@ func (b *Broker) Main() {
 // events of versions versions per payment, from seed.
 func Workload(seed uint64, events, versions int) []aggregate.Event {
 	return ledger.Generate(rand.New(rand.NewPCG(seed, seed*7+1)), max(events/versions, 1), versions)
+}
+
+// serve runs the broker's process: it starts the broker with the workload
+// of its flags, prints "<Prefix><address>" once it is ready, and serves
+// until SIGTERM or SIGINT.
+func (b *Broker) serve(args []string) int {
+	events, versions, seed := ServeFlags(args)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	address, stopBroker, err := b.Start(ctx, Workload(seed, events, versions))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer stopBroker()
+	fmt.Printf("%s%s\n", b.Prefix, address)
+	<-ctx.Done()
+	return 0
 }
 
 // ServeFlags parses the broker process's flags.

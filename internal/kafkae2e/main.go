@@ -18,15 +18,12 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/internal/e2eproc"
 	"github.com/inorder/inorder/source/kafka"
 )
@@ -40,48 +37,41 @@ func main() {
 			return "kafka://" + address + "/" + topic + "?group=" + name
 		},
 		RunArgs: []string{"--kafka-session-timeout", "6s"},
-		Serve:   serve,
+		Start:   start,
 	}
 	b.Main()
 }
 
-// serve runs the brokers with the workload produced, prints "brokers
-// <addresses>" once it is ready, and serves until SIGTERM or SIGINT.
-func serve(args []string) int {
-	events, versions, seed := e2eproc.ServeFlags(args)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+// start runs the brokers with the workload produced and returns their
+// addresses.
+func start(ctx context.Context, events []aggregate.Event) (string, func(), error) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(12, topic))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return "", nil, err
 	}
-	defer c.Close()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerBatchMaxBytes(1<<20))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		c.Close()
+		return "", nil, err
 	}
+	defer cl.Close()
 	rs := make([]*kgo.Record, 0, 5000)
 	flush := func() error {
 		err := cl.ProduceSync(ctx, rs...).FirstErr()
 		rs = rs[:0]
 		return err
 	}
-	for _, ev := range e2eproc.Workload(seed, events, versions) {
+	for _, ev := range events {
 		if rs = append(rs, kafka.NewRecord(topic, ev)); len(rs) == cap(rs) {
 			if err := flush(); err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
+				c.Close()
+				return "", nil, err
 			}
 		}
 	}
 	if err := flush(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		c.Close()
+		return "", nil, err
 	}
-	cl.Close()
-	fmt.Printf("brokers %s\n", strings.Join(c.ListenAddrs(), ","))
-	<-ctx.Done()
-	return 0
+	return strings.Join(c.ListenAddrs(), ","), c.Close, nil
 }

@@ -19,10 +19,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	natsc "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,55 +38,49 @@ func main() {
 		Source: func(address, name string) string {
 			return address + "/" + stream + "?consumer=" + name
 		},
-		Serve: serve,
+		Start: start,
 	}
 	b.Main()
 }
 
-// serve runs the server with the workload published, prints "nats <url>"
-// once it is ready, and serves until SIGTERM or SIGINT.
-func serve(args []string) int {
-	events, versions, seed := e2eproc.ServeFlags(args)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
+// start runs the server with the workload published and returns its URL.
+func start(ctx context.Context, events []aggregate.Event) (string, func(), error) {
 	dir, err := os.MkdirTemp("", "natse2e-")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		return "", nil, err
 	}
-	defer os.RemoveAll(dir)
 	srv, err := natstest.Start(natstest.Options{Dir: dir})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		_ = os.RemoveAll(dir)
+		return "", nil, err
 	}
-	defer srv.Shutdown()
+	stop := func() {
+		srv.Shutdown()
+		_ = os.RemoveAll(dir)
+	}
 	nc, err := natsc.Connect(srv.URL())
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		stop()
+		return "", nil, err
 	}
+	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		stop()
+		return "", nil, err
 	}
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{"payments.>"}, Storage: jetstream.FileStorage}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		stop()
+		return "", nil, err
 	}
 	subject := func(e aggregate.Event) string { return "payments." + e.Aggregate }
-	all := e2eproc.Workload(seed, events, versions)
-	for len(all) > 0 {
+	for all := events; len(all) > 0; {
 		n := min(len(all), 5000)
 		if _, err := nats.PublishAll(ctx, js, subject, all[:n]); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
+			stop()
+			return "", nil, err
 		}
 		all = all[n:]
 	}
-	nc.Close()
-	fmt.Printf("nats %s\n", srv.URL())
-	<-ctx.Done()
-	return 0
+	return srv.URL(), stop, nil
 }
