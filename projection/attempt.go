@@ -34,6 +34,13 @@ type attempt struct {
 	// rejected are rejections found by this attempt (unstorable
 	// deliveries), recorded with the batch's.
 	rejected []rejection
+	// mem holds, per projection with version rows, what the processor
+	// remembers of the batch's aggregates (statecache.go); assumed, the
+	// ones whose version rows the attempt took from it instead of reading
+	// them. noMemory: the batch's last attempt found the memory stale.
+	mem      []map[string]aggMemory
+	assumed  []map[string]aggMemory
+	noMemory bool
 	out      txResult
 }
 
@@ -50,9 +57,13 @@ func (a *attempt) run(ctx context.Context) error {
 	for i := range p.projs {
 		a.states[i] = make(map[string]aggState, len(bt.aggs))
 	}
+	a.remember()
 	if len(bt.aggs) > 0 {
 		if err := a.gate(ctx); err != nil {
 			return err
+		}
+		if a.mode.careful {
+			a.out.states = a.forgetBatch()
 		}
 	}
 	return a.finish(ctx)
@@ -121,6 +132,7 @@ func (a *attempt) reset() {
 		clear(a.states[i])
 	}
 	a.inline, a.fast = nil, nil
+	clear(a.assumed)
 }
 
 // gatePlanned takes the version rows (sending b first), plans, writes the
@@ -151,6 +163,7 @@ func (a *attempt) gatePlanned(ctx context.Context, b *pgx.Batch) error {
 		}
 	}
 	a.out.rows = rowUpdates(p, plans)
+	a.out.states = a.stateNews(plans)
 	return nil
 }
 
@@ -215,6 +228,7 @@ func (a *attempt) takeVersions(ctx context.Context, b *pgx.Batch) error {
 	for i := range a.states {
 		clear(a.states[i])
 	}
+	clear(a.assumed)
 	a.queueReads(b, a.mode.locked)
 	if err := a.tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("read versions: %w", err)

@@ -49,3 +49,10 @@ func GenProcessor(p *Processor, projection string) *Processor {
 	r := p.byName[projection]
 	return p.genProcessor(r, r.key, r.schema)
 }
+
+// Memory returns how many version rows p's attempts took from its memory
+// instead of reading them, how many times a check found that memory stale,
+// and how many aggregates it remembers.
+func Memory(p *Processor) (hits, misses int64, remembered int) {
+	return p.memoryHits.Load(), p.memoryMisses.Load(), p.states.len()
+}

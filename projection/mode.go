@@ -122,6 +122,9 @@ type txResult struct {
 	// rows is what the attempt did to its inline rows (rowUpdates; nil in
 	// careful mode).
 	rows rowNews
+	// states is what the attempt tells the processor's memory of its
+	// version rows (stateNews).
+	states stateNews
 }
 
 // errContended reports that a version row changed between the optimistic

@@ -95,6 +95,10 @@ type aggPlan struct {
 	attempts int
 	// written is the state casVersions wrote (the zero value if none).
 	written aggState
+	// parkedIn are the parked events the plan was made with; whole, that
+	// they are all the aggregate's (see stateCache).
+	parkedIn []buffer.Parked
+	whole    bool
 }
 
 // planner classifies the deliveries of one projection.
@@ -130,9 +134,9 @@ func (pl *planner) plan(agg string, st aggState, ds []delivery, parked []buffer.
 	var p *aggPlan
 	if len(pl.plans) > 0 {
 		p, pl.plans = &pl.plans[0], pl.plans[1:]
-		*p = aggPlan{agg: agg, before: st, qvers: qVersion}
+		*p = aggPlan{agg: agg, before: st, qvers: qVersion, parkedIn: parked}
 	} else {
-		p = &aggPlan{agg: agg, before: st, qvers: qVersion}
+		p = &aggPlan{agg: agg, before: st, qvers: qVersion, parkedIn: parked}
 	}
 	var parkedAt map[int64]int
 	if len(parked) > 0 {
@@ -296,6 +300,7 @@ func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []confli
 	}
 	pl := &planner{outcomes: outcome, plans: make([]aggPlan, n.aggs), cands: make([]candidate, len(valid))}
 	plans := make([]*aggPlan, 0, len(pl.plans))
+	mem := a.assumedOf(r)
 	for i := 0; i < len(valid); {
 		agg := valid[i].ev.Aggregate
 		j := i
@@ -307,7 +312,13 @@ func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []confli
 		if blocked {
 			qrec = &q.rec
 		}
-		plans = append(plans, pl.plan(agg, states[agg], valid[i:j], gs.parked[agg], qrec, q.version, gs.applied[agg]))
+		st, parked, whole := states[agg], gs.parked[agg], gs.whole[agg]
+		if m, ok := mem[agg]; ok && m.whole {
+			parked, whole = m.parked, true
+		}
+		p := pl.plan(agg, st, valid[i:j], parked, qrec, q.version, gs.applied[agg])
+		p.whole = whole || st.parked == 0
+		plans = append(plans, p)
 		i = j
 	}
 	a.out.tally[r.index].beyond += pl.beyond
@@ -327,7 +338,9 @@ type gateNeeds struct {
 
 // gateState is what load read for gateNeeds, by aggregate.
 type gateState struct {
-	parked      map[string][]buffer.Parked
+	parked map[string][]buffer.Parked
+	// whole marks the aggregates whose parked events were all read.
+	whole       map[string]bool
 	quarantined map[string]quarantineRef
 	applied     map[string]map[int64]record
 }
@@ -336,6 +349,7 @@ type gateState struct {
 // version rows (a.states).
 func (a *attempt) needs(r *registered) gateNeeds {
 	valid, states := a.valid, a.states[r.index]
+	mem := a.assumedOf(r) // aggregates whose parked events the memory may hold
 	var n gateNeeds
 	for i := 0; i < len(valid); {
 		n.aggs++
@@ -349,6 +363,16 @@ func (a *attempt) needs(r *registered) gateNeeds {
 		}
 		if st.blocked {
 			n.blockedAggs = append(n.blockedAggs, agg)
+		}
+		if m, ok := mem[agg]; ok && m.whole {
+			// The memory holds them all.
+			for k := i; k < j; k++ {
+				if d := valid[k]; d.ev.Version <= st.version && (k == i || valid[k-1].ev.Version != d.ev.Version) {
+					n.staleAggs, n.staleVers = append(n.staleAggs, agg), append(n.staleVers, d.ev.Version)
+				}
+			}
+			i = j
+			continue
 		}
 		if st.parked > 0 && advances && !st.blocked {
 			n.parkedAggs = append(n.parkedAggs, agg)
@@ -375,11 +399,14 @@ func (a *attempt) needs(r *registered) gateNeeds {
 // logs first.
 func (a *attempt) load(ctx context.Context, r *registered, n gateNeeds) (gateState, error) {
 	p, tx := a.p, a.tx
-	gs := gateState{parked: map[string][]buffer.Parked{}, quarantined: map[string]quarantineRef{}, applied: map[string]map[int64]record{}}
+	gs := gateState{parked: map[string][]buffer.Parked{}, whole: map[string]bool{}, quarantined: map[string]quarantineRef{}, applied: map[string]map[int64]record{}}
 	parked, quarantined, applied := gs.parked, gs.quarantined, gs.applied
 	parkedAggs, probeAggs, blockedAggs, staleAggs := n.parkedAggs, n.probeAggs, n.blockedAggs, n.staleAggs
 	probeVers, staleVers := n.probeVers, n.staleVers
 	batch := &pgx.Batch{}
+	for _, agg := range parkedAggs {
+		gs.whole[agg] = true
+	}
 	if len(parkedAggs) > 0 {
 		p.buf.QueueLoad(batch, r.key, parkedAggs, func(ps []buffer.Parked) {
 			for _, e := range ps {

@@ -206,6 +206,7 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 		handlerFailures int  // attempts a handler failed
 		contended       bool // a compare-and-set found a row changed
 		refused         bool // the database refused a write outside a handler
+		stale           bool // a check found the memory of a version row stale
 		backoff         = p.policy.Start()
 		transient       int
 	)
@@ -215,7 +216,7 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 		var out txResult
 		var began, committing bool
 		err := p.transaction(ctx, bt.attempts, m, &began, func(ctx context.Context, tx pgx.Tx) error {
-			a := &attempt{p: p, tx: tx, bt: bt, mode: m}
+			a := &attempt{p: p, tx: tx, bt: bt, mode: m, noMemory: stale}
 			err := a.run(ctx)
 			if err != nil && tx.Conn().IsClosed() {
 				// The connection went away: whatever the error says (a
@@ -246,6 +247,10 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 			if p.hasInline() {
 				p.rows.update(bt.epoch, bt.aggs, out.rows, len(p.projs), p.cfg.RowCache)
 			}
+			p.states.update(bt.epoch, out.states, p.cfg.RowCache)
+			if n := p.memOff.Load(); n > 0 {
+				p.memOff.CompareAndSwap(n, n-1)
+			}
 			bt.summarize()
 			return nil
 		}
@@ -254,6 +259,16 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 		}
 		var hf *handlerFailure
 		switch {
+		case errors.Is(err, errStaleMemory):
+			// The processor's memory of a version row was stale (another
+			// writer moved it): forget the batch's aggregates, read for a
+			// while, and retry at once.
+			retried(ctx, "stale memory", err)
+			p.memoryMisses.Add(1)
+			p.states.update(bt.epoch, (&attempt{p: p, bt: bt}).forgetBatch(), p.cfg.RowCache)
+			p.memOff.Store(memoryOffBatches)
+			stale = true
+			continue
 		case errors.Is(err, errContended) && !m.locked:
 			// Writers are competing for the same aggregates: lock up front
 			// for a while rather than redo batches.

@@ -127,6 +127,15 @@ type Processor struct {
 	// rows remembers the inline rows the processor's commits wrote
 	// (inline_rows.go).
 	rows rowCache
+	// states remembers the version rows the processor's commits left
+	// (statecache.go); memOff, while positive, makes attempts read them
+	// instead: set to memoryOffBatches after a check of the memory failed,
+	// each committed batch counts it down. memoryHits counts the version
+	// rows attempts took from it, memoryMisses the failed checks (tests
+	// read them).
+	states                   stateCache
+	memOff                   atomic.Int32
+	memoryHits, memoryMisses atomic.Int64
 	// speculated counts the attempts that wrote their version rows without
 	// reading them, misspeculated those that tried and had to read them
 	// after all (tests read them).

@@ -35,7 +35,14 @@ func (a *attempt) queueReads(b *pgx.Batch, locked bool) {
 	for _, r := range a.p.projs {
 		into := a.states[r.index]
 		a.assumeFast(r)
-		a.p.store.Versions.QueueRead(b, r.key, a.slowAggs(r), locked).Query(func(rows pgx.Rows) error {
+		aggs := a.slowAggs(r)
+		if !locked {
+			aggs = a.assumeRemembered(r, aggs)
+			if len(aggs) == 0 {
+				continue
+			}
+		}
+		a.p.store.Versions.QueueRead(b, r.key, aggs, locked).Query(func(rows pgx.Rows) error {
 			return scanStates(rows, into)
 		})
 	}
@@ -157,6 +164,9 @@ func (a *attempt) writeVersions(ctx context.Context, plans [][]*aggPlan) error {
 		if check != nil {
 			checks = append(checks, check)
 		}
+		if check := a.queueMemoryCheck(b, r, plans[r.index]); check != nil {
+			checks = append(checks, check)
+		}
 	}
 	if b.Len() == 0 {
 		return nil
@@ -215,12 +225,16 @@ func (a *attempt) queueVersionWrite(b *pgx.Batch, r *registered, plans []*aggPla
 		return nil
 	})
 	locked := a.mode.locked
+	assumed := a.assumedAny(r, aggs)
 	return func() error {
 		if n == int64(len(aggs)) {
 			return nil
 		}
 		if locked {
 			return fmt.Errorf("projection %s: wrote %d of %d locked version rows", r.name, n, len(aggs))
+		}
+		if assumed {
+			return fmt.Errorf("%w: projection %s: wrote %d of %d version rows", errStaleMemory, r.name, n, len(aggs))
 		}
 		return errContended
 	}, nil
