@@ -45,7 +45,8 @@ type rowState struct {
 }
 
 // DefaultRowCache is Config.RowCache's default: the aggregates whose
-// inline rows a processor remembers (about 100 bytes each, 13 MB).
+// inline rows, and those whose version rows, a processor remembers (about
+// 100 bytes each, 13 MB per kind).
 const DefaultRowCache = 1 << 17
 
 // rowNews is what one committed attempt tells the cache (see rowUpdates):

@@ -82,13 +82,19 @@ type Config struct {
 	// no tracing.
 	TracerProvider trace.TracerProvider
 
-	// RowCache bounds the aggregates whose inline rows (Inline
-	// projections) the processor remembers between batches: that a commit
-	// of its own wrote the row, and the version it left it at. What it
-	// remembers lets an in-order batch skip reading its rows; it is a
-	// guess each transaction checks, never trusted. At the bound it forgets
-	// them all and reads rows back as batches meet them again: memory stays
-	// bounded (about 100 bytes an aggregate) whatever the number of
+	// RowCache bounds the aggregates whose gate state the processor
+	// remembers between batches, per kind of state: for inline projections
+	// (Inline), that a commit of its own wrote the row and the version it
+	// left it at; for the others, the version row its last commit left and,
+	// up to 65,536 events in all, the events parked behind it. What it
+	// remembers lets a batch skip reading them (an in-order batch its
+	// inline rows; a batch out of order its version rows and parked
+	// events); it is a guess each transaction checks, never trusted: a
+	// check that fails makes the batch read them, as without the memory.
+	// At the bound the inline rows are forgotten all at once and the
+	// version rows a quarter at a time, and read back as batches meet them
+	// again: memory stays bounded (about 100 bytes an aggregate and
+	// projection, plus the parked events' payloads) whatever the number of
 	// aggregates, at the cost of one read per forgotten row. Default
 	// DefaultRowCache (131,072); negative remembers nothing.
 	RowCache int
