@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,9 +91,16 @@ func newSourceCase(t *testing.T) *sourcetest.Case {
 	return c
 }
 
+// hasUnavailable reports whether err says the server was not there: the
+// client's Unavailable, or a send that met the closed connection of the
+// server that restarted ("could not send append request header … EOF",
+// which the client reports with an unknown error code).
 func hasUnavailable(err error) bool {
 	var e *esdbc.Error
-	return errors.As(err, &e) && e.Code() == esdbc.ErrorUnavailable
+	if !errors.As(err, &e) {
+		return false
+	}
+	return e.Code() == esdbc.ErrorUnavailable || errors.Is(err, io.EOF) || strings.HasSuffix(err.Error(), io.EOF.Error())
 }
 
 func sourceConsumer(persistent bool) func(context.Context, map[string]string, *sourcetest.ConsumerConfig) (source.Feed, error) {
