@@ -2,9 +2,10 @@ package projection
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -138,12 +139,25 @@ func (pl *planner) plan(agg string, st aggState, ds []delivery, parked []buffer.
 	} else {
 		p = &aggPlan{agg: agg, before: st, qvers: qVersion, parkedIn: parked}
 	}
+	// The parked event of a version: a scan of a few, a map of many.
 	var parkedAt map[int64]int
-	if len(parked) > 0 {
+	if len(parked) > 16 {
 		parkedAt = make(map[int64]int, len(parked))
 		for i := range parked {
 			parkedAt[parked[i].Version] = i
 		}
+	}
+	parkedOf := func(v int64) (int, bool) {
+		if parkedAt != nil {
+			k, ok := parkedAt[v]
+			return k, ok
+		}
+		for i := range parked {
+			if parked[i].Version == v {
+				return i, true
+			}
+		}
+		return 0, false
 	}
 	var winners []candidate
 	if len(pl.cands) >= len(ds) {
@@ -191,7 +205,7 @@ func (pl *planner) plan(agg string, st aggState, ds []delivery, parked []buffer.
 			}
 			continue
 		}
-		if k, ok := parkedAt[v]; ok {
+		if k, ok := parkedOf(v); ok {
 			ref = record{state: "parked", id: parked[k].StableID(), hash: parked[k].Hash}
 			for _, d := range group {
 				if ref.same(d.id, d.hash) {
@@ -216,14 +230,18 @@ func (pl *planner) plan(agg string, st aggState, ds []delivery, parked []buffer.
 
 	// Merge the batch's new versions with the parked ones and take the run
 	// that follows the applied version. (The winners come in version order.)
+	// Parked events join only a run the batch starts: unless the batch
+	// has the next version, none can follow the applied one (a parked
+	// event is never the next version of an aggregate that is not blocked).
 	cands := winners
-	if len(parked) > 0 {
+	if len(parked) > 0 && !st.blocked && len(winners) > 0 && winners[0].ev.Version == st.version+1 {
 		cands = make([]candidate, 0, len(winners)+len(parked))
 		cands = append(cands, winners...)
-		for _, e := range parked {
+		for i := range parked {
+			e := &parked[i]
 			cands = append(cands, candidate{ev: e.Event, id: e.StableID(), hash: e.Hash, idx: -1, origin: fromParked})
 		}
-		sort.Slice(cands, func(a, b int) bool { return cands[a].ev.Version < cands[b].ev.Version })
+		slices.SortFunc(cands, func(a, b candidate) int { return cmp.Compare(a.ev.Version, b.ev.Version) })
 	}
 	n := 0
 	if !st.blocked {
