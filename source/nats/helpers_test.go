@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -45,12 +46,25 @@ func newEnv(t testing.TB, url string, replicas int) *env {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	_, err = e.js.CreateStream(ctx, jetstream.StreamConfig{
-		Name: e.stream, Subjects: []string{e.subject + ".>"}, Replicas: replicas, Storage: jetstream.FileStorage,
-	})
+	for {
+		// A cluster just started may not count every peer online yet ("no
+		// suitable peers for placement", seen under load): wait for it.
+		_, err = e.js.CreateStream(ctx, jetstream.StreamConfig{
+			Name: e.stream, Subjects: []string{e.subject + ".>"}, Replicas: replicas, Storage: jetstream.FileStorage,
+		})
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeNoPeers || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	require.NoError(t, err)
 	return e
 }
+
+// errCodeNoPeers is JetStream's "no suitable peers for placement" (the
+// server's JSClusterNoPeersErrF), which nats.go names no constant for.
+const errCodeNoPeers jetstream.ErrorCode = 10005
 
 func (e *env) subjectOf(ev aggregate.Event) string { return e.subject + "." + ev.Aggregate }
 
