@@ -1,7 +1,6 @@
 package e2eproc
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -313,27 +312,15 @@ func (b *Broker) run(o *brokerOptions) error {
 	}
 	defer schema.Drop()
 
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	fmt.Fprintf(os.Stderr, "%s: %s %d events in the %s's process…\n", b.Command, b.Loading, o.Events, b.Server)
-	srvCmd := exec.Command(self, "serve", "-events", strconv.Itoa(o.Events), "-versions", strconv.Itoa(o.Versions), "-seed", strconv.FormatUint(o.Seed, 10))
-	out, err := srvCmd.StdoutPipe()
+	server, address, err := StartServe(b.Server, b.Prefix, "-events", strconv.Itoa(o.Events), "-versions", strconv.Itoa(o.Versions), "-seed", strconv.FormatUint(o.Seed, 10))
+	if server != nil {
+		defer func() { _, _ = server.Stop() }()
+	}
 	if err != nil {
 		return err
 	}
-	server, err := Start(b.Server, srvCmd)
-	if err != nil {
-		return err
-	}
-	defer func() { _, _ = server.Stop() }()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("%s: %w", b.Server, err)
-	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
-	source := b.Source(strings.TrimSpace(strings.TrimPrefix(line, b.Prefix)), "e2e-"+schema.Name)
+	source := b.Source(address, "e2e-"+schema.Name)
 
 	env := append(os.Environ(), "DATABASE_URL="+schema.URL, "INORDER_SCHEMA="+schema.Name, "INORDER_SOURCE="+source, "INORDER_LOG_LEVEL=warn")
 	if err := Migrate(o.Inorder, env); err != nil {

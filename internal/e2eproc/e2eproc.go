@@ -7,7 +7,9 @@
 package e2eproc
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -134,4 +136,30 @@ func Parked(ps []*Proc) float64 {
 		n += Scrape(p.Metrics, "inorder_events_total", "parked")
 	}
 	return n
+}
+
+// StartServe starts the command's own server process ('<self> serve
+// args…'), named name, and returns it and the address on the first line it
+// prints, after prefix. The process is returned (to stop) as soon as it
+// started, even when its line could not be read.
+func StartServe(name, prefix string, args ...string) (*Proc, string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, "", err
+	}
+	cmd := exec.Command(self, append([]string{"serve"}, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	p, err := Start(name, cmd)
+	if err != nil {
+		return nil, "", err
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		return p, "", fmt.Errorf("%s: %w", name, err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return p, strings.TrimSpace(strings.TrimPrefix(line, prefix)), nil
 }

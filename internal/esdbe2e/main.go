@@ -16,15 +16,12 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -113,26 +110,12 @@ func run(o *options) error {
 	}
 	defer schema.Drop()
 
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
 	fmt.Fprintf(os.Stderr, "esdbe2e: appending %d events to the server process…\n", o.Events)
-	srvCmd := exec.Command(self, "serve", "-events", strconv.Itoa(o.Events), "-versions", strconv.Itoa(o.Versions), "-seed", strconv.FormatUint(o.Seed, 10), "-server-version", o.serverVersion)
-	out, err := srvCmd.StdoutPipe()
+	server, esdbURL, err := e2eproc.StartServe("server", "url ", "-events", strconv.Itoa(o.Events), "-versions", strconv.Itoa(o.Versions),
+		"-seed", strconv.FormatUint(o.Seed, 10), "-server-version", o.serverVersion)
 	if err != nil {
 		return err
 	}
-	server, err := e2eproc.Start("server", srvCmd)
-	if err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("server: %w", err)
-	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
-	esdbURL := strings.TrimSpace(strings.TrimPrefix(line, "url "))
 
 	env := append(os.Environ(), "DATABASE_URL="+schema.URL, "INORDER_SCHEMA="+schema.Name, "ESDB_URL="+esdbURL,
 		"INORDER_STREAM_PREFIX="+streamPrefix, "INORDER_LOG_LEVEL=warn")
