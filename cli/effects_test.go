@@ -221,15 +221,7 @@ WHERE action IN ('effect-retry', 'effect-cancel') AND projection = 'ledger'`).Sc
 		t.Parallel()
 		b := setupEffects(t)
 		b.capture(t, "pay-1")
-		ctx, stop := context.WithCancel(t.Context())
-		stderr := &notifyWriter{changed: make(chan struct{})}
-		done := make(chan error, 1)
-		go func() {
-			cfg := b.cfg
-			cfg.Stdout, cfg.Stderr = io.Discard, stderr
-			cfg.Getenv = func(k string) string { return b.env[k] }
-			done <- cli.Run(ctx, cfg, []string{"serve", "--http-addr", "127.0.0.1:0"})
-		}()
+		stderr, stop := b.start(t, "serve", "--http-addr", "127.0.0.1:0")
 		url := stderr.wait(t, regexp.MustCompile(`serving (http://127\.0\.0\.1:\d+)`))[1]
 		resp, err := http.Get(url + "/v1/status")
 		require.NoError(t, err)
@@ -245,7 +237,6 @@ WHERE action IN ('effect-retry', 'effect-cancel') AND projection = 'ledger'`).Sc
 		require.NoError(t, err)
 		require.Contains(t, string(body), `inorder_effects_intents{kind="`+ledger.SettledWebhook+`",state="pending"} 1`)
 		stop()
-		require.NoError(t, <-done)
 	})
 
 	t.Run("NeedsRiver", func(t *testing.T) {
@@ -354,22 +345,34 @@ WHERE action IN ('effect-retry', 'effect-cancel') AND projection = 'ledger'`).Sc
 		// The variables and flags reach the executor, which logs its policy.
 		b.env["INORDER_EFFECTS_LEASE"] = ""
 		b.env["INORDER_EFFECTS_CALL_TIMEOUT"] = "3s"
-		ctx, stop := context.WithCancel(t.Context())
-		stderr := &notifyWriter{changed: make(chan struct{})}
-		done := make(chan error, 1)
-		go func() {
-			cfg := b.cfg
-			cfg.Stdout, cfg.Stderr = io.Discard, stderr
-			cfg.Getenv = func(k string) string { return b.env[k] }
-			done <- cli.Run(ctx, cfg, []string{"effects", "work", "--effects-reconcile-interval", "2s", "--effects-rescue-after", "1m"})
-		}()
+		stderr, stop := b.start(t, "effects", "work", "--effects-reconcile-interval", "2s", "--effects-rescue-after", "1m")
 		line := stderr.wait(t, regexp.MustCompile(`effects workers started.*`))[0]
 		stop()
-		require.NoError(t, <-done)
 		for _, want := range []string{"call_timeout=3s", "lease=6s", "reconcile_interval=2s", "rescue_after=1m0s", "intent_recovery_bound=8.05s"} {
 			require.Contains(t, line, want)
 		}
 	})
+}
+
+// start runs the command line in the background, its stdout discarded,
+// and returns its stderr to wait on and its stop, which cancels it and
+// requires that it returned nil.
+func (b *bundle) start(t *testing.T, args ...string) (*notifyWriter, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	stderr := &notifyWriter{changed: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		cfg := b.cfg
+		cfg.Stdout, cfg.Stderr = io.Discard, stderr
+		cfg.Getenv = func(k string) string { return b.env[k] }
+		done <- cli.Run(ctx, cfg, args)
+	}()
+	return stderr, func() {
+		t.Helper()
+		cancel()
+		require.NoError(t, <-done)
+	}
 }
 
 // runCtx is run with ctx.
