@@ -208,7 +208,7 @@ func opStatus(t *testing.T, proc *projection.Processor, name string) projection.
 }
 
 // opCount runs a count query.
-func opCount(t *testing.T, db *pgtest.DB, sql string, args ...any) int64 {
+func opCount(t testing.TB, db *pgtest.DB, sql string, args ...any) int64 {
 	t.Helper()
 	var n int64
 	require.NoError(t, db.Pool.QueryRow(t.Context(), sql, args...).Scan(&n))
