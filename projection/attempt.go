@@ -41,6 +41,10 @@ type attempt struct {
 	mem      []map[string]aggMemory
 	assumed  []map[string]aggMemory
 	noMemory bool
+	// known holds, per projection, the aggregates whose version rows, as
+	// read or assumed, are as remembered: their parked events are the
+	// remembered ones (knownParked).
+	known []map[string]aggMemory
 	out      txResult
 }
 
@@ -133,6 +137,7 @@ func (a *attempt) reset() {
 	}
 	a.inline, a.fast = nil, nil
 	clear(a.assumed)
+	clear(a.known)
 }
 
 // gatePlanned takes the version rows (sending b first), plans, writes the
@@ -190,6 +195,7 @@ func (a *attempt) takeVersions(ctx context.Context, b *pgx.Batch) error {
 		if err := a.checkFresh(); err != nil {
 			return err
 		}
+		a.matchRemembered()
 		if bt.runs != nil {
 			a.out.continues = continues(bt.runs, a.states)
 		}
@@ -233,6 +239,7 @@ func (a *attempt) takeVersions(ctx context.Context, b *pgx.Batch) error {
 	if err := a.tx.SendBatch(ctx, b).Close(); err != nil {
 		return fmt.Errorf("read versions: %w", err)
 	}
+	a.matchRemembered()
 	a.out.continues = continues(bt.runs, a.states)
 	return nil
 }

@@ -56,3 +56,7 @@ func GenProcessor(p *Processor, projection string) *Processor {
 func Memory(p *Processor) (hits, misses int64, remembered int) {
 	return p.memoryHits.Load(), p.memoryMisses.Load(), p.states.len()
 }
+
+// ParkedRemembered returns how many times an attempt of p took an
+// aggregate's parked events from its memory instead of the database.
+func ParkedRemembered(p *Processor) int64 { return p.parkedRemembered.Load() }

@@ -318,7 +318,7 @@ func (a *attempt) plan(ctx context.Context, r *registered) ([]*aggPlan, []confli
 	}
 	pl := &planner{outcomes: outcome, plans: make([]aggPlan, n.aggs), cands: make([]candidate, len(valid))}
 	plans := make([]*aggPlan, 0, len(pl.plans))
-	mem := a.assumedOf(r)
+	mem := a.knownParked(r)
 	for i := 0; i < len(valid); {
 		agg := valid[i].ev.Aggregate
 		j := i
@@ -367,7 +367,7 @@ type gateState struct {
 // version rows (a.states).
 func (a *attempt) needs(r *registered) gateNeeds {
 	valid, states := a.valid, a.states[r.index]
-	mem := a.assumedOf(r) // aggregates whose parked events the memory may hold
+	mem := a.knownParked(r) // aggregates whose parked events the memory may hold
 	var n gateNeeds
 	for i := 0; i < len(valid); {
 		n.aggs++

@@ -142,6 +142,9 @@ type Processor struct {
 	states                   stateCache
 	memOff                   atomic.Int32
 	memoryHits, memoryMisses atomic.Int64
+	// parkedRemembered counts the aggregates whose parked events attempts
+	// took from the memory (tests read it).
+	parkedRemembered atomic.Int64
 	// speculated counts the attempts that wrote their version rows without
 	// reading them, misspeculated those that tried and had to read them
 	// after all (tests read them).

@@ -239,9 +239,6 @@ func (a *attempt) remember() {
 		return
 	}
 	for _, r := range p.projs {
-		if r.inlineTable() != nil {
-			continue
-		}
 		m := p.states.snapshot(bt.epoch, p.pauseLock, r.key, bt.aggs)
 		if m == nil {
 			continue
@@ -249,16 +246,58 @@ func (a *attempt) remember() {
 		if a.mem == nil {
 			a.mem = make([]map[string]aggMemory, len(p.projs))
 			a.assumed = make([]map[string]aggMemory, len(p.projs))
+			a.known = make([]map[string]aggMemory, len(p.projs))
 		}
 		a.mem[r.index] = m
 	}
+}
+
+// matchRemembered finds, once the attempt read (or assumed) its version
+// rows, the aggregates whose rows are exactly as remembered, revision
+// included, with every parked event remembered: their parked events are the
+// remembered ones (a revision changes with every park and drain), so
+// planning needs not read them. A locked read (every attempt of a processor
+// with an inline projection, and locked attempts) makes that exact for the
+// transaction; an unlocked one as of the read, as reading the parked events
+// would be, and the compare-and-set checks the rows the plan writes.
+func (a *attempt) matchRemembered() {
+	for i, mem := range a.mem {
+		if len(mem) == 0 {
+			continue
+		}
+		states := a.states[i]
+		var known map[string]aggMemory
+		var parked int64
+		for agg, m := range mem {
+			if st, ok := states[agg]; ok && m.whole && st == m.st {
+				if known == nil {
+					known = make(map[string]aggMemory, len(mem))
+				}
+				known[agg] = m
+				if m.st.parked > 0 {
+					parked++
+				}
+			}
+		}
+		a.known[i] = known
+		a.p.parkedRemembered.Add(parked)
+	}
+}
+
+// knownParked returns the aggregates of projection r whose parked events
+// are the remembered ones (nil if none).
+func (a *attempt) knownParked(r *registered) map[string]aggMemory {
+	if a.known == nil {
+		return nil
+	}
+	return a.known[r.index]
 }
 
 // assumeRemembered fills projection r's states of the aggregates of aggs
 // that the memory holds, when the attempt may plan from it, and returns the
 // others: the version rows to read.
 func (a *attempt) assumeRemembered(r *registered, aggs []string) []string {
-	if a.mem == nil || a.noMemory || a.p.memOff.Load() > 0 {
+	if a.mem == nil || a.noMemory || a.p.memOff.Load() > 0 || r.inlineTable() != nil {
 		return aggs
 	}
 	mem := a.mem[r.index]
@@ -348,17 +387,21 @@ func (a *attempt) stateNews(plans [][]*aggPlan) stateNews {
 	var news stateNews
 	now := time.Now()
 	for _, r := range p.projs {
-		if r.inlineTable() != nil {
-			continue
-		}
 		var mem map[string]aggMemory
 		if a.mem != nil {
 			mem = a.mem[r.index]
 		}
+		inline, fast := r.inlineTable() != nil, a.fastAggs(r)
 		for _, pl := range plans[r.index] {
 			k := stateKey{r.key, pl.agg}
 			rev := pl.before.rev
+			_, isFast := fast[pl.agg]
 			switch {
+			case inline && (a.mode.speculative || isFast):
+				// An inline projection's fast path leaves the version row
+				// as it was, or inserts it empty: its revision is not known.
+				news.forget = append(news.forget, k)
+				continue
 			case a.mode.speculative:
 				// The speculative write incremented the row's revision
 				// without returning it: known only from the memory, or for
@@ -392,9 +435,6 @@ func (a *attempt) stateNews(plans [][]*aggPlan) stateNews {
 func (a *attempt) forgetBatch() stateNews {
 	var news stateNews
 	for _, r := range a.p.projs {
-		if r.inlineTable() != nil {
-			continue
-		}
 		for _, agg := range a.bt.aggs {
 			news.forget = append(news.forget, stateKey{r.key, agg})
 		}

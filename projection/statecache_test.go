@@ -113,3 +113,35 @@ func TestStateMemory(t *testing.T) {
 	require.Equal(t, opJournalFold(all), opJournalModel(t, db, "journal"), "the journal is the stream applied in order, once")
 	require.Zero(t, opCount(t, db, `SELECT count(*) FROM `+db.Schema+`.parked`), "nothing left parked")
 }
+
+// TestStateMemoryInline: a processor with an inline projection locks its
+// version rows (the global lock order) and so reads them, but takes the
+// parked events of the rows it finds exactly as remembered from its memory.
+// Two processors of an inline projection that records the versions it is
+// given, in order, take turns on a shuffled stream with copies: the
+// parked events of most aggregates come from the memory, and every row ends
+// with its versions applied in order, once.
+func TestStateMemoryInline(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := pgtest.NewMigrated(t)
+	a := opProcessor(t, db, opConfig(), orderLog{})
+	b := opProcessor(t, db, opConfig(), orderLog{})
+	var evs []aggregate.Event
+	for i := range 20 {
+		evs = append(evs, opNotes(fmt.Sprintf("i%d", i), 1, 12)...)
+	}
+	evs = opShuffle(11, append(evs, evs[:40]...))
+	for i := 0; i < len(evs); i += 20 {
+		proc := a
+		if i/20%4 == 3 {
+			proc = b
+		}
+		_, err := proc.Process(ctx, projection.Batch{Events: evs[i:min(i+20, len(evs))]})
+		require.NoError(t, err)
+	}
+	require.Positive(t, projection.ParkedRemembered(a), "A took parked events from its memory")
+	require.Zero(t, opCount(t, db, `SELECT count(*) FROM order_log WHERE applied <> '1,2,3,4,5,6,7,8,9,10,11,12,'`), "rows not at versions 1 to 12 in order")
+	require.Equal(t, int64(20), opCount(t, db, `SELECT count(*) FROM order_log`))
+	require.Zero(t, opCount(t, db, `SELECT count(*) FROM `+db.Schema+`.parked`), "nothing left parked")
+}
