@@ -45,7 +45,7 @@ type attempt struct {
 	// read or assumed, are as remembered: their parked events are the
 	// remembered ones (knownParked).
 	known []map[string]aggMemory
-	out      txResult
+	out   txResult
 }
 
 // run is the transaction's body.

@@ -45,6 +45,13 @@ import (
 // memory off for a few batches (competing consumers move rows under it)
 // and retries the batch reading the rows, as before.
 //
+// Attempts that read their version rows — every attempt of a processor with
+// an inline projection, which locks them in the global lock order, and
+// locked attempts — take from the memory only the parked events of the rows
+// they find exactly as remembered, revision included (matchRemembered). An
+// inline projection's fast path leaves its version rows as they were, so
+// the memory forgets the aggregates it takes.
+//
 // Revisions the memory records are exact after a compare-and-set or a
 // read, and a lower bound after speculation (which increments the row's
 // revision without returning it; the memory records the remembered one
