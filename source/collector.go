@@ -26,77 +26,163 @@ type Counter struct {
 //	inorder_source_lag_events                        events behind (absent until measured)
 //	inorder_source_lag_seconds                       age of the oldest event behind (0 when none)
 //
-// plus the source's own counters. d or lag may be nil.
+// plus the source's own counters. d or lag may be nil. A source whose
+// figures need their own help texts or values (acked counted by the
+// source, a lag per projection) builds its table with NewSeriesCollector.
 func NewCollector(name string, d *Dispatcher, lag func() Lag, counters ...Counter) prometheus.Collector {
-	labels := prometheus.Labels{"source": name}
-	desc := func(name, help string, variable ...string) *prometheus.Desc {
-		return prometheus.NewDesc("inorder_"+name, help, variable, labels)
+	type figures struct {
+		ds  *Stats
+		lag Lag
 	}
-	c := &collector{d: d, lag: lag, counters: counters,
-		acked:      desc("source_acked_total", "Deliveries settled after their batch committed."),
-		nacked:     desc("source_nacked_total", "Deliveries taken back by the source (to be redelivered) after a failed batch."),
-		inFlight:   desc("source_in_flight_events", "Deliveries dispatched and not yet settled: the part of the window in use."),
-		window:     desc("source_window_events", "The window: deliveries that may be in flight at once."),
-		batches:    desc("source_batches_total", "Batches closed, by reason: full, window (the window was full: nothing more could come), max_wait, flush, retry.", "reason"),
-		fill:       desc("source_batch_fill_ratio", "Share of the batch size each batch filled."),
-		wait:       desc("source_worker_wait_seconds_total", "Time workers waited for input, summed over workers: idle (nothing to process) or filling (holding a partial batch).", "state"),
-		lagEvents:  desc("source_lag_events", "Events behind the head of what the source reads: in flight, plus not yet received. Absent until measured."),
-		lagSeconds: desc("source_lag_seconds", "Age of the oldest event not yet committed (0 when none). Absent until measured."),
-	}
+	var series []Series[figures]
 	for _, k := range counters {
-		c.own = append(c.own, desc(k.Name, k.Help))
+		series = append(series, Series[figures]{Name: k.Name, Help: k.Help, Values: func(_ figures, report func(float64, ...string)) { report(k.Value()) }})
+	}
+	if d != nil {
+		stats := func(f figures) Stats { return *f.ds }
+		series = append(series,
+			Series[figures]{Name: "source_acked_total", Help: "Deliveries settled after their batch committed.",
+				Values: func(f figures, report func(float64, ...string)) { report(float64(f.ds.Acked)) }},
+			Series[figures]{Name: "source_nacked_total", Help: "Deliveries taken back by the source (to be redelivered) after a failed batch.",
+				Values: func(f figures, report func(float64, ...string)) { report(float64(f.ds.Nacked)) }})
+		series = append(series, DispatchSeries(stats, "Deliveries dispatched and not yet settled: the part of the window in use.",
+			"The window: deliveries that may be in flight at once.")...)
+	}
+	if lag != nil {
+		series = append(series, LagSeries(func(f figures) Lag { return f.lag },
+			"Events behind the head of what the source reads: in flight, plus not yet received. Absent until measured.",
+			"Age of the oldest event not yet committed (0 when none). Absent until measured.")...)
+	}
+	return NewSeriesCollector(name, func() figures {
+		var f figures
+		if d != nil {
+			ds := d.Stats()
+			f.ds = &ds
+		}
+		if lag != nil {
+			f.lag = lag()
+		}
+		return f
+	}, series...)
+}
+
+// A Series is one metric of a collector made by NewSeriesCollector: its
+// name after "inorder_", its help text, its variable labels (the source's
+// name is a constant label) and how its values are read from the figures F
+// the collector reads once per scrape.
+type Series[F any] struct {
+	Name, Help string
+	// Labels are the names of its variable labels, if any.
+	Labels []string
+	// Gauge makes it a gauge; it is a counter otherwise.
+	Gauge bool
+	// Values reports its values in a scrape from f: report once per value,
+	// with the values of Labels in their order (none, or not at all, for
+	// a figure not known).
+	Values func(f F, report func(v float64, labels ...string))
+
+	// fill, set by DispatchSeries only, makes it the histogram of batch
+	// fill instead.
+	fill func(F) Stats
+}
+
+// NewSeriesCollector returns a Prometheus collector of series, every one
+// labelled source=name: each scrape calls read once and every series
+// reports its values from what read returned. It is the table that
+// NewCollector and the sources with figures of their own (see package
+// source/esdb, source/nats) fill: DispatchSeries and LagSeries give the rows
+// every source shares, with the source's own help texts.
+func NewSeriesCollector[F any](name string, read func() F, series ...Series[F]) prometheus.Collector {
+	labels := prometheus.Labels{"source": name}
+	c := &seriesCollector[F]{read: read, series: series}
+	for _, s := range series {
+		c.descs = append(c.descs, prometheus.NewDesc("inorder_"+s.Name, s.Help, s.Labels, labels))
 	}
 	return c
 }
 
-type collector struct {
-	d                                                                           *Dispatcher
-	lag                                                                         func() Lag
-	counters                                                                    []Counter
-	own                                                                         []*prometheus.Desc
-	acked, nacked, inFlight, window, batches, fill, wait, lagEvents, lagSeconds *prometheus.Desc
+type seriesCollector[F any] struct {
+	read   func() F
+	series []Series[F]
+	descs  []*prometheus.Desc
 }
 
-func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range append([]*prometheus.Desc{c.acked, c.nacked, c.inFlight, c.window, c.batches, c.fill, c.wait, c.lagEvents, c.lagSeconds}, c.own...) {
+func (c *seriesCollector[F]) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
 		ch <- d
 	}
 }
 
-func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	counter := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
-	}
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
-	for i, k := range c.counters {
-		counter(c.own[i], k.Value())
-	}
-	if c.d != nil {
-		ds := c.d.Stats()
-		counter(c.acked, float64(ds.Acked))
-		counter(c.nacked, float64(ds.Nacked))
-		gauge(c.inFlight, float64(ds.InFlight))
-		gauge(c.window, float64(ds.MaxInFlight))
-		for i, reason := range CloseReasons {
-			counter(c.batches, float64(ds.Closed[i]), reason)
+func (c *seriesCollector[F]) Collect(ch chan<- prometheus.Metric) {
+	f := c.read()
+	for i, s := range c.series {
+		d := c.descs[i]
+		if s.fill != nil {
+			ds := s.fill(f)
+			buckets := make(map[float64]uint64, len(FillBuckets))
+			var n uint64
+			for i, ub := range FillBuckets {
+				n += uint64(ds.Fill[i])
+				buckets[ub] = n
+			}
+			ch <- prometheus.MustNewConstHistogram(d, n, ds.FillSum, buckets)
+			continue
 		}
-		buckets := make(map[float64]uint64, len(FillBuckets))
-		var n uint64
-		for i, ub := range FillBuckets {
-			n += uint64(ds.Fill[i])
-			buckets[ub] = n
+		kind := prometheus.CounterValue
+		if s.Gauge {
+			kind = prometheus.GaugeValue
 		}
-		ch <- prometheus.MustNewConstHistogram(c.fill, n, ds.FillSum, buckets)
-		counter(c.wait, ds.Idle.Seconds(), "idle")
-		counter(c.wait, ds.Filling.Seconds(), "filling")
+		s.Values(f, func(v float64, labels ...string) {
+			ch <- prometheus.MustNewConstMetric(d, kind, v, labels...)
+		})
 	}
-	if c.lag == nil {
-		return
+}
+
+// DispatchSeries returns the series of a dispatcher's figures, read by
+// stats from a scrape's figures, that every source reports alike:
+//
+//	inorder_source_in_flight_events                  deliveries dispatched and not settled (help text inFlight)
+//	inorder_source_window_events                     the window (help text window)
+//	inorder_source_batches_total{reason}             batches closed: full, window, max_wait, flush, retry
+//	inorder_source_batch_fill_ratio                  histogram of batch size ÷ BatchSize
+//	inorder_source_worker_wait_seconds_total{state}  workers waiting for input: idle, filling
+func DispatchSeries[F any](stats func(F) Stats, inFlight, window string) []Series[F] {
+	return []Series[F]{
+		{Name: "source_in_flight_events", Help: inFlight, Gauge: true,
+			Values: func(f F, report func(float64, ...string)) { report(float64(stats(f).InFlight)) }},
+		{Name: "source_window_events", Help: window, Gauge: true,
+			Values: func(f F, report func(float64, ...string)) { report(float64(stats(f).MaxInFlight)) }},
+		{Name: "source_batches_total", Help: "Batches closed, by reason: full, window (the window was full: nothing more could come), max_wait, flush, retry.",
+			Labels: []string{"reason"}, Values: func(f F, report func(float64, ...string)) {
+				ds := stats(f)
+				for i, reason := range CloseReasons {
+					report(float64(ds.Closed[i]), reason)
+				}
+			}},
+		{Name: "source_batch_fill_ratio", Help: "Share of the batch size each batch filled.", fill: stats},
+		{Name: "source_worker_wait_seconds_total", Help: "Time workers waited for input, summed over workers: idle (nothing to process) or filling (holding a partial batch).",
+			Labels: []string{"state"}, Values: func(f F, report func(float64, ...string)) {
+				ds := stats(f)
+				report(ds.Idle.Seconds(), "idle")
+				report(ds.Filling.Seconds(), "filling")
+			}},
 	}
-	if l := c.lag(); l.Known {
-		gauge(c.lagEvents, float64(l.Events))
-		gauge(c.lagSeconds, l.Behind.Seconds())
+}
+
+// LagSeries returns inorder_source_lag_events and inorder_source_lag_seconds
+// (help texts events and seconds), read by lag from a scrape's figures and
+// absent until the lag is Known.
+func LagSeries[F any](lag func(F) Lag, events, seconds string) []Series[F] {
+	return []Series[F]{
+		{Name: "source_lag_events", Help: events, Gauge: true, Values: func(f F, report func(float64, ...string)) {
+			if l := lag(f); l.Known {
+				report(float64(l.Events))
+			}
+		}},
+		{Name: "source_lag_seconds", Help: seconds, Gauge: true, Values: func(f F, report func(float64, ...string)) {
+			if l := lag(f); l.Known {
+				report(l.Behind.Seconds())
+			}
+		}},
 	}
 }

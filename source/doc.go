@@ -67,5 +67,7 @@
 // package source/sourcetest checks every source through it.
 // [NewCollector] exports the figures every source shares — the
 // dispatcher's window and batches, inorder_source_lag_events and
-// inorder_source_lag_seconds — under the same names and labels.
+// inorder_source_lag_seconds — under the same names and labels;
+// [NewSeriesCollector] is the table under it, which a source with help texts
+// and values of its own fills with [DispatchSeries] and [LagSeries].
 package source

@@ -6,11 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/internal/sourceutil"
 )
-
-// metricsNamespace prefixes the source's metric names, like package
-// metrics' default namespace.
-const metricsNamespace = "inorder"
 
 // RegisterMetrics registers the source's collectors on reg: its counters,
 // its window and batches, and its lag, every series labelled
@@ -25,98 +22,42 @@ func (s *Source) RegisterMetrics(reg prometheus.Registerer) error {
 	return nil
 }
 
-// collector reads a Source's figures at scrape time. Its descriptors carry
-// the source's name as a constant label, so several sources may register on
-// one registry.
-type collector struct {
-	s                                                           *Source
-	received, skipped, acked, nacked, reconnects, repaired      *prometheus.Desc
-	gapsMissing, inFlight, window, batches, fill, wait          *prometheus.Desc
-	lagEvents, lagSeconds, projEvents, projSeconds, projLastPos *prometheus.Desc
-	projLastAt                                                  *prometheus.Desc
+// newCollector returns the Source's collector: package source's series in
+// this source's words, and its own. Acked is the source's count, which
+// includes the events it skipped.
+func newCollector(s *Source) prometheus.Collector {
+	c := sourceutil.Counter[Stats]
+	own := []source.Series[sourceutil.Figures[Stats]]{
+		c("source_received_total", "Events received from EventStoreDB, redeliveries included.", func(st Stats) int64 { return st.Received }),
+		c("source_skipped_total", "Events acknowledged without processing (system events, other streams or types).", func(st Stats) int64 { return st.Skipped }),
+		c("source_acked_total", "Deliveries settled after their batch committed (acknowledged to the server in persistent mode).", func(st Stats) int64 { return st.Acked }),
+		c("source_nacked_total", "Deliveries nacked for a retry after a failed batch (persistent mode).", func(st Stats) int64 { return st.Nacked }),
+		c("source_reconnects_total", "Connection attempts to EventStoreDB after the first.", func(st Stats) int64 { return st.Reconnects }),
+		c("source_repaired_total", "Events read by gap repair from their stream and processed.", func(st Stats) int64 { return st.Repaired }),
+		c("source_gaps_missing_total", "Gaps gap repair found missing at the source (an operator must declare them).", func(st Stats) int64 { return st.GapsMissing }),
+	}
+	return source.NewSeriesCollector(s.cfg.Name, s.figures, sourceutil.Series(own, sourceutil.Help{
+		InFlight:          "Events received and not yet settled: the part of the window in use.",
+		Window:            "The window: events that may be in flight at once (read-ahead, or the persistent subscription's buffer size).",
+		LagEvents:         "Events behind the head of what the source reads (matching its filter): received and not committed, plus not yet received. Absent until measured.",
+		LagSeconds:        "Age of the oldest event not yet committed (0 when none). Absent until measured.",
+		ProjectionEvents:  "Events of this source a projection has yet to process. Absent until measured.",
+		ProjectionSeconds: "Age of the oldest event of this source a projection has yet to process (0 when none). Absent until measured.",
+		Position:          "projection_last_applied_commit_position",
+		PositionHelp:      "Commit position in $all of the newest event of this source a projection applied.",
+		AppliedAt:         "Creation time (Unix seconds) of the newest event of this source a projection applied.",
+	})...)
 }
 
-func newCollector(s *Source) *collector {
-	labels := prometheus.Labels{"source": s.cfg.Name}
-	d := func(name, help string, variable ...string) *prometheus.Desc {
-		return prometheus.NewDesc(metricsNamespace+"_"+name, help, variable, labels)
-	}
-	return &collector{
-		s:           s,
-		received:    d("source_received_total", "Events received from EventStoreDB, redeliveries included."),
-		skipped:     d("source_skipped_total", "Events acknowledged without processing (system events, other streams or types)."),
-		acked:       d("source_acked_total", "Deliveries settled after their batch committed (acknowledged to the server in persistent mode)."),
-		nacked:      d("source_nacked_total", "Deliveries nacked for a retry after a failed batch (persistent mode)."),
-		reconnects:  d("source_reconnects_total", "Connection attempts to EventStoreDB after the first."),
-		repaired:    d("source_repaired_total", "Events read by gap repair from their stream and processed."),
-		gapsMissing: d("source_gaps_missing_total", "Gaps gap repair found missing at the source (an operator must declare them)."),
-		inFlight:    d("source_in_flight_events", "Events received and not yet settled: the part of the window in use."),
-		window:      d("source_window_events", "The window: events that may be in flight at once (read-ahead, or the persistent subscription's buffer size)."),
-		batches:     d("source_batches_total", "Batches closed, by reason: full, window (the window was full: nothing more could come), max_wait, flush, retry.", "reason"),
-		fill:        d("source_batch_fill_ratio", "Share of the batch size each batch filled."),
-		wait:        d("source_worker_wait_seconds_total", "Time workers waited for input, summed over workers: idle (nothing to process) or filling (holding a partial batch).", "state"),
-		lagEvents:   d("source_lag_events", "Events behind the head of what the source reads (matching its filter): received and not committed, plus not yet received. Absent until measured."),
-		lagSeconds:  d("source_lag_seconds", "Age of the oldest event not yet committed (0 when none). Absent until measured."),
-		projEvents:  d("projection_lag_events", "Events of this source a projection has yet to process. Absent until measured.", "projection"),
-		projSeconds: d("projection_lag_seconds", "Age of the oldest event of this source a projection has yet to process (0 when none). Absent until measured.", "projection"),
-		projLastPos: d("projection_last_applied_commit_position", "Commit position in $all of the newest event of this source a projection applied.", "projection"),
-		projLastAt:  d("projection_last_applied_timestamp_seconds", "Creation time (Unix seconds) of the newest event of this source a projection applied.", "projection"),
-	}
-}
-
-func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.received, c.skipped, c.acked, c.nacked, c.reconnects, c.repaired,
-		c.gapsMissing, c.inFlight, c.window, c.batches, c.fill, c.wait, c.lagEvents, c.lagSeconds,
-		c.projEvents, c.projSeconds, c.projLastPos, c.projLastAt} {
-		ch <- d
-	}
-}
-
-func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	st := c.s.Stats()
-	counter := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
-	}
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
-	counter(c.received, float64(st.Received))
-	counter(c.skipped, float64(st.Skipped))
-	counter(c.acked, float64(st.Acked))
-	counter(c.nacked, float64(st.Nacked))
-	counter(c.reconnects, float64(st.Reconnects))
-	counter(c.repaired, float64(st.Repaired))
-	counter(c.gapsMissing, float64(st.GapsMissing))
-	ds := st.Dispatch
-	gauge(c.inFlight, float64(ds.InFlight))
-	gauge(c.window, float64(ds.MaxInFlight))
-	for i, reason := range source.CloseReasons {
-		counter(c.batches, float64(ds.Closed[i]), reason)
-	}
-	buckets := make(map[float64]uint64, len(source.FillBuckets))
-	var n uint64
-	for i, ub := range source.FillBuckets {
-		n += uint64(ds.Fill[i])
-		buckets[ub] = n
-	}
-	ch <- prometheus.MustNewConstHistogram(c.fill, n, ds.FillSum, buckets)
-	counter(c.wait, ds.Idle.Seconds(), "idle")
-	counter(c.wait, ds.Filling.Seconds(), "filling")
-
-	lag := c.s.Lag()
-	if !lag.Known {
-		return
-	}
-	gauge(c.lagEvents, float64(lag.Events))
-	gauge(c.lagSeconds, lag.Behind.Seconds())
-	for _, p := range lag.Projections {
-		gauge(c.projEvents, float64(p.Events), p.Projection)
-		gauge(c.projSeconds, p.Behind.Seconds(), p.Projection)
-		if p.LastApplied != nil {
-			gauge(c.projLastPos, float64(p.LastApplied.Commit), p.Projection)
-			if !p.LastApplied.Time.IsZero() {
-				gauge(c.projLastAt, float64(p.LastApplied.Time.UnixNano())/1e9, p.Projection)
+// figures reads, for a scrape, the Source's Stats and Lag once.
+func (s *Source) figures() sourceutil.Figures[Stats] {
+	st, lag := s.Stats(), s.Lag()
+	return sourceutil.Figures[Stats]{Stats: st, Dispatch: st.Dispatch, Lag: lag.Summary(),
+		Projections: sourceutil.Projections(lag.Known, lag.Projections, func(p ProjectionLag) sourceutil.Projection {
+			v := sourceutil.Projection{Name: p.Projection, Events: p.Events, Behind: p.Behind}
+			if a := p.LastApplied; a != nil {
+				v.Applied, v.Position, v.At = true, float64(a.Commit), a.Time
 			}
-		}
-	}
+			return v
+		})}
 }
