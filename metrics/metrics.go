@@ -186,9 +186,9 @@ func (m *Metrics) ObserveHTTP(route string, code int, d time.Duration) {
 
 // countsCollector exposes Processor.Counts at scrape time.
 type countsCollector struct {
-	proc                              *projection.Processor
-	events, drained, batch, deadlocks *prometheus.Desc
-	beyond                            *prometheus.Desc
+	proc                                     *projection.Processor
+	events, drained, batch, deadlocks, stale *prometheus.Desc
+	beyond                                   *prometheus.Desc
 }
 
 func newCountsCollector(proc *projection.Processor, ns string) *countsCollector {
@@ -205,6 +205,9 @@ func newCountsCollector(proc *projection.Processor, ns string) *countsCollector 
 		deadlocks: prometheus.NewDesc(ns+"_deadlocks_total",
 			"Transactions aborted by a PostgreSQL deadlock and retried, by projection (each projection of the processor); the warning logged with each names the table and statement.",
 			[]string{"projection"}, nil),
+		stale: prometheus.NewDesc(ns+"_stale_memory_total",
+			"Transactions that found the processor's memory of its version rows stale (another writer moved a row) and retried reading them, by projection (each projection of the processor).",
+			[]string{"projection"}, nil),
 		beyond: prometheus.NewDesc(ns+"_beyond_horizon_total",
 			"Stale deliveries counted as duplicates without a conflict check: older than the inline row's applied log keeps (InlineTable.LogEntries).",
 			[]string{"projection"}, nil),
@@ -217,6 +220,7 @@ func (c *countsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.drained
 	ch <- c.batch
 	ch <- c.deadlocks
+	ch <- c.stale
 	ch <- c.beyond
 }
 
@@ -231,6 +235,7 @@ func (c *countsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.drained, prometheus.CounterValue, float64(pc.Drained), name)
 		ch <- prometheus.MustNewConstMetric(c.batch, prometheus.CounterValue, float64(pc.Batches), name)
 		ch <- prometheus.MustNewConstMetric(c.deadlocks, prometheus.CounterValue, float64(pc.Deadlocks), name)
+		ch <- prometheus.MustNewConstMetric(c.stale, prometheus.CounterValue, float64(pc.StaleMemory), name)
 		ch <- prometheus.MustNewConstMetric(c.beyond, prometheus.CounterValue, float64(pc.BeyondHorizon), name)
 	}
 }

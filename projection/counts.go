@@ -19,6 +19,9 @@ type counters struct {
 	batches atomic.Int64
 	// deadlocks counts the attempts that failed by a deadlock.
 	deadlocks atomic.Int64
+	// stale counts the attempts whose memory of the version rows was found
+	// stale.
+	stale atomic.Int64
 }
 
 func (c *counters) add(t counts) {
@@ -56,6 +59,14 @@ type Counts struct {
 	// horizon). Such a delivery may have been a conflict. Always 0 for a
 	// projection with version rows, whose log keeps every version.
 	BeyondHorizon int64
+	// StaleMemory counts the transactions that found the processor's
+	// memory of its version rows stale (another process, an operator or a
+	// lost commit had moved a row since its own last commit) and retried
+	// the batch reading them (see Config.RowCache). Each costs the
+	// transaction's first round trips. A count that grows with the batches
+	// means writers compete for the same aggregates (competing consumers):
+	// the memory then turns itself off for a few batches after each.
+	StaleMemory int64
 }
 
 // Applied returns every event applied: deliveries applied directly plus
@@ -67,7 +78,7 @@ func (p *Processor) Counts() map[string]Counts {
 	out := make(map[string]Counts, len(p.projs))
 	for _, r := range p.projs {
 		c := Counts{Deliveries: map[Outcome]int64{}, Drained: r.stats.drained.Load(), Batches: r.stats.batches.Load(),
-			Deadlocks: r.stats.deadlocks.Load(), BeyondHorizon: r.stats.beyond.Load()}
+			Deadlocks: r.stats.deadlocks.Load(), BeyondHorizon: r.stats.beyond.Load(), StaleMemory: r.stats.stale.Load()}
 		for _, o := range Outcomes {
 			c.Deliveries[o] = r.stats.n[o].Load()
 		}

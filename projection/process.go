@@ -265,6 +265,9 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 			// while, and retry at once.
 			retried(ctx, "stale memory", err)
 			p.memoryMisses.Add(1)
+			for _, r := range p.projs {
+				r.stats.stale.Add(1)
+			}
 			p.states.update(bt.epoch, (&attempt{p: p, bt: bt}).forgetBatch(), p.cfg.RowCache)
 			p.memOff.Store(memoryOffBatches)
 			stale = true

@@ -91,6 +91,8 @@ func TestStateMemory(t *testing.T) {
 	process(a, version(4, aggs[5:]), projection.Applied, "A applies version 4 after a stale memory")
 	hits, misses = memory(a)
 	require.Equal(t, int64(2), misses, "the compare-and-set found A's memory stale")
+	require.Equal(t, int64(2), a.Counts()["journal"].StaleMemory, "Counts reports the misses")
+	require.Zero(t, b.Counts()["journal"].StaleMemory, "B read its rows: no memory, no miss")
 
 	// And on: a shuffled stream with copies, through both processors.
 	var rest []aggregate.Event
