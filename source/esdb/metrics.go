@@ -1,8 +1,6 @@
 package esdb
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inorder/inorder/source"
@@ -16,10 +14,7 @@ import (
 // register on one registry if their names differ. See the package
 // documentation for the list.
 func (s *Source) RegisterMetrics(reg prometheus.Registerer) error {
-	if err := reg.Register(newCollector(s)); err != nil {
-		return fmt.Errorf("esdb: register metrics: %w", err)
-	}
-	return nil
+	return sourceutil.Register(reg, "esdb", newCollector(s))
 }
 
 // newCollector returns the Source's collector: package source's series in

@@ -1,7 +1,6 @@
 package kafka
 
 import (
-	"fmt"
 	"strconv"
 
 	"github.com/inorder/inorder/source/internal/sourceutil"
@@ -51,12 +50,7 @@ func (s *Source) RegisterMetrics(reg prometheus.Registerer) error {
 		source.Counter{Name: "source_partitions_revoked_total", Help: "Partitions handed over after their records in flight committed.", Value: n(s.stats.revoked.Load)},
 		source.Counter{Name: "source_partitions_lost_total", Help: "Partitions lost with the group session.", Value: n(s.stats.lost.Load)},
 	)
-	for _, c := range []prometheus.Collector{shared, &collector{s: s, labels: prometheus.Labels{"source": s.cfg.Name}}} {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("kafka: register metrics: %w", err)
-		}
-	}
-	return nil
+	return sourceutil.Register(reg, "kafka", shared, &collector{s: s, labels: prometheus.Labels{"source": s.cfg.Name}})
 }
 
 type collector struct {

@@ -1,8 +1,6 @@
 package nats
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inorder/inorder/source"
@@ -15,10 +13,7 @@ import (
 // figure is the same. Values are read from Stats and Lag at scrape time.
 // See the package documentation for the list.
 func (s *Source) RegisterMetrics(reg prometheus.Registerer) error {
-	if err := reg.Register(newCollector(s)); err != nil {
-		return fmt.Errorf("nats: register metrics: %w", err)
-	}
-	return nil
+	return sourceutil.Register(reg, "nats", newCollector(s))
 }
 
 // newCollector returns the Source's collector: package source's series in

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/internal/sourceutil"
 )
 
 // maxLagCount caps the rows a lag measurement counts per partition.
@@ -124,14 +125,8 @@ func (s *Source) RegisterMetrics(reg prometheus.Registerer) error {
 		}},
 		source.Counter{Name: "source_reconnects_total", Help: "Lease connections made again after one was lost.", Value: func() float64 { return float64(s.stats.reconnects.Load()) }},
 	)
-	if err := reg.Register(c); err != nil {
-		return fmt.Errorf("pgtable: register metrics: %w", err)
-	}
 	g := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "inorder_source_partitions_held", Help: "Partitions of the events table this process holds and reads.",
 		ConstLabels: prometheus.Labels{"source": s.cfg.Name}}, func() float64 { return float64(s.held()) })
-	if err := reg.Register(g); err != nil {
-		return fmt.Errorf("pgtable: register metrics: %w", err)
-	}
 	h := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "inorder_source_horizon_blocked_seconds",
 		Help:        "Age of the transaction that holds back the snapshot horizon while committed events wait behind it (see the log for its pid); 0 when none.",
 		ConstLabels: prometheus.Labels{"source": s.cfg.Name}}, func() float64 {
@@ -140,10 +135,7 @@ func (s *Source) RegisterMetrics(reg prometheus.Registerer) error {
 		}
 		return 0
 	})
-	if err := reg.Register(h); err != nil {
-		return fmt.Errorf("pgtable: register metrics: %w", err)
-	}
-	return nil
+	return sourceutil.Register(reg, "pgtable", c, g, h)
 }
 
 var _ source.Feed = (*Source)(nil)

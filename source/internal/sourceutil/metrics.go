@@ -1,7 +1,10 @@
 package sourceutil
 
 import (
+	"fmt"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/inorder/inorder/source"
 )
@@ -86,4 +89,15 @@ func Projections[P any](known bool, lags []P, view func(P) Projection) []Project
 		out[i] = view(p)
 	}
 	return out
+}
+
+// Register registers a source's collectors on reg, the error wrapped as
+// "<pkg>: register metrics: …".
+func Register(reg prometheus.Registerer, pkg string, cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("%s: register metrics: %w", pkg, err)
+		}
+	}
+	return nil
 }
