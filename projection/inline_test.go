@@ -58,14 +58,6 @@ func (countingInline) Apply(ctx context.Context, tx *projection.Tx, e aggregate.
 func TestInline(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	const (
-		A = projection.Applied
-		P = projection.Parked
-		D = projection.Duplicate
-		C = projection.Conflict
-		Q = projection.Quarantined
-	)
-
 	t.Run("DeclaredGapBeyondTheRow", func(t *testing.T) {
 		t.Parallel()
 		db := setup(t, nil).db

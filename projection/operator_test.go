@@ -243,7 +243,7 @@ func TestDeclareGap(t *testing.T) {
 	res, err := proc.Process(ctx, projection.Batch{Events: []aggregate.Event{a[4], a[0], a[3], a[1], opNotes("b", 1, 1)[0]}})
 	require.NoError(t, err)
 	require.Equal(t, []projection.Outcome{projection.Parked, projection.Applied, projection.Parked, projection.Applied, projection.Quarantined},
-		opOutcomes(res))
+		outcomes(res))
 
 	for _, c := range []struct {
 		name    string
@@ -277,7 +277,7 @@ func TestDeclareGap(t *testing.T) {
 	// declaration. Later versions flow.
 	res, err = proc.Process(ctx, projection.Batch{Events: []aggregate.Event{a[2], a[5]}})
 	require.NoError(t, err)
-	require.Equal(t, []projection.Outcome{projection.Conflict, projection.Applied}, opOutcomes(res))
+	require.Equal(t, []projection.Outcome{projection.Conflict, projection.Applied}, outcomes(res))
 	cs, err := proc.Conflicts(ctx, projection.ListOptions{Aggregate: "a"})
 	require.NoError(t, err)
 	require.Len(t, cs, 1)
@@ -293,14 +293,6 @@ func TestDeclareGap(t *testing.T) {
 	require.ErrorIs(t, acted(proc.DeclareGap(ctx, "journal", "a", 9, &projection.ActionOptions{Reason: "x"})), projection.ErrBadGap)
 	require.NoError(t, acted(proc.DeclareGap(ctx, "journal", "a", 8, &projection.ActionOptions{Reason: "7 and 8 never existed"})))
 	require.Equal(t, map[string][]int64{"a": {1, 2, 4, 5, 6, 9}}, opJournalModel(t, db, "journal"))
-}
-
-func opOutcomes(rs []projection.Result) []projection.Outcome {
-	out := make([]projection.Outcome, len(rs))
-	for i, r := range rs {
-		out[i] = r.Outcome
-	}
-	return out
 }
 
 func TestReplayRejected(t *testing.T) {

@@ -76,15 +76,18 @@ func outcomes(rs []projection.Result) []projection.Outcome {
 	return out
 }
 
+// The outcomes, short, for the tables of outcomes the tests expect.
+const (
+	A = projection.Applied
+	P = projection.Parked
+	D = projection.Duplicate
+	C = projection.Conflict
+	Q = projection.Quarantined
+)
+
 func TestProcessor(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	const (
-		A = projection.Applied
-		P = projection.Parked
-		D = projection.Duplicate
-		C = projection.Conflict
-	)
 
 	t.Run("InOrder", func(t *testing.T) {
 		t.Parallel()
@@ -301,12 +304,6 @@ func testSpeculation(t *testing.T, rows bool) {
 		mk, kind = setupRows, "batch-rows"
 	}
 	ctx := context.Background()
-	const (
-		A = projection.Applied
-		P = projection.Parked
-		D = projection.Duplicate
-		C = projection.Conflict
-	)
 	// misses returns the speculations that fell back since the last call.
 	misses := func(b *bundle) func() (spec, miss int64) {
 		var s0, m0 int64
