@@ -275,9 +275,7 @@ func TestBuildReplay(t *testing.T) {
 		// Redeliveries after the switch are duplicates, not conflicts.
 		out, err := b.proc.Process(ctx, projection.Batch{Events: events})
 		require.NoError(t, err)
-		for _, r := range out {
-			require.Equal(t, projection.Duplicate, r.Outcome)
-		}
+		requireEvery(t, projection.Duplicate, out)
 	})
 
 	t.Run("InlineIrregularStreamUnlogged", func(t *testing.T) {
@@ -311,9 +309,7 @@ WHERE n.nspname = '`+live.Schema+`' AND c.relkind = 'r' AND c.relpersistence <> 
 		// a version the rows' logs hold is a conflict.
 		out, err := b.proc.Process(ctx, projection.Batch{Events: events})
 		require.NoError(t, err)
-		for _, r := range out {
-			require.Equal(t, projection.Duplicate, r.Outcome)
-		}
+		requireEvery(t, projection.Duplicate, out)
 		changed := events[2]
 		changed.Data = []byte(`{"amount": 1}`)
 		out, err = b.proc.Process(ctx, projection.Batch{Events: []aggregate.Event{changed}})
@@ -402,9 +398,7 @@ func boundedMemory(t *testing.T, b *genBundle, inline bool) {
 	}
 	out, err := b.proc.Process(ctx, projection.Batch{Events: events[:300]})
 	require.NoError(t, err)
-	for _, r := range out {
-		require.Equal(t, projection.Duplicate, r.Outcome)
-	}
+	requireEvery(t, projection.Duplicate, out)
 }
 
 func TestBuildConcurrency(t *testing.T) {

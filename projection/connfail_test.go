@@ -103,9 +103,7 @@ func TestAmbiguousCommit(t *testing.T) {
 	res, err = px.proc.Process(ctx, projection.Batch{Events: last[1:]})
 	require.NoError(t, err)
 	require.EqualValues(t, 3, px.proxy.Stats().CommitCuts)
-	for _, r := range res {
-		require.Equal(t, projection.Duplicate, r.Outcome)
-	}
+	requireEvery(t, projection.Duplicate, res)
 	px.requireFold(t, events)
 	projectiontest.RequireSettled(t, px.proc, events)
 	require.Zero(t, px.proxy.ArmedCommitCuts())

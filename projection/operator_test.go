@@ -101,9 +101,7 @@ func TestPoison(t *testing.T) {
 
 			res, err = b.proc.Process(ctx, projection.Batch{Events: pe})
 			require.NoError(t, err)
-			for _, r := range res {
-				require.Equal(t, projection.Duplicate, r.Outcome)
-			}
+			requireEvery(t, projection.Duplicate, res)
 			require.ErrorIs(t, acted(b.proc.RetryQuarantined(ctx, "ledger", poison, nil)), projection.ErrNotQuarantined)
 		})
 	}

@@ -76,6 +76,14 @@ func outcomes(rs []projection.Result) []projection.Outcome {
 	return out
 }
 
+// requireEvery requires that every result has the outcome want.
+func requireEvery(t *testing.T, want projection.Outcome, rs []projection.Result) {
+	t.Helper()
+	for _, r := range rs {
+		require.Equal(t, want, r.Outcome)
+	}
+}
+
 // The outcomes, short, for the tables of outcomes the tests expect.
 const (
 	A = projection.Applied
@@ -95,9 +103,7 @@ func TestProcessor(t *testing.T) {
 		events := ledger.Generate(rand.New(rand.NewPCG(1, 2)), 20, 5)
 		res, err := b.proc.Process(ctx, projection.Batch{Events: events})
 		require.NoError(t, err)
-		for _, r := range res {
-			require.Equal(t, A, r.Outcome)
-		}
+		requireEvery(t, A, res)
 		b.requireFold(t, events)
 	})
 

@@ -163,9 +163,7 @@ func TestRebuild(t *testing.T) {
 		// Live deliveries resume on the rebuilt gate state.
 		res, err := b.proc.Process(ctx, projection.Batch{Events: events})
 		require.NoError(t, err)
-		for _, r := range res {
-			require.Equal(t, projection.Duplicate, r.Outcome)
-		}
+		requireEvery(t, projection.Duplicate, res)
 	})
 
 	t.Run("PausesLiveWorkers", func(t *testing.T) {

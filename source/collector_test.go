@@ -12,8 +12,9 @@ import (
 )
 
 // TestNewCollectorOutput pins what NewCollector exports (the Kafka and
-// PostgreSQL sources' shared figures): the text in testdata/collector.metrics was written from it
-// before it became a table the EventStoreDB and NATS sources share.
+// PostgreSQL sources' shared figures): testdata/collector.metrics was
+// written from it before it became a table the EventStoreDB and NATS
+// sources share.
 func TestNewCollectorOutput(t *testing.T) {
 	d, err := source.NewDispatcher(&source.Config{Processor: metricstest.Processor(t, "ledger"), MaxInFlight: 8})
 	require.NoError(t, err)

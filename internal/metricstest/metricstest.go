@@ -3,6 +3,7 @@ package metricstest
 import (
 	"os"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -23,6 +24,18 @@ func Processor(tb testing.TB, names ...string) *projection.Processor {
 	p, err := projection.New(nil, nil, projs...)
 	require.NoError(tb, err)
 	return p
+}
+
+// At is the time a test's figures carry where they carry one: fixed, so
+// that the output is.
+var At = time.Unix(1700000000, 500_000_000)
+
+// Count sets counters to 10, 11, 12… in their order: no two alike, so that
+// a series reading the wrong one shows.
+func Count(counters ...interface{ Store(int64) }) {
+	for i, c := range counters {
+		c.Store(int64(10 + i))
+	}
 }
 
 // RequireGolden fails tb unless c collects exactly the metrics of the text
