@@ -92,6 +92,19 @@ func (a *tally) add(b tally) {
 	a.Drained += b.Drained
 }
 
+// sumTallies reads the tally each helper reports on its next line of kind,
+// and returns their sum.
+func sumTallies(t *testing.T, helpers []*helperProc, kind string) tally {
+	t.Helper()
+	var sum tally
+	for _, h := range helpers {
+		var c tally
+		require.NoError(t, json.Unmarshal([]byte(h.expect(t, kind)), &c))
+		sum.add(c)
+	}
+	return sum
+}
+
 // TestProcessesSameStream runs the same shuffled stream with duplicates
 // through several processes at once, each with several goroutines.
 func TestProcessesSameStream(t *testing.T) {
@@ -111,11 +124,8 @@ func TestProcessesSameStream(t *testing.T) {
 	for _, h := range helpers {
 		h.send(t, "GO")
 	}
-	var sum tally
+	sum := sumTallies(t, helpers, "COUNTS")
 	for _, h := range helpers {
-		var c tally
-		require.NoError(t, json.Unmarshal([]byte(h.expect(t, "COUNTS")), &c))
-		sum.add(c)
 		h.requireExit(t)
 	}
 	t.Logf("%d processes × %d goroutines delivered %d deliveries each in %v: %+v",
@@ -160,12 +170,7 @@ func TestProcessesSameEvent(t *testing.T) {
 		for _, h := range helpers {
 			h.send(t, "GO")
 		}
-		var sum tally
-		for _, h := range helpers {
-			var c tally
-			require.NoError(t, json.Unmarshal([]byte(h.expect(t, "RESULT")), &c))
-			sum.add(c)
-		}
+		sum := sumTallies(t, helpers, "RESULT")
 		want := tally{Applied: 1, Duplicate: sameProcs*sameGoroutines - 1}
 		if e.Version == 5 {
 			want = tally{Parked: 1, Duplicate: sameProcs*sameGoroutines - 1}
