@@ -22,15 +22,13 @@ import (
 // whose connections carry a unique application_name, so a test can find
 // their locks in pg_locks and pg_stat_activity.
 type rbBundle struct {
-	db     *pgtest.DB
+	bundle // its requireFold included
 	app    string
-	proc   *projection.Processor
-	ledger *ledger.Projection
 }
 
 func rbSetup(t *testing.T, extra ...projection.Projection) *rbBundle {
 	t.Helper()
-	b := &rbBundle{db: pgtest.NewMigrated(t), ledger: ledger.New(nil)}
+	b := &rbBundle{bundle: bundle{db: pgtest.NewMigrated(t), ledger: ledger.New(nil)}}
 	b.app = "rebuild-" + b.db.Schema
 	pool := rbPool(t, b.db, b.app)
 	var err error
@@ -52,15 +50,6 @@ func rbPool(t *testing.T, db *pgtest.DB, app string) *pgxpool.Pool {
 	require.NoError(t, err)
 	t.Cleanup(pool.Close) // before the schema is dropped
 	return pool
-}
-
-func (b *rbBundle) requireFold(t *testing.T, events []aggregate.Event) {
-	t.Helper()
-	want, err := ledger.Fold(events)
-	require.NoError(t, err)
-	got, err := b.ledger.Load(t.Context(), b.db.Pool)
-	require.NoError(t, err)
-	require.Equal(t, want, got)
 }
 
 // requireUnlocked requires that no connection of the bundle's pool holds an
