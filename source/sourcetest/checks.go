@@ -385,8 +385,16 @@ func (r *runner) restart(t *testing.T, c *tcase) {
 	c.requireClean(t, k.proc)
 }
 
-// share: three processes consuming as one share the work; one is SIGKILLed
-// and the others take over its share.
+// shareWaves and shareWavePause bound the waves of more work Share
+// publishes while a process has applied nothing: 6 waves, 3 s.
+const (
+	shareWaves     = 6
+	shareWavePause = 500 * time.Millisecond
+)
+
+// share: three processes consuming as one share the work (each takes some
+// of it within a few seconds); one is SIGKILLed and the others take over
+// its share.
 func (r *runner) share(t *testing.T, c *tcase) {
 	workers := []*child{c.spawn(t, "shared", "w1"), c.spawn(t, "shared", "w2"), c.spawn(t, "shared", "w3")}
 	for _, w := range workers {
@@ -396,17 +404,44 @@ func (r *runner) share(t *testing.T, c *tcase) {
 	c.publish(t, first)
 	c.waitApplied(t, len(first))
 	got := checkFold(t, c.db.Pool, first)
-	by := map[string]int{}
-	for _, row := range got {
-		for _, w := range row.AppliedBy {
-			by[w]++
+	shares := func() map[string]int {
+		by := map[string]int{}
+		for _, row := range got {
+			for _, w := range row.AppliedBy {
+				by[w]++
+			}
 		}
+		return by
+	}
+	idle := func(by map[string]int) *child {
+		for _, w := range workers {
+			if by[w.worker] == 0 {
+				return w
+			}
+		}
+		return nil
+	}
+	// A process ready but not yet served may get nothing of a first wave
+	// the others apply at once: a NATS consumer that gets a new leader
+	// (an election just after it was created) loses the pulls waiting on
+	// it, and the client pulls again after two missed idle heartbeats,
+	// about a second later. More work then, in waves over a few seconds:
+	// every process must take a share of it.
+	by := shares()
+	for wave := 1; idle(by) != nil && wave <= shareWaves; wave++ {
+		time.Sleep(shareWavePause)
+		more := stream(c.rng, fmt.Sprintf("share%d-", wave), r.f.Aggregates, 1, 2)
+		first = append(first, more...)
+		c.publish(t, more)
+		c.waitApplied(t, len(first))
+		got = checkFold(t, c.db.Pool, first)
+		by = shares()
+		t.Logf("wave %d after an idle process: the work of %d events shared: %v", wave, len(first), by)
 	}
 	t.Logf("the work of %d events shared: %v", len(first), by)
-	for _, w := range workers {
-		if by[w.worker] == 0 {
-			t.Fatalf("sourcetest: %s applied nothing of %d events: the work is not shared (%v)", w.worker, len(first), by)
-		}
+	if w := idle(by); w != nil {
+		t.Fatalf("sourcetest: %s applied nothing of %d events in %d waves over %v: the work is not shared (%v)",
+			w.worker, len(first), shareWaves+1, shareWaves*shareWavePause, by)
 	}
 	// The aggregates the victim applied last: the share the others must
 	// take over.
