@@ -67,7 +67,7 @@ func (a *attempt) run(ctx context.Context) error {
 			return err
 		}
 		if a.mode.careful {
-			a.out.states = a.forgetBatch()
+			a.out.states = p.forgetting(bt.aggs)
 		}
 	}
 	return a.finish(ctx)

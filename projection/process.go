@@ -268,7 +268,7 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 			for _, r := range p.projs {
 				r.stats.stale.Add(1)
 			}
-			p.states.update(bt.epoch, (&attempt{p: p, bt: bt}).forgetBatch(), p.cfg.RowCache)
+			p.states.update(bt.epoch, p.forgetting(bt.aggs), p.cfg.RowCache)
 			p.memOff.Store(memoryOffBatches)
 			stale = true
 			continue

@@ -2,7 +2,6 @@ package projection_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +24,7 @@ import (
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/internal/syncbuf"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/projection/projectiontest"
 )
@@ -440,11 +440,11 @@ type helperProc struct {
 	name   string
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
-	msgs   chan string   // protocol lines, prefix stripped
-	stop   chan struct{} // closed by cleanup: stop forwarding msgs
-	done   chan struct{} // closed once cmd.Wait returned
-	err    error         // cmd.Wait's error, set before done is closed
-	output syncBuffer    // stdout and stderr, for failure reports
+	msgs   chan string    // protocol lines, prefix stripped
+	stop   chan struct{}  // closed by cleanup: stop forwarding msgs
+	done   chan struct{}  // closed once cmd.Wait returned
+	err    error          // cmd.Wait's error, set before done is closed
+	output syncbuf.Buffer // stdout and stderr, for failure reports
 }
 
 // startHelper starts a helper process in mode for db's schema.
@@ -567,22 +567,4 @@ func (h *helperProc) kill(t *testing.T) {
 	require.True(t, ok)
 	require.True(t, ws.Signaled(), "%s: %v", h.name, h.err)
 	require.Equal(t, syscall.SIGKILL, ws.Signal())
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

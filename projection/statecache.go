@@ -436,13 +436,13 @@ func (a *attempt) stateNews(plans [][]*aggPlan) stateNews {
 	return news
 }
 
-// forgetBatch returns news that forget the batch's aggregates in every
-// projection with version rows: what a careful attempt, which writes them
-// aggregate by aggregate, tells the memory.
-func (a *attempt) forgetBatch() stateNews {
+// forgetting returns news that forget aggs in every projection: what a
+// careful attempt, which writes them aggregate by aggregate, and a batch
+// that found the memory stale tell it.
+func (p *Processor) forgetting(aggs []string) stateNews {
 	var news stateNews
-	for _, r := range a.p.projs {
-		for _, agg := range a.bt.aggs {
+	for _, r := range p.projs {
+		for _, agg := range aggs {
 			news.forget = append(news.forget, stateKey{r.key, agg})
 		}
 	}
