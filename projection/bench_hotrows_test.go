@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/buffer"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
 )
@@ -64,6 +65,14 @@ type hotVariant struct {
 //   - copy: COPY of the batch's events into a table keyed by (aggregate,
 //     version): the physical ceiling;
 //
+//   - the bounds, as BenchmarkLedger's (see benchKindFloor and the kinds
+//     after it): setbased+version-rows, the handler plus each aggregate's
+//     version row; setbased+inline, the inline fast path's own statements
+//     (the upsert with its log, the new aggregates' version rows);
+//     setbased+parking+state, any gate that parks durably with its state in
+//     tables (shuffled, 1 connection; -jittered-partitioned: the jittered
+//     stream, 4 partitioned), decisions taken in memory;
+//
 //   - gate-rows-*: the gate with version rows (the general path);
 //     gate-inline-*: the aggregate's row carries the gate's state;
 //     -ordered: in order, 1 connection; -partitioned: in order, 4
@@ -85,6 +94,9 @@ func BenchmarkHotRows(b *testing.B) {
 		{name: "unordered-partitioned", kind: "unordered", workers: 4, partitioned: true, deliveries: events},
 		{name: "copy", kind: "copy", workers: 1, deliveries: events},
 		{name: "setbased+version-rows", kind: "setbased-rows", workers: 1, deliveries: events},
+		{name: "setbased+inline", kind: "setbased-inline", workers: 1, deliveries: events},
+		{name: "setbased+parking+state", kind: "setbased-parking-state", workers: 1, deliveries: shuffled},
+		{name: "setbased+parking+state-jittered-partitioned", kind: "setbased-parking-state", workers: 4, partitioned: true, deliveries: jittered},
 		{name: "gate-rows-ordered", kind: "gate-rows", workers: 1, deliveries: events},
 		{name: "gate-inline-ordered", kind: "gate-inline", workers: 1, deliveries: events},
 		{name: "gate-inline-partitioned", kind: "gate-inline", workers: 4, partitioned: true, deliveries: events},
@@ -144,6 +156,13 @@ func BenchmarkHotRows(b *testing.B) {
 				{"copy / setbased", last("copy") / last("setbased")},
 				{"setbased+version-rows / setbased", last("setbased+version-rows") / last("setbased")},
 				{"gate-rows-ordered / setbased+version-rows", last("gate-rows-ordered") / last("setbased+version-rows")},
+				{"setbased+inline / setbased", last("setbased+inline") / last("setbased")},
+				{"setbased+parking+state / setbased", last("setbased+parking+state") / last("setbased")},
+				{"gate-rows-shuffled / setbased+parking+state", last("gate-rows-shuffled") / last("setbased+parking+state")},
+				{"gate-inline-shuffled / setbased+parking+state", last("gate-inline-shuffled") / last("setbased+parking+state")},
+				{"setbased+parking+state-jittered-partitioned / setbased-partitioned", last("setbased+parking+state-jittered-partitioned") / last("setbased-partitioned")},
+				{"gate-inline-jittered-partitioned / setbased+parking+state-jittered-partitioned", last("gate-inline-jittered-partitioned") / last("setbased+parking+state-jittered-partitioned")},
+				{"gate-inline-ordered / setbased+inline", last("gate-inline-ordered") / last("setbased+inline")},
 			} {
 				ratios[r.name] = append(ratios[r.name], r.x)
 			}
@@ -197,11 +216,24 @@ func hotRun(b *testing.B, v hotVariant, want *hotModel, unique int) (time.Durati
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	require.NoError(b, err)
 	cfg.MaxConns = int32(v.workers + 1)
+	pids := &benchPIDs{}
+	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
+		pids.add(c.PgConn().PID())
+		return nil
+	}
+	var logFrom int64
+	if *ledgerPGLog != "" {
+		cfg.ConnConfig.RuntimeParams["log_min_duration_statement"] = "0"
+		cfg.ConnConfig.RuntimeParams["log_parameter_max_length"] = "0"
+		st, err := os.Stat(*ledgerPGLog)
+		require.NoError(b, err)
+		logFrom = st.Size()
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(b, err)
 	defer pool.Close()
 
-	h := &hotRows{name: "hot", inline: v.kind == "gate-inline", unordered: v.kind == "unordered"}
+	h := &hotRows{name: "hot", inline: v.kind == "gate-inline" || v.kind == "setbased-inline", unordered: v.kind == "unordered"}
 	var proc *projection.Processor
 	if strings.HasPrefix(v.kind, "gate") {
 		proc, err = projection.New(pool, &projection.Config{Schema: db.Schema}, h)
@@ -213,7 +245,8 @@ func hotRun(b *testing.B, v hotVariant, want *hotModel, unique int) (time.Durati
 				return err
 			}
 			_, err := tx.Exec(ctx, `CREATE TABLE hr_copy (id text NOT NULL, version bigint NOT NULL, data jsonb NOT NULL, PRIMARY KEY (id, version));
-CREATE TABLE hr_versions (aggregate text PRIMARY KEY, version bigint NOT NULL, log bytea NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())`)
+CREATE TABLE hr_versions (aggregate text PRIMARY KEY, version bigint NOT NULL, log bytea NOT NULL, updated_at timestamptz NOT NULL DEFAULT now());
+`+benchFloorStateDDL)
 			return err
 		}))
 	}
@@ -221,6 +254,8 @@ CREATE TABLE hr_versions (aggregate text PRIMARY KEY, version bigint NOT NULL, l
 		b.Logf("no checkpoint before the run: %v", err)
 	}
 	var retried atomic.Int64
+	buf := buffer.New(db.Schema)
+	parked := &benchParkState{applied: map[string]int64{}, parked: map[string]map[int64]aggregate.Event{}}
 	began := time.Now()
 	err = benchFanOut(ctx, v.deliveries, benchBatch, v.workers, v.partitioned, func(ctx context.Context, es []aggregate.Event) error {
 		switch v.kind {
@@ -258,6 +293,10 @@ ON CONFLICT (aggregate) DO UPDATE SET version = EXCLUDED.version, log = v.log ||
 				}
 				return err
 			}
+		case "setbased-inline":
+			return hotInlineApply(ctx, pool, h, es)
+		case "setbased-parking-state":
+			return benchParkApply(ctx, pool, buf, h, parked, es, true)
 		case "copy":
 			rows := make([][]any, len(es))
 			for i, e := range es {
@@ -274,6 +313,9 @@ ON CONFLICT (aggregate) DO UPDATE SET version = EXCLUDED.version, log = v.log ||
 	})
 	took := time.Since(began)
 	require.NoError(b, err, v.name)
+	if *ledgerPGLog != "" {
+		b.Logf("%s: server time per statement\n%s", v.name, benchStatementReport(b, *ledgerPGLog, logFrom, pids.set(), took, v.workers))
+	}
 	if v.kind == "copy" {
 		var n int
 		require.NoError(b, pool.QueryRow(ctx, `SELECT count(*) FROM hr_copy`).Scan(&n))
@@ -287,4 +329,36 @@ ON CONFLICT (aggregate) DO UPDATE SET version = EXCLUDED.version, log = v.log ||
 		return took, proc.Counts()["hot"].Deadlocks
 	}
 	return took, retried.Load()
+}
+
+// hotInlineApply is the bound of the inline fast path on this workload, as
+// benchInlineApply is on the ledger's: the handler called directly with its
+// runs' log entries (the upsert carrying InlineTable.Condition and SetLog),
+// and, in the same pipeline, one insert of the empty version rows of the
+// aggregates that start at version 1 (the fast path's guard of new
+// aggregates). No validation, no plan, no outcome: a bound on the gate, not
+// a gate; correct only for in-order, partitioned delivery.
+func hotInlineApply(ctx context.Context, pool *pgxpool.Pool, h *hotRows, chunk []aggregate.Event) error {
+	events := slices.Clone(chunk)
+	slices.SortStableFunc(events, func(a, b aggregate.Event) int {
+		return cmp.Or(strings.Compare(a.Aggregate, b.Aggregate), cmp.Compare(a.Version, b.Version))
+	})
+	var fresh []string
+	for i, e := range events {
+		if e.Version == 1 && (i == 0 || events[i-1].Aggregate != e.Aggregate) {
+			fresh = append(fresh, e.Aggregate)
+		}
+	}
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		t := projection.NewTx(tx)
+		if len(fresh) > 0 {
+			t.Queue(`INSERT INTO versions (projection, aggregate) SELECT $1, * FROM unnest($2::text[]) ON CONFLICT DO NOTHING`, h.name, fresh)
+		}
+		projection.SetInlineRuns(t, events)
+		if err := h.ApplyBatch(ctx, t, events); err != nil {
+			return err
+		}
+		projection.Finish(t)
+		return t.Flush(ctx)
+	})
 }

@@ -424,7 +424,7 @@ type benchParkState struct {
 
 // benchParkApply is benchKindParkFloor: one transaction, one round trip;
 // with state, benchKindParkStateFloor.
-func benchParkApply(ctx context.Context, pool *pgxpool.Pool, buf *buffer.Buffer, l *ledger.Projection, st *benchParkState, chunk []aggregate.Event, state bool) error {
+func benchParkApply(ctx context.Context, pool *pgxpool.Pool, buf *buffer.Buffer, h projection.BatchHandler, st *benchParkState, chunk []aggregate.Event, state bool) error {
 	events := slices.Clone(chunk)
 	slices.SortStableFunc(events, func(a, b aggregate.Event) int {
 		return cmp.Or(strings.Compare(a.Aggregate, b.Aggregate), cmp.Compare(a.Version, b.Version))
@@ -527,13 +527,20 @@ SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::int[])
 ON CONFLICT (projection, aggregate) DO UPDATE SET version = EXCLUDED.version, parked = EXCLUDED.parked, rev = s.rev + 1`,
 				benchProjection, offAggs, offVers, offParked)
 		}
-		if err := l.ApplyBatch(ctx, t, apply); err != nil {
-			return err
+		if len(apply) > 0 {
+			if err := h.ApplyBatch(ctx, t, apply); err != nil {
+				return err
+			}
 		}
-		projection.Finish(t) // the ledger's balances (TxSums)
+		projection.Finish(t) // the handler's Sums (TxSums)
 		return t.Flush(ctx)
 	})
 }
+
+// benchFloorStateDDL is benchKindParkStateFloor's table: the gate's state
+// as inorder's versions table keeps it.
+const benchFloorStateDDL = `CREATE TABLE floor_state (projection text, aggregate text, version bigint NOT NULL DEFAULT 0,
+  parked int NOT NULL DEFAULT 0, rev bigint NOT NULL DEFAULT 1, PRIMARY KEY (projection, aggregate))`
 
 // benchCopyState is the payments' state that benchKindCopy folds in memory.
 type benchCopyState struct {
@@ -646,9 +653,7 @@ CREATE TABLE copy_legs (payment_id text, version bigint, leg smallint, account t
 CREATE TABLE copy_balances (account text, delta bigint)`)
 			require.NoError(b, err)
 		case benchKindParkStateFloor:
-			// The gate's state as inorder's versions table keeps it.
-			_, err := env.pool.Exec(ctx, `CREATE TABLE floor_state (projection text, aggregate text, version bigint NOT NULL DEFAULT 0,
-  parked int NOT NULL DEFAULT 0, rev bigint NOT NULL DEFAULT 1, PRIMARY KEY (projection, aggregate))`)
+			_, err := env.pool.Exec(ctx, benchFloorStateDDL)
 			require.NoError(b, err)
 		case benchKindFloor:
 			// The shape of inorder's versions table, key included.
