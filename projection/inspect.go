@@ -151,7 +151,7 @@ func (p *Processor) Status(ctx context.Context, opts *StatusOptions) (Status, er
 		b.Queue(`SELECT now()`).QueryRow(func(row pgx.Row) error { return row.Scan(&st.Time) })
 		// Each projection's figures are those of its live generation (gate
 		// key n.key).
-		p.store.QueueProjectionCounts(b, p.Projections(), int64(math.MaxInt64), opts.NoTotals).Query(func(rows pgx.Rows) error {
+		p.store.Status.QueueProjectionCounts(b, p.Projections(), int64(math.MaxInt64), opts.NoTotals).Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var s ProjectionStatus
 				var key string

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -157,26 +156,6 @@ type Engine struct {
 	Rebuilds Rebuilder
 }
 
-// Do validates r and previews it, or carries it out when r.Confirm.
-func (e *Engine) Do(ctx context.Context, r Request) (Result, error) {
-	if !slices.Contains(Actions, r.Action) {
-		return Result{}, fmt.Errorf("%w: unknown action %q", ErrBadRequest, r.Action)
-	}
-	if slices.Contains(needReason, r.Action) && strings.TrimSpace(r.Reason) == "" {
-		return Result{}, fmt.Errorf("%w: %s needs a reason (it cannot be undone)", ErrBadRequest, r.Action)
-	}
-	if r.Projection != "" && !slices.Contains(e.Proc.Projections(), r.Projection) {
-		return Result{}, fmt.Errorf("%w: %q", projection.ErrUnknownProjection, r.Projection)
-	}
-	if r.Generation < 0 || r.ID < 0 || r.To < 0 || r.Expect < 0 {
-		return Result{}, fmt.Errorf("%w: negative number", ErrBadRequest)
-	}
-	if strings.HasPrefix(r.Action, "bulk-") {
-		return e.bulk(ctx, r)
-	}
-	return e.single(ctx, r)
-}
-
 // need returns an ErrBadRequest error naming the missing fields.
 func need(action string, missing ...string) error {
 	return fmt.Errorf("%w: %s needs %s", ErrBadRequest, action, strings.Join(missing, " and "))
@@ -186,67 +165,4 @@ func need(action string, missing ...string) error {
 // do.
 func one(action string, item any, msg string) Result {
 	return Result{Action: action, DryRun: true, Matched: 1, Items: []any{item}, Message: msg}
-}
-
-func (e *Engine) single(ctx context.Context, r Request) (Result, error) {
-	switch r.Action {
-	case Retry, Skip, DeclareGap:
-		if r.Projection == "" || r.Aggregate == "" {
-			return Result{}, need(r.Action, "projection", "aggregate")
-		}
-		if r.Action == DeclareGap && r.To < 1 {
-			return Result{}, need(r.Action, "to (the last missing version)")
-		}
-	case Replay, Dismiss, Ack:
-		if r.ID < 1 {
-			return Result{}, need(r.Action, "id")
-		}
-	case RebuildStart, RebuildRollback:
-		if r.Projection == "" {
-			return Result{}, need(r.Action, "projection")
-		}
-	case Repair:
-		if r.Projection == "" {
-			return Result{}, need(r.Action, "projection")
-		}
-		if e.Repairs == nil {
-			return Result{}, fmt.Errorf("%w: this server reads no source (repair from 'inorder parked repair', or a console served by 'inorder run')", ErrUnsupported)
-		}
-		return e.repair(ctx, r)
-	case RebuildDrop, RebuildSwitch:
-		if r.Projection == "" || r.Generation < 1 {
-			return Result{}, need(r.Action, "projection", "generation")
-		}
-	case EffectsRetry:
-		if r.Key == "" {
-			return Result{}, need(r.Action, "key")
-		}
-		if e.Effects == nil {
-			return Result{}, fmt.Errorf("%w: this binary has no effect handlers", ErrUnsupported)
-		}
-	}
-	if r.Action == RebuildStart && e.Rebuilds == nil {
-		return Result{}, fmt.Errorf("%w: this server has no source to replay (start rebuilds with 'inorder rebuild', or from a console served by 'inorder run')", ErrUnsupported)
-	}
-	if !r.Confirm {
-		res, err := e.preview(ctx, r)
-		if err != nil {
-			return Result{}, err
-		}
-		// The library's dry run: the action in a transaction rolled back.
-		rep, err := e.perform(ctx, r, true)
-		if err != nil {
-			return Result{}, err
-		}
-		if rep.Message != "" {
-			res.Message += "; dry run: " + rep.Message
-			res.Reports = []projection.ActionReport{rep}
-		}
-		return res, nil
-	}
-	rep, err := e.perform(ctx, r, false)
-	if err != nil {
-		return Result{Action: r.Action, Message: err.Error(), Failed: 1, Failures: []string{err.Error()}}, err
-	}
-	return Result{Action: r.Action, Matched: 1, Done: 1, Message: rep.Message, Reports: []projection.ActionReport{rep}, Items: []any{}}, nil
 }

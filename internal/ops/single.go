@@ -7,6 +7,70 @@ import (
 	"github.com/inorder/inorder/projection"
 )
 
+// single checks, previews or carries out one action on one item.
+func (e *Engine) single(ctx context.Context, r Request) (Result, error) {
+	switch r.Action {
+	case Retry, Skip, DeclareGap:
+		if r.Projection == "" || r.Aggregate == "" {
+			return Result{}, need(r.Action, "projection", "aggregate")
+		}
+		if r.Action == DeclareGap && r.To < 1 {
+			return Result{}, need(r.Action, "to (the last missing version)")
+		}
+	case Replay, Dismiss, Ack:
+		if r.ID < 1 {
+			return Result{}, need(r.Action, "id")
+		}
+	case RebuildStart, RebuildRollback:
+		if r.Projection == "" {
+			return Result{}, need(r.Action, "projection")
+		}
+	case Repair:
+		if r.Projection == "" {
+			return Result{}, need(r.Action, "projection")
+		}
+		if e.Repairs == nil {
+			return Result{}, fmt.Errorf("%w: this server reads no source (repair from 'inorder parked repair', or a console served by 'inorder run')", ErrUnsupported)
+		}
+		return e.repair(ctx, r)
+	case RebuildDrop, RebuildSwitch:
+		if r.Projection == "" || r.Generation < 1 {
+			return Result{}, need(r.Action, "projection", "generation")
+		}
+	case EffectsRetry:
+		if r.Key == "" {
+			return Result{}, need(r.Action, "key")
+		}
+		if e.Effects == nil {
+			return Result{}, fmt.Errorf("%w: this binary has no effect handlers", ErrUnsupported)
+		}
+	}
+	if r.Action == RebuildStart && e.Rebuilds == nil {
+		return Result{}, fmt.Errorf("%w: this server has no source to replay (start rebuilds with 'inorder rebuild', or from a console served by 'inorder run')", ErrUnsupported)
+	}
+	if !r.Confirm {
+		res, err := e.preview(ctx, r)
+		if err != nil {
+			return Result{}, err
+		}
+		// The library's dry run: the action in a transaction rolled back.
+		rep, err := e.perform(ctx, r, true)
+		if err != nil {
+			return Result{}, err
+		}
+		if rep.Message != "" {
+			res.Message += "; dry run: " + rep.Message
+			res.Reports = []projection.ActionReport{rep}
+		}
+		return res, nil
+	}
+	rep, err := e.perform(ctx, r, false)
+	if err != nil {
+		return Result{Action: r.Action, Message: err.Error(), Failed: 1, Failures: []string{err.Error()}}, err
+	}
+	return Result{Action: r.Action, Matched: 1, Done: 1, Message: rep.Message, Reports: []projection.ActionReport{rep}, Items: []any{}}, nil
+}
+
 // preview says what a single action would touch, reading the item as it
 // is now; nothing changes.
 func (e *Engine) preview(ctx context.Context, r Request) (Result, error) {

@@ -5,12 +5,19 @@ import "github.com/jackc/pgx/v5"
 // This file holds the status view's reads, which count the rows of several
 // gate tables in one statement.
 
+// Status holds the status view's reads across the gate tables.
+type Status struct {
+	projectionCounts string
+}
+
+func newStatus(t qualify) Status { return Status{projectionCounts: projectionCounts(t)} }
+
 // QueueProjectionCounts queues, for each of names (projection names, in
 // order), its live generation's gate key and counts: rows of (name, gate
 // key, aggregates, the sum of their versions at most max, quarantined,
 // open conflicts, acknowledged conflicts). noTotals leaves the aggregates
 // and the sum 0 (their scan is the view's cost).
-func (s *Store) QueueProjectionCounts(b *pgx.Batch, names []string, max int64, noTotals bool) *pgx.QueuedQuery {
+func (s *Status) QueueProjectionCounts(b *pgx.Batch, names []string, max int64, noTotals bool) *pgx.QueuedQuery {
 	return b.Queue(s.projectionCounts, names, max, noTotals)
 }
 

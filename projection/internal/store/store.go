@@ -1,11 +1,6 @@
 package store
 
-import (
-	"context"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-)
+import "github.com/jackc/pgx/v5"
 
 // Store holds the statements on the gate tables of one schema. It holds no
 // connection; each method takes the batch, or the pool, connection or
@@ -37,8 +32,9 @@ type Store struct {
 	Generations Generations
 	// Sources is the sources table (sources.go).
 	Sources Sources
-
-	projectionCounts string // status.go
+	// Status is the status view's reads across the gate tables
+	// (status.go).
+	Status Status
 }
 
 // New returns the statements on the gate tables of schema.
@@ -56,21 +52,6 @@ func New(schema string) *Store {
 		Epoch:       newEpoch(t),
 		Generations: newGenerations(t),
 		Sources:     newSources(t),
-
-		projectionCounts: projectionCounts(t),
+		Status:      newStatus(t),
 	}
 }
-
-// querier runs one statement: *pgxpool.Pool, *pgx.Conn and pgx.Tx satisfy
-// it. It is unexported so that the module has one Querier, the read side's
-// projection.Querier (which this package cannot name: projection imports
-// it); it adds Exec to that one's methods, the store writing too. Callers
-// pass their pool, connection or transaction.
-type querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// qualify returns the qualified name of one of the schema's tables.
-type qualify func(table string) string
