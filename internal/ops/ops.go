@@ -1,8 +1,3 @@
-// Package ops is the one implementation of the operator actions that the
-// HTTP API's write routes and the console share: each action on one item or
-// on everything matching a filter, previewed first (a dry run that says what
-// it would touch: how many, and the first rows) and carried out only on an
-// explicit confirmation, bounded to what the preview matched.
 package ops
 
 import (
