@@ -16,10 +16,6 @@ import (
 	"github.com/inorder/inorder/source/nats/natstest"
 )
 
-// sourceNATS is --source nats: the workload goes to an in-process NATS
-// server's JetStream stream.
-const sourceNATS = "nats"
-
 // The demo's stream, its subjects and the durable consumer its consumers
 // share.
 const (

@@ -13,11 +13,6 @@ import (
 )
 
 // Sources of the demo's workload (--source).
-const (
-	sourceESDB     = "esdb"
-	sourcePostgres = "postgres"
-)
-
 // demoWriters is how many concurrent writers append the workload to the
 // events table: their transactions take positions in one order and commit
 // in another.
