@@ -11,8 +11,9 @@
 // Its files, from the ground up: demo.go has the Workload, the options and
 // the run's state; receiver.go the workload's effects and the webhook
 // receiver; ledgerdemo.go the ledger's workload; database.go the database
-// step and effects.go the effects' start and check; democonsume.go,
-// demopg.go and demonats.go the sources and their consumers; await.go the
-// wait for the read model; command.go the command and its run, which calls
-// the steps in order.
+// step and effects.go the effects' start and check; await.go the wait for
+// the read model; democonsume.go the EventStoreDB consumers, what the
+// three sources' fleets share, and the HTTP API served after the summary;
+// demopg.go and demonats.go the events-table and NATS sources; command.go
+// the command and its run, which calls the steps in order.
 package demo
