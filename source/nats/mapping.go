@@ -1,16 +1,14 @@
 package nats
 
 import (
-	"bytes"
-	"encoding/json"
+	"cmp"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	natsc "github.com/nats-io/nats.go"
 
 	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/source/internal/envelope"
 )
 
 // Headers the publishing helpers set and the default Mapping reads.
@@ -66,84 +64,35 @@ var DefaultMapping = Mapping{
 	Metadata:  "header:" + HeaderMetadata,
 }
 
-// where is a parsed spec.
-type where struct {
-	spec   string
-	header string   // header:NAME
-	path   []string // field:PATH
-	token  int      // subject:N (0: not a token)
-	whole  bool     // subject
-}
-
-func parseWhere(what, spec string, allowWhole bool) (where, error) {
-	w := where{spec: spec}
-	kind, arg, _ := strings.Cut(spec, ":")
-	switch {
-	case kind == "header" && arg != "":
-		w.header = arg
-	case kind == "field" && arg != "":
-		w.path = strings.Split(arg, ".")
-		for _, p := range w.path {
-			if p == "" {
-				return w, fmt.Errorf("nats: Mapping.%s %q: an empty name in the field path", what, spec)
-			}
-		}
-	case kind == "subject" && arg != "":
-		n, err := strconv.Atoi(arg)
-		if err != nil || n == 0 {
-			return w, fmt.Errorf("nats: Mapping.%s %q: subject:N needs a non-zero token number", what, spec)
-		}
-		w.token = n
-	case spec == "subject" && allowWhole:
-		w.whole = true
-	default:
-		forms := "header:NAME, field:PATH or subject:N"
-		if allowWhole {
-			forms += " or subject"
-		}
-		return w, fmt.Errorf("nats: Mapping.%s %q: want %s", what, spec, forms)
-	}
-	return w, nil
-}
-
 // mapping is a parsed Mapping.
-type mapping struct {
-	agg, ver, typ, id, meta where
-	payload                 bool // some spec reads the payload
-}
+type mapping struct{ envelope.Mapping }
 
 func (m Mapping) parse() (*mapping, error) {
-	or := func(v, d string) string {
-		if v == "" {
-			return d
-		}
-		return v
-	}
-	var pm mapping
 	var errs []error
-	parse := func(dst *where, what, spec string, whole bool) {
-		w, err := parseWhere(what, spec, whole)
+	parse := func(what, spec, def string, kinds ...envelope.Kind) envelope.Spec {
+		s, err := envelope.Parse("nats: Mapping."+what, cmp.Or(spec, def), append([]envelope.Kind{envelope.Header, envelope.Field, envelope.Token}, kinds...)...)
 		errs = append(errs, err)
-		*dst = w
-		pm.payload = pm.payload || w.path != nil
+		return s
 	}
-	parse(&pm.agg, "Aggregate", or(m.Aggregate, DefaultMapping.Aggregate), false)
-	parse(&pm.ver, "Version", or(m.Version, DefaultMapping.Version), false)
-	parse(&pm.typ, "Type", or(m.Type, DefaultMapping.Type), true)
-	parse(&pm.id, "ID", or(m.ID, DefaultMapping.ID), false)
-	parse(&pm.meta, "Metadata", or(m.Metadata, DefaultMapping.Metadata), false)
+	pm := &mapping{envelope.Mapping{
+		Aggregate: parse("Aggregate", m.Aggregate, DefaultMapping.Aggregate),
+		Version:   parse("Version", m.Version, DefaultMapping.Version),
+		Type:      parse("Type", m.Type, DefaultMapping.Type, envelope.Subject),
+		ID:        parse("ID", m.ID, DefaultMapping.ID),
+		Metadata:  parse("Metadata", m.Metadata, DefaultMapping.Metadata),
+	}}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return &pm, nil
+	return pm, nil
 }
 
 // Map returns the inorder event of a message's subject, headers and data,
 // and an *aggregate.ValidationError when the message cannot be one — no
-// aggregate id, a missing or invalid version, a payload that is not JSON
-// where a field is mapped from it — with what is known in the event, for the
-// rejected table. A payload that is not JSON is otherwise mapped as it is:
-// the processor's validation rejects it.
+// aggregate id, a missing or invalid version, a payload that is not a JSON
+// object where a field is mapped from it — with what is known in the event,
+// for the rejected table. A payload that is not JSON is otherwise mapped as
+// it is: the processor's validation rejects it.
 func (m Mapping) Map(subject string, h natsc.Header, data []byte) (aggregate.Event, error) {
 	pm, err := m.parse()
 	if err != nil {
@@ -153,126 +102,31 @@ func (m Mapping) Map(subject string, h natsc.Header, data []byte) (aggregate.Eve
 }
 
 func (pm *mapping) event(subject string, h natsc.Header, data []byte) (aggregate.Event, error) {
-	e := aggregate.Event{Data: data}
-	var fields map[string]json.RawMessage
-	var payloadErr error
-	if pm.payload {
-		if err := json.Unmarshal(data, &fields); err != nil {
-			payloadErr = err
-		}
-	}
-	var v aggregate.ValidationError
-	var problems []string
-	fail := func(sentinel error, detail string) {
-		if v.Err == nil {
-			v.Err = sentinel
-		}
-		v.Problems = append(v.Problems, sentinel)
-		problems = append(problems, detail)
-	}
-	get := func(w where) (string, bool, string) {
-		switch {
-		case w.header != "":
-			vals := h[w.header]
-			if len(vals) == 0 {
-				return "", false, "header " + w.header + " is missing"
-			}
-			return vals[0], true, ""
-		case w.path != nil:
-			if payloadErr != nil {
-				return "", false, "the payload is not a JSON object, so it has no field " + strings.Join(w.path, ".")
-			}
-			raw, ok := lookup(fields, w.path)
-			if !ok {
-				return "", false, "the payload has no field " + strings.Join(w.path, ".")
-			}
-			return scalar(raw), true, ""
-		case w.whole:
-			return subject, true, ""
-		default:
-			tok, ok := token(subject, w.token)
-			if !ok {
-				return "", false, fmt.Sprintf("subject %s has no token %d", subject, w.token)
-			}
-			return tok, true, ""
-		}
-	}
-	if s, ok, why := get(pm.agg); ok && s != "" {
-		e.Aggregate = s
-	} else {
-		fail(aggregate.ErrEmptyAggregate, cmpOr(why, pm.agg.spec+" is empty"))
-	}
-	if s, ok, why := get(pm.ver); !ok {
-		fail(aggregate.ErrBadVersion, why)
-	} else if n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64); err != nil || n < 1 {
-		fail(aggregate.ErrBadVersion, fmt.Sprintf("%s is %q, not an integer ≥ 1", pm.ver.spec, s))
-	} else {
-		e.Version = n
-	}
-	if s, ok, _ := get(pm.typ); ok {
-		e.Type = s // an empty or missing type is the processor's to reject
-	}
-	if s, ok, _ := get(pm.id); ok {
-		e.ID = s
-	}
-	if s, ok, _ := get(pm.meta); ok && s != "" {
-		e.Metadata = []byte(s)
-	}
-	if v.Err != nil {
-		if payloadErr != nil {
-			fail(aggregate.ErrInvalidJSON, "data is not valid JSON")
-		}
-		v.Detail = strings.Join(problems, "; ")
-		return e, &v
-	}
-	return e, nil
+	return pm.Event(message{subject, h}, data)
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
+// message answers a Mapping's header and subject specs.
+type message struct {
+	subject string
+	h       natsc.Header
 }
 
-// lookup follows a dotted path into a JSON object.
-func lookup(fields map[string]json.RawMessage, path []string) (json.RawMessage, bool) {
-	raw, ok := fields[path[0]]
-	for _, p := range path[1:] {
+func (m message) Lookup(s envelope.Spec) (string, bool, string) {
+	switch s.Kind {
+	case envelope.Header:
+		vals := m.h[s.Name]
+		if len(vals) == 0 {
+			return "", false, "header " + s.Name + " is missing"
+		}
+		return vals[0], true, ""
+	case envelope.Token:
+		tok, ok := envelope.SubjectToken(m.subject, s.N)
 		if !ok {
-			return nil, false
+			return "", false, fmt.Sprintf("subject %s has no token %d", m.subject, s.N)
 		}
-		var inner map[string]json.RawMessage
-		if json.Unmarshal(raw, &inner) != nil {
-			return nil, false
-		}
-		raw, ok = inner[p]
+		return tok, true, ""
+	case envelope.Subject:
+		return m.subject, true, ""
 	}
-	return raw, ok
-}
-
-// scalar renders a JSON value as text: a string's contents, anything else as
-// written.
-func scalar(raw json.RawMessage) string {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) > 0 && raw[0] == '"' {
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			return s
-		}
-	}
-	return string(raw)
-}
-
-// token returns the n-th token of a subject (1-based, negative from the
-// end).
-func token(subject string, n int) (string, bool) {
-	toks := strings.Split(subject, ".")
-	if n < 0 {
-		n += len(toks) + 1
-	}
-	if n < 1 || n > len(toks) {
-		return "", false
-	}
-	return toks[n-1], true
+	return "", false, fmt.Sprintf("%s is not a NATS spec", s)
 }
