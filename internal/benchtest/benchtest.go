@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -71,4 +72,85 @@ func (r Rates) Ratio(a, base string) (float64, bool) {
 		rs = append(rs, r[a][i]/r[base][i])
 	}
 	return Median(rs), true
+}
+
+// Baseline is a source benchmark's processor-alone variant: stream fed to
+// proc partitioned by aggregate over 4 goroutines (ProcessAll), the ledger
+// required to have applied n events. It returns how long it took.
+func Baseline(tb testing.TB, proc *projection.Processor, stream []aggregate.Event, batchSize, n int) time.Duration {
+	tb.Helper()
+	took := ProcessAll(tb, proc, Partition(stream, 4), batchSize)
+	require.EqualValues(tb, n, proc.Counts()["ledger"].Applied())
+	return took
+}
+
+// SourceRun times a source variant's run on bs's schema with consumers
+// processors (bs.Processors): start starts a source of the i-th, p, and returns its
+// stop; wait returns once its condition holds (the package's own wait). The
+// run lasts until the processors applied the events in all;
+// then the sources are stopped and, off the clock, the read model is
+// required to be the in-order fold of events.
+func SourceRun(b *testing.B, bs *ledgertest.Bundle, consumers int, events []aggregate.Event, wait func(cond func() bool), start func(i int, p *projection.Processor) (stop func() error)) time.Duration {
+	b.Helper()
+	procs := bs.Processors(b, consumers)
+	began := time.Now()
+	stops := make([]func() error, len(procs))
+	for i, p := range procs {
+		stops[i] = start(i, p)
+	}
+	wait(ledgertest.Applied(len(events), procs...))
+	took := time.Since(began)
+	for _, stop := range stops {
+		require.NoError(b, stop())
+	}
+	b.StopTimer()
+	bs.RequireFold(b, events)
+	b.StartTimer()
+	return took
+}
+
+// Variant is one way a benchmark processes the events of a workload shape:
+// Run processes those of shape (an index into the benchmark's shapes) in
+// round round and returns how long it took.
+type Variant struct {
+	Name string
+	Run  func(shape, round int) time.Duration
+}
+
+// Rounds runs, for every round b.Loop asks for, each variant on each shape,
+// logs its rate (n events over the time it took) and returns the rates,
+// keyed "shape/variant".
+func Rounds(b *testing.B, n int, shapes []string, variants ...Variant) Rates {
+	rates := Rates{}
+	round := 0
+	for b.Loop() {
+		for sh, name := range shapes {
+			for _, v := range variants {
+				took := v.Run(sh, round)
+				key := name + "/" + v.Name
+				rate := float64(n) / took.Seconds()
+				rates[key] = append(rates[key], rate)
+				b.Logf("round %d %-20s %8.0f events/s  %6.2fs", round, key, rate, took.Seconds())
+			}
+		}
+		round++
+	}
+	return rates
+}
+
+// Report reports, for each shape, each variant's median rate
+// ("shape/variant-events/s") and the median ratio of each pair's first
+// variant to its second ("shape/a/base"), then 0 ns/op (the rates are the
+// figures).
+func (r Rates) Report(b *testing.B, shapes, variants []string, pairs ...[2]string) {
+	for _, sh := range shapes {
+		for _, v := range variants {
+			b.ReportMetric(Median(r[sh+"/"+v]), sh+"/"+v+"-events/s")
+		}
+		for _, p := range pairs {
+			ratio, _ := r.Ratio(sh+"/"+p[0], sh+"/"+p[1])
+			b.ReportMetric(ratio, sh+"/"+p[0]+"/"+p[1])
+		}
+	}
+	b.ReportMetric(0, "ns/op")
 }

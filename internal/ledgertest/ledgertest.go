@@ -36,3 +36,14 @@ func (b *Bundle) NewProcessor(tb testing.TB) *projection.Processor {
 	require.NoError(tb, err)
 	return p
 }
+
+// Processors returns the bundle's processor and n-1 more of the ledger on
+// its schema (NewProcessor): n processes' processors.
+func (b *Bundle) Processors(tb testing.TB, n int) []*projection.Processor {
+	tb.Helper()
+	procs := []*projection.Processor{b.Proc}
+	for len(procs) < n {
+		procs = append(procs, b.NewProcessor(tb))
+	}
+	return procs
+}

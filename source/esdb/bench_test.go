@@ -84,17 +84,12 @@ func BenchmarkESDB(b *testing.B) {
 	e.appendEvents(b, events)
 	n := len(events)
 
-	parts := benchtest.Partition(events, workers)
 	sourceRun := func(b *testing.B, consumers int, persistent *esdb.Persistent) (time.Duration, *benchFigures) {
-		bs := setup(b)
-		procs := []*projection.Processor{bs.Proc}
-		for len(procs) < consumers {
-			procs = append(procs, bs.NewProcessor(b))
-		}
 		anyCommit := newSignal()
-		began := time.Now()
+		wait := func(cond func() bool) { waitFor(b, anyCommit, cond, "every event applied") }
 		var rs []*running
-		for i, p := range procs {
+		var procs []*projection.Processor
+		took := benchtest.SourceRun(b, setup(b).Bundle, consumers, events, wait, func(i int, p *projection.Processor) func() error {
 			cfg := esdb.Config{
 				URL: e.url, Processor: p, Name: fmt.Sprintf("bench-%d", i), Workers: workers / consumers, BatchSize: batchSize,
 				RepairAfter: -1, Mapping: esdb.Mapping{StreamPrefix: e.prefix},
@@ -103,13 +98,12 @@ func BenchmarkESDB(b *testing.B) {
 				ps := *persistent
 				cfg.Persistent = &ps
 			}
-			rs = append(rs, start(b, cfg, anyCommit))
-		}
-		waitFor(b, anyCommit, applied(n, procs...), "every event applied")
-		took := time.Since(began)
+			r := start(b, cfg, anyCommit)
+			rs, procs = append(rs, r), append(procs, p)
+			return r.stop
+		})
 		f := &benchFigures{}
 		for _, r := range rs {
-			require.NoError(b, r.stop())
 			st := r.src.Stats()
 			f.batches += st.Batches
 			f.deliveries += st.Acked - st.Skipped
@@ -120,17 +114,11 @@ func BenchmarkESDB(b *testing.B) {
 			f.parked += c.Deliveries[projection.Parked]
 			f.duplicates += c.Deliveries[projection.Duplicate]
 		}
-		b.StopTimer()
-		bs.RequireFold(b, events)
-		b.StartTimer()
 		return took, f
 	}
 	variants := []benchVariant{
 		{"processor", func(b *testing.B, _ int) (time.Duration, *benchFigures) {
-			bp := setup(b)
-			took := benchtest.ProcessAll(b, bp.Proc, parts, batchSize)
-			require.EqualValues(b, n, bp.Proc.Counts()["ledger"].Applied())
-			return took, nil
+			return benchtest.Baseline(b, setup(b).Proc, events, batchSize, n), nil
 		}},
 		{"catch-up", func(b *testing.B, _ int) (time.Duration, *benchFigures) { return sourceRun(b, 1, nil) }},
 		{"persistent-1", func(b *testing.B, round int) (time.Duration, *benchFigures) {

@@ -70,73 +70,23 @@ func BenchmarkKafka(b *testing.B) {
 		}
 	}
 	n := len(events)
-	processorRun := func(b *testing.B, stream []aggregate.Event) time.Duration {
-		bp := setup(b)
-		took := benchtest.ProcessAll(b, bp.Proc, benchtest.Partition(stream, 4), batchSize)
-		require.EqualValues(b, n, bp.Proc.Counts()["ledger"].Applied())
-		return took
-	}
-	round := 0
-	sourceRun := func(b *testing.B, topic string, consumers, workers int) time.Duration {
+	sourceRun := func(topic string, round, consumers, workers int) time.Duration {
 		bs := setup(b)
-		procs := []*projection.Processor{bs.Proc}
-		for len(procs) < consumers {
-			p, err := projection.New(bs.DB.Pool, &projection.Config{Schema: bs.DB.Schema}, ledger.New(nil))
-			require.NoError(b, err)
-			procs = append(procs, p)
-		}
 		group := fmt.Sprintf("bench-%s-%d-%d", topic, consumers, round)
-		began := time.Now()
-		var rs []*running
-		for _, p := range procs {
+		wait := func(cond func() bool) { waitFor(b, "every event applied", cond) }
+		return benchtest.SourceRun(b, bs.Bundle, consumers, events, wait, func(_ int, p *projection.Processor) func() error {
 			rb := &bundle{&ledgertest.Bundle{DB: bs.DB, Proc: p}}
-			rs = append(rs, start(b, c, rb, kafka.Config{Topics: []string{topic}, Group: group, Workers: workers, BatchSize: batchSize, MaxWait: 20 * time.Millisecond, LagEvery: -1}))
-		}
-		waitFor(b, "every event applied", func() bool {
-			var a int64
-			for _, p := range procs {
-				a += p.Counts()["ledger"].Applied()
-			}
-			return a >= int64(n)
+			return start(b, c, rb, kafka.Config{Topics: []string{topic}, Group: group, Workers: workers, BatchSize: batchSize, MaxWait: 20 * time.Millisecond, LagEvery: -1}).stop
 		})
-		took := time.Since(began)
-		for _, r := range rs {
-			require.NoError(b, r.stop())
-		}
-		b.StopTimer()
-		bs.RequireFold(b, events)
-		b.StartTimer()
-		return took
 	}
-	rates := benchtest.Rates{}
-	for b.Loop() {
-		for _, sh := range shapes {
-			for _, v := range []struct {
-				name string
-				run  func() time.Duration
-			}{
-				{"processor", func() time.Duration { return processorRun(b, sh.stream) }},
-				{"kafka-1", func() time.Duration { return sourceRun(b, sh.name, 1, 4) }},
-				{"kafka-3", func() time.Duration { return sourceRun(b, sh.name, 3, 2) }},
-			} {
-				took := v.run()
-				key := sh.name + "/" + v.name
-				rate := float64(n) / took.Seconds()
-				rates[key] = append(rates[key], rate)
-				b.Logf("round %d %-20s %8.0f events/s  %6.2fs", round, key, rate, took.Seconds())
-			}
-		}
-		round++
-	}
-	median := benchtest.Median
-	ratio := func(a, base string) float64 { r, _ := rates.Ratio(a, base); return r }
-	for _, sh := range shapes {
-		for _, v := range []string{"processor", "kafka-1", "kafka-3"} {
-			b.ReportMetric(median(rates[sh.name+"/"+v]), sh.name+"/"+v+"-events/s")
-		}
-		b.ReportMetric(ratio(sh.name+"/kafka-1", sh.name+"/processor"), sh.name+"/kafka-1/processor")
-		b.ReportMetric(ratio(sh.name+"/kafka-3", sh.name+"/processor"), sh.name+"/kafka-3/processor")
-		b.ReportMetric(ratio(sh.name+"/kafka-3", sh.name+"/kafka-1"), sh.name+"/kafka-3/kafka-1")
-	}
-	b.ReportMetric(0, "ns/op")
+	names := []string{shapes[0].name, shapes[1].name}
+	rates := benchtest.Rounds(b, n, names,
+		benchtest.Variant{Name: "processor", Run: func(sh, _ int) time.Duration {
+			return benchtest.Baseline(b, setup(b).Proc, shapes[sh].stream, batchSize, n)
+		}},
+		benchtest.Variant{Name: "kafka-1", Run: func(sh, round int) time.Duration { return sourceRun(names[sh], round, 1, 4) }},
+		benchtest.Variant{Name: "kafka-3", Run: func(sh, round int) time.Duration { return sourceRun(names[sh], round, 3, 2) }},
+	)
+	rates.Report(b, names, []string{"processor", "kafka-1", "kafka-3"},
+		[2]string{"kafka-1", "processor"}, [2]string{"kafka-3", "processor"}, [2]string{"kafka-3", "kafka-1"})
 }

@@ -108,27 +108,12 @@ func BenchmarkNATS(b *testing.B) {
 		}
 	}
 	n := len(events)
-	processorRun := func(b *testing.B, stream []aggregate.Event) time.Duration {
-		bp := setup(b)
-		took := benchtest.ProcessAll(b, bp.Proc, benchtest.Partition(stream, 4), batchSize)
-		require.EqualValues(b, n, bp.Proc.Counts()["ledger"].Applied())
-		return took
-	}
-	round := 0
 	// sourceRun runs consumers Sources on stream, on one durable consumer,
 	// or, parted, each on its own partition's.
-	sourceRun := func(b *testing.B, stream string, consumers, workers int, parted bool) time.Duration {
-		bs := setup(b)
-		procs := []*projection.Processor{bs.Proc}
-		for len(procs) < consumers {
-			p, err := projection.New(bs.DB.Pool, &projection.Config{Schema: bs.DB.Schema}, ledger.New(nil))
-			require.NoError(b, err)
-			procs = append(procs, p)
-		}
+	sourceRun := func(stream string, round, consumers, workers int, parted bool) time.Duration {
 		consumer := fmt.Sprintf("bench-%s-%d-%d", stream, consumers, round)
-		began := time.Now()
-		var rs []*running
-		for i, p := range procs {
+		wait := func(cond func() bool) { waitFor(b, ticks(b, 5*time.Millisecond), cond, "every event applied") }
+		return benchtest.SourceRun(b, setup(b).Bundle, consumers, events, wait, func(i int, p *projection.Processor) func() error {
 			cfg := nats.Config{
 				URL: srv.URL(), Stream: stream, Consumer: consumer, Processor: p, Mapping: nats.Mapping{ID: "header:Event-Id"},
 				Workers: workers, BatchSize: batchSize, MaxWait: 20 * time.Millisecond, LagEvery: -1,
@@ -137,50 +122,19 @@ func BenchmarkNATS(b *testing.B) {
 				cfg.Consumer = fmt.Sprintf("%s-p%d", consumer, i)
 				cfg.Subjects = []string{fmt.Sprintf("%s.%d.*", stream, i)}
 			}
-			rs = append(rs, start(b, cfg))
-		}
-		waitFor(b, ticks(b, 5*time.Millisecond), applied(n, procs...), "every event applied")
-		took := time.Since(began)
-		for _, r := range rs {
-			require.NoError(b, r.stop())
-		}
-		b.StopTimer()
-		bs.RequireFold(b, events)
-		b.StartTimer()
-		return took
+			return start(b, cfg).stop
+		})
 	}
-	rates := benchtest.Rates{}
-	for b.Loop() {
-		for _, sh := range shapes {
-			for _, v := range []struct {
-				name string
-				run  func() time.Duration
-			}{
-				{"processor", func() time.Duration { return processorRun(b, sh.stream) }},
-				{"nats-1", func() time.Duration { return sourceRun(b, sh.name, 1, 4, false) }},
-				{"nats-3", func() time.Duration { return sourceRun(b, sh.name, 3, 2, false) }},
-				{"nats-3-parted", func() time.Duration { return sourceRun(b, sh.name+"p", 3, 2, true) }},
-			} {
-				took := v.run()
-				key := sh.name + "/" + v.name
-				rate := float64(n) / took.Seconds()
-				rates[key] = append(rates[key], rate)
-				b.Logf("round %d %-18s %8.0f events/s  %6.2fs", round, key, rate, took.Seconds())
-			}
-		}
-		round++
-	}
-	median := benchtest.Median
-	ratio := func(a, base string) float64 { r, _ := rates.Ratio(a, base); return r }
-	for _, sh := range shapes {
-		for _, v := range []string{"processor", "nats-1", "nats-3", "nats-3-parted"} {
-			b.ReportMetric(median(rates[sh.name+"/"+v]), sh.name+"/"+v+"-events/s")
-		}
-		b.ReportMetric(ratio(sh.name+"/nats-1", sh.name+"/processor"), sh.name+"/nats-1/processor")
-		b.ReportMetric(ratio(sh.name+"/nats-3", sh.name+"/processor"), sh.name+"/nats-3/processor")
-		b.ReportMetric(ratio(sh.name+"/nats-3", sh.name+"/nats-1"), sh.name+"/nats-3/nats-1")
-		b.ReportMetric(ratio(sh.name+"/nats-3-parted", sh.name+"/processor"), sh.name+"/nats-3-parted/processor")
-		b.ReportMetric(ratio(sh.name+"/nats-3-parted", sh.name+"/nats-1"), sh.name+"/nats-3-parted/nats-1")
-	}
-	b.ReportMetric(0, "ns/op")
+	names := []string{shapes[0].name, shapes[1].name}
+	rates := benchtest.Rounds(b, n, names,
+		benchtest.Variant{Name: "processor", Run: func(sh, _ int) time.Duration {
+			return benchtest.Baseline(b, setup(b).Proc, shapes[sh].stream, batchSize, n)
+		}},
+		benchtest.Variant{Name: "nats-1", Run: func(sh, round int) time.Duration { return sourceRun(names[sh], round, 1, 4, false) }},
+		benchtest.Variant{Name: "nats-3", Run: func(sh, round int) time.Duration { return sourceRun(names[sh], round, 3, 2, false) }},
+		benchtest.Variant{Name: "nats-3-parted", Run: func(sh, round int) time.Duration { return sourceRun(names[sh]+"p", round, 3, 2, true) }},
+	)
+	rates.Report(b, names, []string{"processor", "nats-1", "nats-3", "nats-3-parted"},
+		[2]string{"nats-1", "processor"}, [2]string{"nats-3", "processor"}, [2]string{"nats-3", "nats-1"},
+		[2]string{"nats-3-parted", "processor"}, [2]string{"nats-3-parted", "nats-1"})
 }

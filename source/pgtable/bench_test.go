@@ -83,15 +83,14 @@ func BenchmarkPostgresSource(b *testing.B) {
 		require.NoError(b, err)
 		require.Equal(b, want, got)
 	}
-	processorRun := func(b *testing.B, stream []aggregate.Event) time.Duration {
+	processorRun := func(stream []aggregate.Event) time.Duration {
 		db := pgtest.NewMigrated(b)
 		proc, l := newProc(b, db)
-		took := benchtest.ProcessAll(b, proc, benchtest.Partition(stream, 4), batchSize)
-		require.EqualValues(b, n, proc.Counts()["ledger"].Applied())
+		took := benchtest.Baseline(b, proc, stream, batchSize, n)
 		requireFold(b, db, l)
 		return took
 	}
-	sourceRun := func(b *testing.B, table *pgtest.DB, sources, workers int) time.Duration {
+	sourceRun := func(table *pgtest.DB, sources, workers int) time.Duration {
 		db := pgtest.NewMigrated(b)
 		var procs []*projection.Processor
 		var l *ledger.Projection
@@ -137,42 +136,20 @@ func BenchmarkPostgresSource(b *testing.B) {
 		requireFold(b, db, l)
 		return took
 	}
-	rates := benchtest.Rates{}
 	variants := []string{"processor", "pgtable-1", "pgtable-3"}
-	round := 0
-	for b.Loop() {
-		for _, sh := range shapes {
-			for _, v := range variants {
-				var took time.Duration
-				switch v {
-				case "processor":
-					took = processorRun(b, sh.stream)
-				case "pgtable-1":
-					took = sourceRun(b, sh.table, 1, 4)
-				case "pgtable-3":
-					took = sourceRun(b, sh.table, 3, 2)
-				}
-				key := sh.name + "/" + v
-				rate := float64(n) / took.Seconds()
-				rates[key] = append(rates[key], rate)
-				b.Logf("round %d %-20s %8.0f events/s  %6.2fs", round, key, rate, took.Seconds())
-			}
-		}
-		round++
-	}
-	median := benchtest.Median
-	ratio := func(a, base string) float64 { r, _ := rates.Ratio(a, base); return r }
-	for _, sh := range shapes {
-		for _, v := range variants {
-			b.ReportMetric(median(rates[sh.name+"/"+v]), sh.name+"/"+v+"-events/s")
-		}
+	names := []string{shapes[0].name, shapes[1].name}
+	rates := benchtest.Rounds(b, n, names,
+		benchtest.Variant{Name: variants[0], Run: func(sh, _ int) time.Duration { return processorRun(shapes[sh].stream) }},
+		benchtest.Variant{Name: variants[1], Run: func(sh, _ int) time.Duration { return sourceRun(shapes[sh].table, 1, 4) }},
+		benchtest.Variant{Name: variants[2], Run: func(sh, _ int) time.Duration { return sourceRun(shapes[sh].table, 3, 2) }},
+	)
+	rates.Report(b, names, variants, [2]string{variants[1], "processor"}, [2]string{variants[2], "processor"})
+	for _, sh := range names {
 		for _, v := range variants[1:] {
-			r := ratio(sh.name+"/"+v, sh.name+"/processor")
-			b.ReportMetric(r, sh.name+"/"+v+"/processor")
-			b.Logf("%-9s %s / processor: %.2f× (median of %d per-round ratios)", sh.name, v, r, len(rates[sh.name+"/"+v]))
+			r, _ := rates.Ratio(sh+"/"+v, sh+"/processor")
+			b.Logf("%-9s %s / processor: %.2f× (median of %d per-round ratios)", sh, v, r, len(rates[sh+"/"+v]))
 		}
 	}
-	b.ReportMetric(0, "ns/op")
 }
 
 // loadEvents writes stream to db's events table in its order, with COPY,
