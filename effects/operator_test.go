@@ -3,9 +3,7 @@ package effects_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/effects"
+	"github.com/inorder/inorder/internal/streamtest"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -202,7 +201,7 @@ func TestBuildDoesNotResend(t *testing.T) {
 	require.Len(t, b.idem.callsByKey(), len(es))
 	jobs := b.count(t, `SELECT count(*) FROM river_job`)
 
-	res, err := b.proc.Build(ctx, "notifier", &projection.BuildOptions{Stream: &sliceStream{events: es, chunk: effects.DirectJobs + 2},
+	res, err := b.proc.Build(ctx, "notifier", &projection.BuildOptions{Stream: &streamtest.Slice{Events: es, Chunk: effects.DirectJobs + 2},
 		BatchSize: effects.DirectJobs + 2})
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Generation, "the new generation is live")
@@ -221,30 +220,4 @@ func TestBuildDoesNotResend(t *testing.T) {
 	for _, e := range es {
 		require.Equal(t, 1, calls[keyOf(kindNotify, e)], "one remote call for %s v%d", e.Aggregate, e.Version)
 	}
-}
-
-// sliceStream is a projection.Stream over events, chunk events per batch;
-// a position is the index after the batch's last event.
-type sliceStream struct {
-	events []aggregate.Event
-	chunk  int
-}
-
-func (s *sliceStream) Read(ctx context.Context, from projection.Position, fn func(context.Context, projection.StreamBatch) error) error {
-	start := 0
-	if from != nil {
-		n, err := strconv.Atoi(string(from))
-		if err != nil {
-			return fmt.Errorf("position %q: %w", from, err)
-		}
-		start = n
-	}
-	for i := start; i < len(s.events); i += s.chunk {
-		hi := min(i+s.chunk, len(s.events))
-		sb := projection.StreamBatch{Events: s.events[i:hi], Read: int64(hi - i), Position: projection.Position(strconv.Itoa(hi)), Time: time.Now()}
-		if err := fn(ctx, sb); err != nil {
-			return err
-		}
-	}
-	return nil
 }

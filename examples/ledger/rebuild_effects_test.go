@@ -2,11 +2,8 @@ package ledger_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
-	"net/http/httptest"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -14,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/aggregate"
-	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/internal/streamtest"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -30,106 +27,86 @@ import (
 // settled after the rebuilds is sent once.
 func TestRebuildSendsNoWebhook(t *testing.T) {
 	t.Parallel()
-	for _, perEvent := range []bool{false, true} {
-		name := map[bool]string{false: "set-based", true: "per-event"}[perEvent]
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			ctx := t.Context()
-			db := pgtest.NewMigrated(t)
-			t.Cleanup(func() { db.DropGenerationSchemas(t) })
-			_, err := effects.MigrateRiver(ctx, db.Pool, &effects.RiverMigrateOptions{Schema: db.Schema})
-			require.NoError(t, err)
-			recv := newReceiver()
-			srv := httptest.NewServer(recv)
-			t.Cleanup(srv.Close)
-			fx, err := effects.New(db.Pool, &effects.Config{
-				Schema: db.Schema, RetryBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
-				PollInterval: 50 * time.Millisecond,
-			}, &ledger.Webhook{URL: srv.URL})
-			require.NoError(t, err)
-			var p projection.Projection = ledger.New(&ledger.Options{Effects: fx})
-			if perEvent {
-				p = ledger.NewSimple(&ledger.Options{Effects: fx})
-			}
-			proc, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema}, p)
-			require.NoError(t, err)
-			require.NoError(t, proc.Setup(ctx))
-			require.NoError(t, fx.Start(ctx))
-			t.Cleanup(func() { require.NoError(t, fx.Stop(context.Background())) })
+	eachShape(t, func(t *testing.T, perEvent bool) {
+		ctx := t.Context()
+		db := pgtest.NewMigrated(t)
+		t.Cleanup(func() { db.DropGenerationSchemas(t) })
+		w := newWebhookLedger(t, db, perEvent)
+		recv, proc := w.recv, w.proc
+		w.start(t)
 
-			events := ledger.Generate(rand.New(rand.NewPCG(27, 4)), 30, 6)
-			for chunk := range slices.Chunk(events, 25) {
-				_, err := proc.Process(ctx, projection.Batch{Events: chunk})
-				require.NoError(t, err)
-			}
-			want, err := ledger.Settlements(events, "ledger")
+		events := ledger.Generate(rand.New(rand.NewPCG(27, 4)), 30, 6)
+		for chunk := range slices.Chunk(events, 25) {
+			_, err := proc.Process(ctx, projection.Batch{Events: chunk})
 			require.NoError(t, err)
-			require.NotEmpty(t, want)
-			before := recv.wait(t, want)
-			count := func(q string) int {
-				t.Helper()
-				var n int
-				require.NoError(t, db.Pool.QueryRow(ctx, q).Scan(&n))
-				return n
-			}
-			intents, jobs := count(`SELECT count(*) FROM effects`), count(`SELECT count(*) FROM river_job`)
-			require.Equal(t, len(want), intents, "one intent per settlement")
+		}
+		want, err := ledger.Settlements(events, "ledger")
+		require.NoError(t, err)
+		require.NotEmpty(t, want)
+		before := recv.wait(t, want)
+		count := func(q string) int {
+			t.Helper()
+			var n int
+			require.NoError(t, db.Pool.QueryRow(ctx, q).Scan(&n))
+			return n
+		}
+		intents, jobs := count(`SELECT count(*) FROM effects`), count(`SELECT count(*) FROM river_job`)
+		require.Equal(t, len(want), intents, "one intent per settlement")
 
-			// In place: the read model is emptied and replayed.
-			replay := func(ctx context.Context, emit func(context.Context, []aggregate.Event) error) error {
-				for chunk := range slices.Chunk(events, 40) {
-					if err := emit(ctx, chunk); err != nil {
-						return err
-					}
+		// In place: the read model is emptied and replayed.
+		replay := func(ctx context.Context, emit func(context.Context, []aggregate.Event) error) error {
+			for chunk := range slices.Chunk(events, 40) {
+				if err := emit(ctx, chunk); err != nil {
+					return err
 				}
-				return nil
 			}
-			_, err = proc.Build(ctx, "ledger", &projection.BuildOptions{InPlace: true, Replay: replay})
-			require.NoError(t, err)
-			require.Equal(t, intents, count(`SELECT count(*) FROM effects`), "the rebuild in place recorded no intent")
-			require.Equal(t, jobs, count(`SELECT count(*) FROM river_job`), "the rebuild in place enqueued no job")
+			return nil
+		}
+		_, err = proc.Build(ctx, "ledger", &projection.BuildOptions{InPlace: true, Replay: replay})
+		require.NoError(t, err)
+		require.Equal(t, intents, count(`SELECT count(*) FROM effects`), "the rebuild in place recorded no intent")
+		require.Equal(t, jobs, count(`SELECT count(*) FROM river_job`), "the rebuild in place enqueued no job")
 
-			// Side by side: generation 2 is replayed from the stream, caught
-			// up, verified against generation 1 and switched in.
-			res, err := proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: eventStream(events), BatchSize: 50})
-			require.NoError(t, err)
-			require.Equal(t, 2, res.Generation)
-			require.EqualValues(t, len(events), res.Events)
-			var payments int
-			require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{db.Schema + "_ledger_g2", "ledger_payments"}.Sanitize()).Scan(&payments))
-			require.Equal(t, 30, payments, "the replay ran the handler into generation 2")
-			require.Equal(t, intents, count(`SELECT count(*) FROM effects`), "the side-by-side rebuild recorded no intent")
-			require.Equal(t, jobs, count(`SELECT count(*) FROM river_job`), "the side-by-side rebuild enqueued no job")
+		// Side by side: generation 2 is replayed from the stream, caught
+		// up, verified against generation 1 and switched in.
+		res, err := proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: &streamtest.Slice{Events: events, Chunk: 20}, BatchSize: 50})
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Generation)
+		require.EqualValues(t, len(events), res.Events)
+		var payments int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{db.Schema + "_ledger_g2", "ledger_payments"}.Sanitize()).Scan(&payments))
+		require.Equal(t, 30, payments, "the replay ran the handler into generation 2")
+		require.Equal(t, intents, count(`SELECT count(*) FROM effects`), "the side-by-side rebuild recorded no intent")
+		require.Equal(t, jobs, count(`SELECT count(*) FROM river_job`), "the side-by-side rebuild enqueued no job")
 
-			// A payment settled after the rebuilds is sent, once; by the time
-			// its webhook arrived, nothing else was.
-			more := ledger.Generate(rand.New(rand.NewPCG(27, 5)), 1, 6)
-			for i := range more {
-				more[i].Aggregate = "pay-900000"
-			}
-			extra, err := ledger.Settlements(more, "ledger")
-			require.NoError(t, err)
-			require.NotEmpty(t, extra, "the new payment settles")
-			_, err = proc.Process(ctx, projection.Batch{Events: more})
-			require.NoError(t, err)
-			all := map[string]ledger.Settled{}
-			for k, s := range want {
-				all[k] = s
-			}
-			for k, s := range extra {
-				all[k] = s
-			}
-			after := recv.wait(t, all)
-			for k := range want {
-				require.Equal(t, before[k], after[k], "deliveries of %s", k)
-			}
-			for k := range extra {
-				require.Equal(t, 1+boolInt(k[0]%3 == 0), after[k], "the new settlement %s is delivered once (a 503 retried once)", k)
-			}
-			require.Len(t, after, len(all), "no delivery with another key")
-			require.Equal(t, intents+len(extra), count(`SELECT count(*) FROM effects`))
-		})
-	}
+		// A payment settled after the rebuilds is sent, once; by the time
+		// its webhook arrived, nothing else was.
+		more := ledger.Generate(rand.New(rand.NewPCG(27, 5)), 1, 6)
+		for i := range more {
+			more[i].Aggregate = "pay-900000"
+		}
+		extra, err := ledger.Settlements(more, "ledger")
+		require.NoError(t, err)
+		require.NotEmpty(t, extra, "the new payment settles")
+		_, err = proc.Process(ctx, projection.Batch{Events: more})
+		require.NoError(t, err)
+		all := map[string]ledger.Settled{}
+		for k, s := range want {
+			all[k] = s
+		}
+		for k, s := range extra {
+			all[k] = s
+		}
+		after := recv.wait(t, all)
+		for k := range want {
+			require.Equal(t, before[k], after[k], "deliveries of %s", k)
+		}
+		for k := range extra {
+			require.Equal(t, 1+boolInt(k[0]%3 == 0), after[k], "the new settlement %s is delivered once (a 503 retried once)", k)
+		}
+		require.Len(t, after, len(all), "no delivery with another key")
+		require.Equal(t, intents+len(extra), count(`SELECT count(*) FROM effects`))
+	})
 }
 
 func boolInt(b bool) int {
@@ -170,27 +147,4 @@ func (r *receiver) wait(t *testing.T, want map[string]ledger.Settled) map[string
 			require.FailNow(t, "timed out", "%d of %d settlements notified", n, len(want))
 		}
 	}
-}
-
-// eventStream is a projection.Stream over a slice, 20 events per batch; a
-// position is the index after a batch's last event.
-type eventStream []aggregate.Event
-
-func (s eventStream) Read(ctx context.Context, from projection.Position, fn func(context.Context, projection.StreamBatch) error) error {
-	start := 0
-	if from != nil {
-		n, err := strconv.Atoi(string(from))
-		if err != nil {
-			return fmt.Errorf("position %q: %w", from, err)
-		}
-		start = n
-	}
-	for i := start; i < len(s); i += 20 {
-		hi := min(i+20, len(s))
-		sb := projection.StreamBatch{Events: s[i:hi], Read: int64(hi - i), Position: projection.Position(strconv.Itoa(hi)), Time: time.Now()}
-		if err := fn(ctx, sb); err != nil {
-			return err
-		}
-	}
-	return nil
 }
