@@ -68,9 +68,7 @@ var coreTables = []string{
 
 func TestMigrateAndRerun(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.New(t)
-	m := newMigrator(t, db.Pool, db.Schema, false)
+	ctx, db, m := setup(t)
 
 	res, err := m.Migrate(ctx)
 	require.NoError(t, err)
@@ -92,8 +90,7 @@ func TestMigrateCreatesAndQuotesSchema(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	schema := db.Schema + `_Odd "Name"`
-	dropSchema(t, db.Pool, schema)
+	schema := otherSchema(t, db, `_Odd "Name"`)
 
 	m := newMigrator(t, db.Pool, schema, false)
 	require.Equal(t, schema, m.Schema())
@@ -107,8 +104,7 @@ func TestDryRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	schema := db.Schema + "_dry"
-	dropSchema(t, db.Pool, schema)
+	schema := otherSchema(t, db, "_dry")
 
 	res, err := newMigrator(t, db.Pool, schema, true).Migrate(ctx)
 	require.NoError(t, err)
@@ -133,9 +129,7 @@ func TestDryRun(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.New(t)
-	m := newMigrator(t, db.Pool, db.Schema, false)
+	ctx, _, m := setup(t)
 
 	st, err := m.Status(ctx)
 	require.NoError(t, err)
@@ -164,13 +158,9 @@ func TestStatus(t *testing.T) {
 
 func TestRollback(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.New(t)
-	m := newMigrator(t, db.Pool, db.Schema, false)
-	_, err := m.Migrate(ctx)
-	require.NoError(t, err)
+	ctx, db, m := migrated(t)
 
-	_, err = m.Rollback(ctx, -1)
+	_, err := m.Rollback(ctx, -1)
 	require.Error(t, err)
 	res, err := m.Rollback(ctx, 0)
 	require.NoError(t, err)
@@ -196,12 +186,8 @@ func TestRollback(t *testing.T) {
 
 func TestDatabaseAhead(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.New(t)
-	m := newMigrator(t, db.Pool, db.Schema, false)
-	_, err := m.Migrate(ctx)
-	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES (999, 'from_the_future')")
+	ctx, db, m := migrated(t)
+	_, err := db.Pool.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES (999, 'from_the_future')")
 	require.NoError(t, err)
 
 	_, err = m.Migrate(ctx)
@@ -224,8 +210,7 @@ func TestConcurrentMigrate(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
 	// A schema that does not exist yet, so creating it races too.
-	schema := db.Schema + "_concurrent"
-	dropSchema(t, db.Pool, schema)
+	schema := otherSchema(t, db, "_concurrent")
 
 	const pools, perPool = 3, 2
 	var (
@@ -274,8 +259,7 @@ func TestMigrateTx(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := pgtest.New(t)
-	schema := db.Schema + "_tx"
-	dropSchema(t, db.Pool, schema)
+	schema := otherSchema(t, db, "_tx")
 	m := newMigrator(t, db.Pool, schema, false)
 
 	// Rolled back: nothing stays.
@@ -331,6 +315,42 @@ func TestFailedStepRollsBackAlone(t *testing.T) {
 	require.False(t, st[1].Applied)
 }
 
+// setup returns a test's context, its database (pgtest.New: an empty
+// schema of its own) and a Migrator of the embedded migrations on it.
+func setup(t *testing.T) (context.Context, *pgtest.DB, *migrations.Migrator) {
+	t.Helper()
+	db := pgtest.New(t)
+	return context.Background(), db, newMigrator(t, db.Pool, db.Schema, false)
+}
+
+// upToVersion returns a Migrator on db of the embedded migrations up to version n.
+func upToVersion(t *testing.T, db *pgtest.DB, n int) *migrations.Migrator {
+	t.Helper()
+	fsys, _, _ := embedded(t, n)
+	m, err := migrations.NewWithFS(db.Pool, &migrations.Options{Schema: db.Schema}, fsys)
+	require.NoError(t, err)
+	return m
+}
+
+// migrated is setup with the migrations applied.
+func migrated(t *testing.T) (context.Context, *pgtest.DB, *migrations.Migrator) {
+	t.Helper()
+	ctx, db, m := setup(t)
+	_, err := m.Migrate(ctx)
+	require.NoError(t, err)
+	return ctx, db, m
+}
+
+// migratedTo returns a test's context and its database (pgtest.New) with
+// the embedded migrations up to version n applied.
+func migratedTo(t *testing.T, n int) (context.Context, *pgtest.DB) {
+	t.Helper()
+	ctx, db := context.Background(), pgtest.New(t)
+	_, err := upToVersion(t, db, n).Migrate(ctx)
+	require.NoError(t, err)
+	return ctx, db
+}
+
 func newMigrator(t *testing.T, pool *pgxpool.Pool, schema string, dryRun bool) *migrations.Migrator {
 	t.Helper()
 	m, err := migrations.New(pool, &migrations.Options{Schema: schema, DryRun: dryRun, Logger: testLogger(t)})
@@ -352,14 +372,16 @@ func tables(t *testing.T, pool *pgxpool.Pool, schema string) []string {
 	return names
 }
 
-// dropSchema drops schema, which the test creates besides its pgtest one,
-// when the test ends.
-func dropSchema(t *testing.T, pool *pgxpool.Pool, schema string) {
+// otherSchema returns the name of a schema the test creates besides its
+// pgtest one, db's schema name with suffix, and drops it when the test ends.
+func otherSchema(t *testing.T, db *pgtest.DB, suffix string) string {
 	t.Helper()
+	schema := db.Schema + suffix
 	t.Cleanup(func() {
-		_, err := pool.Exec(context.Background(), fmt.Sprintf("DROP SCHEMA IF EXISTS %s CASCADE", pgx.Identifier{schema}.Sanitize()))
+		_, err := db.Pool.Exec(context.Background(), fmt.Sprintf("DROP SCHEMA IF EXISTS %s CASCADE", pgx.Identifier{schema}.Sanitize()))
 		require.NoError(t, err)
 	})
+	return schema
 }
 
 // testLogger sends the migrator's log lines to the test's output.
@@ -374,21 +396,13 @@ func testLogger(t *testing.T) *slog.Logger {
 // back into applied.
 func TestAppliedInVersions(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.New(t)
-	only001, _, _ := embedded(t, 1)
-	old, err := migrations.NewWithFS(db.Pool, &migrations.Options{Schema: db.Schema}, only001)
-	require.NoError(t, err)
-	_, err = old.Migrate(ctx)
-	require.NoError(t, err)
+	ctx, db := migratedTo(t, 1)
 	hash := func(b byte) []byte { return slices.Repeat([]byte{b}, 16) }
-	_, err = db.Pool.Exec(ctx, `INSERT INTO versions (projection, aggregate, version) VALUES ('p', 'a', 2);
+	_, err := db.Pool.Exec(ctx, `INSERT INTO versions (projection, aggregate, version) VALUES ('p', 'a', 2);
 INSERT INTO applied (projection, aggregate, version, event_id, hash) VALUES ('p', 'a', 1, 'a:1', '\x01'), ('p', 'a', 2, 'a:2', '\x02')`)
 	require.NoError(t, err)
 
-	upTo002, _, _ := embedded(t, 2)
-	m, err := migrations.NewWithFS(db.Pool, &migrations.Options{Schema: db.Schema}, upTo002)
-	require.NoError(t, err)
+	m := upToVersion(t, db, 2)
 	res, err := m.Migrate(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []int{2}, res.Versions())
@@ -430,20 +444,12 @@ INSERT INTO applied (projection, aggregate, version, event_id, hash) VALUES ('p'
 // acknowledgement; rejected deliveries gain their raw bytes.
 func TestOperationsMigration(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.New(t)
-	upTo002, _, _ := embedded(t, 2)
-	old, err := migrations.NewWithFS(db.Pool, &migrations.Options{Schema: db.Schema}, upTo002)
-	require.NoError(t, err)
-	_, err = old.Migrate(ctx)
-	require.NoError(t, err)
-	_, err = db.Pool.Exec(ctx, `INSERT INTO checkpoints (name, commit_position, prepare_position)
+	ctx, db := migratedTo(t, 2)
+	_, err := db.Pool.Exec(ctx, `INSERT INTO checkpoints (name, commit_position, prepare_position)
 VALUES ('a', 1234, 1230), ('b', 9000000000000000000, 7)`)
 	require.NoError(t, err)
 
-	upTo003, _, _ := embedded(t, 3)
-	m, err := migrations.NewWithFS(db.Pool, &migrations.Options{Schema: db.Schema}, upTo003)
-	require.NoError(t, err)
+	m := upToVersion(t, db, 3)
 	_, err = m.Migrate(ctx)
 	require.NoError(t, err)
 	positions := func() map[string]string {
@@ -527,9 +533,7 @@ func legacySession(t *testing.T, db *pgtest.DB, schema string) *pgx.Conn {
 
 func TestOfflineMigrationRefusedWhileWorkersConnected(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.New(t)
-	m := newMigrator(t, db.Pool, db.Schema, false)
+	ctx, db, m := setup(t)
 	offline := rollbackToOffline(t, m)
 
 	workers, err := m.Workers(ctx)
@@ -608,11 +612,7 @@ func TestOfflineMigrationRefusedWhileWorkersConnected(t *testing.T) {
 
 func TestOnlineMigrationRunsWhileWorkersConnected(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.New(t)
-	m := newMigrator(t, db.Pool, db.Schema, false)
-	_, err := m.Migrate(ctx)
-	require.NoError(t, err)
+	ctx, db, m := migrated(t)
 	st, err := m.Status(ctx)
 	require.NoError(t, err)
 	online := 0 // the online migrations after the newest offline one
@@ -642,9 +642,7 @@ func TestOnlineMigrationRunsWhileWorkersConnected(t *testing.T) {
 
 func TestAnnouncementSurvivesALostConnection(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.New(t)
-	m := newMigrator(t, db.Pool, db.Schema, false)
+	ctx, db, m := setup(t)
 	p, err := migrations.Announce(ctx, db.Pool, db.Schema, testLogger(t))
 	require.NoError(t, err)
 	defer p.Close()
@@ -668,11 +666,7 @@ func TestAnnouncementSurvivesALostConnection(t *testing.T) {
 
 func TestOnlineStepWaitsBoundedForItsLock(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.New(t)
-	m := newMigrator(t, db.Pool, db.Schema, false)
-	_, err := m.Migrate(ctx)
-	require.NoError(t, err)
+	ctx, db, m := migrated(t)
 	st, err := m.Status(ctx)
 	require.NoError(t, err)
 	last := st[len(st)-1]
@@ -713,11 +707,7 @@ func TestOnlineStepWaitsBoundedForItsLock(t *testing.T) {
 
 func TestNewerOnlineMigrationsTolerated(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.New(t)
-	m := newMigrator(t, db.Pool, db.Schema, false)
-	_, err := m.Migrate(ctx)
-	require.NoError(t, err)
+	ctx, db, m := migrated(t)
 
 	// Each applied migration's directive is recorded.
 	rows, err := db.Pool.Query(ctx, "SELECT online FROM schema_migrations ORDER BY version")
@@ -755,13 +745,9 @@ func TestNewerOnlineMigrationsTolerated(t *testing.T) {
 
 func TestTrackingTableGainsOnline(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := pgtest.New(t)
-	m := newMigrator(t, db.Pool, db.Schema, false)
-	_, err := m.Migrate(ctx)
-	require.NoError(t, err)
+	ctx, db, m := migrated(t)
 	// As an older release left it: no online column.
-	_, err = db.Pool.Exec(ctx, "ALTER TABLE schema_migrations DROP COLUMN online")
+	_, err := db.Pool.Exec(ctx, "ALTER TABLE schema_migrations DROP COLUMN online")
 	require.NoError(t, err)
 	st, err := m.Status(ctx)
 	require.NoError(t, err, "Status reads a table without the column")
