@@ -16,6 +16,7 @@ import (
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/cli"
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/migrations"
 	"github.com/inorder/inorder/projection"
@@ -87,6 +88,15 @@ func (b *bundle) runJSON(t *testing.T, v any, args ...string) {
 	require.NoError(t, json.Unmarshal([]byte(out), v), "output: %s", out)
 }
 
+// unmigrated returns a bundle on an empty schema (no migration, no
+// processor) whose command line has the ledger and the source drivers.
+func unmigrated(t *testing.T, drivers ...source.Driver) *bundle {
+	t.Helper()
+	db := pgtest.New(t)
+	return &bundle{db: db, cfg: cli.Config{Projections: []projection.Projection{ledger.New(nil)}, Sources: drivers},
+		env: map[string]string{"DATABASE_URL": db.URL, "INORDER_SCHEMA": db.Schema}}
+}
+
 func (b *bundle) process(t *testing.T, events ...aggregate.Event) []projection.Result {
 	t.Helper()
 	res, err := b.proc.Process(t.Context(), projection.Batch{Events: events, Source: "test"})
@@ -94,12 +104,8 @@ func (b *bundle) process(t *testing.T, events ...aggregate.Event) []projection.R
 	return res
 }
 
-func event(t *testing.T, agg string, version int64, typ string, d ledger.Data) aggregate.Event {
-	t.Helper()
-	e, err := aggregate.New(agg, version, typ, d)
-	require.NoError(t, err)
-	return e
-}
+// event is a ledger event.
+var event = ledgertest.Event
 
 func authorized(t *testing.T, agg string) aggregate.Event {
 	return event(t, agg, 1, ledger.Authorized, ledger.Data{Payer: "customer-1", Payee: "merchant-1", Amount: 1000})
@@ -379,9 +385,8 @@ func TestOperatorCommands(t *testing.T) {
 
 	t.Run("MigrateOfflineRefused", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.New(t)
-		b := &bundle{db: db, cfg: cli.Config{Projections: []projection.Projection{ledger.New(nil)}, Sources: []source.Driver{esdb.Driver()}},
-			env: map[string]string{"DATABASE_URL": db.URL, "INORDER_SCHEMA": db.Schema}}
+		b := unmigrated(t, esdb.Driver())
+		db := b.db
 		b.runOK(t, "migrate")
 		// Back to before 007_operator, the newest offline migration.
 		m, err := migrations.New(db.Pool, &migrations.Options{Schema: db.Schema})
@@ -414,9 +419,8 @@ func TestOperatorCommands(t *testing.T) {
 
 	t.Run("NewerOnlineMigration", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.New(t)
-		b := &bundle{db: db, cfg: cli.Config{Projections: []projection.Projection{ledger.New(nil)}},
-			env: map[string]string{"DATABASE_URL": db.URL, "INORDER_SCHEMA": db.Schema}}
+		b := unmigrated(t)
+		db := b.db
 		b.runOK(t, "migrate")
 		_, err := db.Pool.Exec(t.Context(), "INSERT INTO schema_migrations (version, name, online) VALUES (900, 'newer_column', true)")
 		require.NoError(t, err)
@@ -432,9 +436,8 @@ func TestOperatorCommands(t *testing.T) {
 
 	t.Run("Migrate", func(t *testing.T) {
 		t.Parallel()
-		db := pgtest.New(t)
-		b := &bundle{db: db, cfg: cli.Config{Projections: []projection.Projection{ledger.New(nil)}},
-			env: map[string]string{"DATABASE_URL": db.URL, "INORDER_SCHEMA": db.Schema}}
+		b := unmigrated(t)
+		db := b.db
 
 		_, _, err := b.run(t, "status")
 		require.Regexp(t, `pending migrations: run 'inorder migrate --schema \S+' first$`, err.Error())

@@ -16,6 +16,7 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/metrics"
 	"github.com/inorder/inorder/projection"
@@ -50,12 +51,8 @@ func scrape(t *testing.T, h http.Handler) map[string]float64 {
 	return out
 }
 
-func event(t *testing.T, agg string, version int64, typ string, d ledger.Data) aggregate.Event {
-	t.Helper()
-	e, err := aggregate.New(agg, version, typ, d)
-	require.NoError(t, err)
-	return e
-}
+// event is a ledger event.
+var event = ledgertest.Event
 
 func TestMetrics(t *testing.T) {
 	t.Parallel()

@@ -2,6 +2,9 @@ package ledgertest
 
 import (
 	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
@@ -18,6 +21,15 @@ func Applied(n int, procs ...*projection.Processor) func() bool {
 		}
 		return sum >= int64(n)
 	}
+}
+
+// Event returns the ledger event of type typ with data d, version version
+// of aggregate agg.
+func Event(tb testing.TB, agg string, version int64, typ string, d ledger.Data) aggregate.Event {
+	tb.Helper()
+	e, err := aggregate.New(agg, version, typ, d)
+	require.NoError(tb, err)
+	return e
 }
 
 // Generate returns a ledger stream of payments × versions events, the same
