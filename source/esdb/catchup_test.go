@@ -1,7 +1,6 @@
 package esdb_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -17,12 +16,8 @@ import (
 // lastPosition returns the $all position of a stream's last event.
 func (e *env) lastPosition(t testing.TB, stream string) esdbc.Position {
 	t.Helper()
-	rs, err := e.client.ReadStream(context.Background(), stream, esdbc.ReadStreamOptions{Direction: esdbc.Backwards, From: esdbc.End{}}, 1)
-	require.NoError(t, err)
-	defer rs.Close()
-	ev, err := rs.Recv()
-	require.NoError(t, err)
-	return ev.OriginalEvent().Position
+	p, _ := e.lastEvent(t, stream)
+	return p
 }
 
 // The core property through EventStoreDB: a catch-up subscription to $all

@@ -38,6 +38,19 @@ func (e *env) deleteStream(t testing.TB, stream string) {
 	require.NoError(t, err)
 }
 
+// withheld appends a ledger stream of payments payments of 5 versions
+// (generate) to a server of the test's own and processes it without the
+// version 3 of each payment, so that 4 and 5 park behind it; it returns the
+// env, the bundle, the stream and the results.
+func withheld(t *testing.T, seed uint64, payments int) (*env, *bundle, []aggregate.Event, []projection.Result) {
+	t.Helper()
+	e, b, events := newEnv(t), setup(t), generate(seed, payments, 5)
+	e.appendEvents(t, events)
+	res, err := b.Proc.Process(t.Context(), projection.Batch{Events: without(events, 3)})
+	require.NoError(t, err)
+	return e, b, events, res
+}
+
 // without returns events minus the given versions of every aggregate.
 func without(events []aggregate.Event, versions ...int64) []aggregate.Event {
 	var out []aggregate.Event
@@ -69,12 +82,7 @@ func TestGapRepair(t *testing.T) {
 	// repair reads 3 from the stream and the rest drains, in order.
 	t.Run("Repaired", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t)
-		b := setup(t)
-		events := generate(7, 3, 5)
-		e.appendEvents(t, events)
-		res, err := b.Proc.Process(t.Context(), projection.Batch{Events: without(events, 3)})
-		require.NoError(t, err)
+		e, b, events, res := withheld(t, 7, 3)
 		parked := 0
 		for _, r := range res {
 			if r.Outcome == projection.Parked {
@@ -111,13 +119,8 @@ func TestGapRepair(t *testing.T) {
 	} {
 		t.Run("MissingAtSource/"+c.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t)
-			b := setup(t)
-			events := generate(8, 1, 5)
+			e, b, events, _ := withheld(t, 8, 1)
 			agg := events[0].Aggregate
-			e.appendEvents(t, events)
-			_, err := b.Proc.Process(t.Context(), projection.Batch{Events: without(events, 3)})
-			require.NoError(t, err)
 			c.remove(t, e, e.stream(agg))
 
 			// Two sources (two processes) find the gap; one row records it.
@@ -214,12 +217,7 @@ func TestRepairNow(t *testing.T) {
 
 	t.Run("Repaired", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t)
-		b := setup(t)
-		events := generate(10, 3, 5)
-		e.appendEvents(t, events)
-		_, err := b.Proc.Process(t.Context(), projection.Batch{Events: without(events, 3)})
-		require.NoError(t, err)
+		e, b, events, _ := withheld(t, 10, 3)
 		var hooked []esdb.Repair
 		src := newSource(t, e, b, func(r esdb.Repair) { hooked = append(hooked, r) })
 
