@@ -153,6 +153,39 @@ func NewSchema(ctx context.Context, databaseURL, prefix string, keep bool) (*Sch
 	return s, nil
 }
 
+// Poll calls done every interval until it reports true (nil) or an error
+// (that error). It fails when ctx ends ("timed out") or when exited reports
+// that a process exited (its error), checked before each call of done.
+func Poll(ctx context.Context, interval time.Duration, exited func() error, done func() (bool, error)) error {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return errors.New("timed out")
+		case <-tick.C:
+		}
+		if err := exited(); err != nil {
+			return err
+		}
+		if ok, err := done(); ok || err != nil {
+			return err
+		}
+	}
+}
+
+// Begin returns the context of an orchestrator's run, bounded by timeout,
+// and a schema of its own in the database at databaseURL (NewSchema); end
+// drops the schema (unless keep) and cancels the context.
+func Begin(timeout time.Duration, databaseURL, prefix string, keep bool) (ctx context.Context, s *Schema, end func(), err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	if s, err = NewSchema(ctx, databaseURL, prefix, keep); err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, s, func() { s.Drop(); cancel() }, nil
+}
+
 // Drop drops the schema (unless kept) and closes its connections.
 func (s *Schema) Drop() {
 	if !s.keep {
@@ -304,13 +337,11 @@ func MiB(rss []float64) string {
 }
 
 func (b *Broker) run(o *brokerOptions) error {
-	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
-	defer cancel()
-	schema, err := NewSchema(ctx, o.DatabaseURL, b.Command, o.Keep)
+	ctx, schema, end, err := Begin(o.Timeout, o.DatabaseURL, b.Command, o.Keep)
 	if err != nil {
 		return err
 	}
-	defer schema.Drop()
+	defer end()
 
 	fmt.Fprintf(os.Stderr, "%s: %s %d events in the %s's process…\n", b.Command, b.Loading, o.Events, b.Server)
 	server, address, err := StartServe(b.Server, b.Prefix, "-events", strconv.Itoa(o.Events), "-versions", strconv.Itoa(o.Versions), "-seed", strconv.FormatUint(o.Seed, 10))
@@ -341,36 +372,28 @@ func (b *Broker) run(o *brokerOptions) error {
 		return err
 	}
 	defer led.Close()
-	var took time.Duration
 	var extra *Proc
 	var extraRSS, parkedAtRebalance float64
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for took == 0 {
-		select {
-		case <-ctx.Done():
-			return errors.New("timed out")
-		case <-tick.C:
-		}
-		if err := workers.Exited(); err != nil {
-			return err
-		}
+	err = Poll(ctx, 250*time.Millisecond, workers.Exited, func() (bool, error) {
 		applied := led.Applied(ctx)
-		switch {
-		case applied >= want:
-			took = time.Since(began)
-		case o.rebalance && extra == nil && applied >= want/2:
+		if o.rebalance && extra == nil && applied < want && applied >= want/2 {
 			before := Parked(workers.Procs)
+			var err error
 			if extra, err = workers.Spawn("inorder run (joining)"); err != nil {
-				return err
+				return false, err
 			}
 			time.Sleep(3 * time.Second) // it joins, takes its share, works a while
 			joinerParked := Parked([]*Proc{extra})
 			if extraRSS, err = extra.Stop(); err != nil {
-				return err
+				return false, err
 			}
 			parkedAtRebalance = Parked(workers.Procs) - before + joinerParked
 		}
+		return applied >= want, nil
+	})
+	took := time.Since(began)
+	if err != nil {
+		return err
 	}
 	parked := Parked(workers.Procs)
 	rss, err := workers.Stop()

@@ -102,13 +102,11 @@ func orchestrate(args []string) int {
 }
 
 func run(o *options) error {
-	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
-	defer cancel()
-	schema, err := e2eproc.NewSchema(ctx, o.DatabaseURL, "e2e", o.Keep)
+	ctx, schema, end, err := e2eproc.Begin(o.Timeout, o.DatabaseURL, "e2e", o.Keep)
 	if err != nil {
 		return err
 	}
-	defer schema.Drop()
+	defer end()
 
 	fmt.Fprintf(os.Stderr, "esdbe2e: appending %d events to the server process…\n", o.Events)
 	server, esdbURL, err := e2eproc.StartServe("server", "url ", "-events", strconv.Itoa(o.Events), "-versions", strconv.Itoa(o.Versions),
@@ -139,29 +137,18 @@ func run(o *options) error {
 	// Wait until every event is applied.
 	events := e2eproc.Workload(o.Seed, o.Events, o.Versions)
 	want := float64(len(events))
-	var took time.Duration
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for took == 0 {
-		select {
-		case <-ctx.Done():
-			_, _ = stopAll()
-			_, _ = server.Stop()
-			return fmt.Errorf("timed out")
-		case <-tick.C:
-		}
-		if err := workers.Exited(); err != nil {
-			_, _ = stopAll()
-			_, _ = server.Stop()
-			return err
-		}
+	err = e2eproc.Poll(ctx, 100*time.Millisecond, workers.Exited, func() (bool, error) {
 		var applied float64
 		for _, p := range workers.Procs {
 			applied += e2eproc.Scrape(p.Metrics, "inorder_events_total", "applied") + e2eproc.Scrape(p.Metrics, "inorder_drained_total", "")
 		}
-		if applied >= want {
-			took = time.Since(began)
-		}
+		return applied >= want, nil
+	})
+	took := time.Since(began)
+	if err != nil {
+		_, _ = stopAll()
+		_, _ = server.Stop()
+		return err
 	}
 	// The source's batch figures, read before the workers stop.
 	var src sourceFigures

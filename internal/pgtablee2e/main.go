@@ -81,13 +81,11 @@ func main() {
 }
 
 func run(o *options) error {
-	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
-	defer cancel()
-	sch, err := e2eproc.NewSchema(ctx, o.DatabaseURL, "pgtablee2e", o.Keep)
+	ctx, sch, end, err := e2eproc.Begin(o.Timeout, o.DatabaseURL, "pgtablee2e", o.Keep)
 	if err != nil {
 		return err
 	}
-	defer sch.Drop()
+	defer end()
 	schema := sch.Name
 	env := append(os.Environ(), "DATABASE_URL="+sch.URL, "INORDER_SCHEMA="+schema, "INORDER_SOURCE=postgres", "INORDER_LOG_LEVEL=warn")
 	if err := e2eproc.Migrate(o.Inorder, env); err != nil {
@@ -143,23 +141,11 @@ func run(o *options) error {
 		}
 	}
 	want := int64(len(events))
-	var took time.Duration
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for took == 0 {
-		select {
-		case <-ctx.Done():
-			_, _ = stopAll()
-			return errors.New("timed out")
-		case <-tick.C:
-		}
-		if err := exited(); err != nil {
-			_, _ = stopAll()
-			return err
-		}
-		if led.Applied(ctx) >= want {
-			took = time.Since(began)
-		}
+	err = e2eproc.Poll(ctx, 100*time.Millisecond, exited, func() (bool, error) { return led.Applied(ctx) >= want, nil })
+	took := time.Since(began)
+	if err != nil {
+		_, _ = stopAll()
+		return err
 	}
 	parked := e2eproc.Parked(group.Procs)
 	rss, err := stopAll()
