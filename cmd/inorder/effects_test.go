@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -111,8 +110,7 @@ func TestRunWithEffects(t *testing.T) {
 	require.Equal(t, ledger.SettledWebhook, st.Effects[0].Kind)
 	require.Zero(t, st.Effects[0].Failed)
 
-	run.signal(t, syscall.SIGTERM)
-	require.NoError(t, run.wait(t, time.Minute))
+	run.stop(t)
 	require.Contains(t, run.stderr.String(), "effects workers started")
 
 	recv.mu.Lock()

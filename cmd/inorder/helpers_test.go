@@ -167,6 +167,14 @@ func (p *process) wait(t *testing.T, timeout time.Duration) error {
 }
 
 // signal sends sig to the process.
+// stop stops the process with SIGTERM and requires a clean exit within a
+// minute.
+func (p *process) stop(t *testing.T) {
+	t.Helper()
+	p.signal(t, syscall.SIGTERM)
+	require.NoError(t, p.wait(t, time.Minute))
+}
+
 func (p *process) signal(t *testing.T, sig syscall.Signal) {
 	t.Helper()
 	require.NoError(t, p.cmd.Process.Signal(sig))
@@ -233,6 +241,34 @@ func (e *env) runJSON(t *testing.T, v any, args ...string) {
 
 // workload generates payments and appends them to the env's EventStoreDB,
 // each payment to stream "payment-<id>". It returns the events.
+// runServe is a worker (run) and a serve process, with their base URLs.
+type runServe struct {
+	run, serve         *process
+	runBase, serveBase string
+}
+
+// runAndServe migrates, appends a workload (see workload), starts a worker
+// (run, batches of 10) and, once it applied the workload, a serve process,
+// both with an HTTP address of their own.
+func (e *env) runAndServe(t *testing.T, seed uint64, offset, payments, versions int) runServe {
+	t.Helper()
+	e.run(t, "migrate")
+	w := e.workload(t, seed, offset, payments, versions)
+	rs := runServe{run: e.start(t, "run", "--http-addr", "127.0.0.1:0", "--batch-size", "10")}
+	rs.runBase = rs.run.baseURL(t)
+	e.waitApplied(t, int64(len(w)), time.Minute)
+	rs.serve = e.start(t, "serve", "--http-addr", "127.0.0.1:0")
+	rs.serveBase = rs.serve.baseURL(t)
+	return rs
+}
+
+// stop stops both (SIGTERM) and requires a clean exit of each.
+func (rs runServe) stop(t *testing.T) {
+	t.Helper()
+	rs.run.stop(t)
+	rs.serve.stop(t)
+}
+
 func (e *env) workload(t *testing.T, seed uint64, offset, payments, versions int) []aggregate.Event {
 	t.Helper()
 	events := ledger.Generate(rand.New(rand.NewPCG(seed, seed)), payments, versions)

@@ -175,8 +175,7 @@ func TestPersistentSideBySide(t *testing.T) {
 	a := e.start(t, args...)
 	b := e.start(t, args...)
 	e.waitApplied(t, int64(len(w)), time.Minute)
-	b.signal(t, syscall.SIGTERM)
-	require.NoError(t, b.wait(t, time.Minute))
+	b.stop(t)
 	// Two signals: the second cuts the drain short (or comes after it).
 	a.signal(t, syscall.SIGTERM)
 	a.signal(t, syscall.SIGTERM)
@@ -248,8 +247,7 @@ func TestRebuild(t *testing.T) {
 	// The live worker resumes after the rebuild.
 	w2 := e.workload(t, 5, 1000, 100, 6)
 	e.waitApplied(t, int64(len(w1)+len(w2)), time.Minute)
-	run.signal(t, syscall.SIGTERM)
-	require.NoError(t, run.wait(t, time.Minute))
+	run.stop(t)
 	all := slices.Concat(w1, w2)
 	e.requireFold(t, all)
 
@@ -358,8 +356,7 @@ func TestRunEventsTable(t *testing.T) {
 	require.Equal(t, int64(len(all)), rep.Events)
 	e.requireFold(t, all)
 
-	run.signal(t, syscall.SIGTERM)
-	require.NoError(t, run.wait(t, time.Minute))
+	run.stop(t)
 	e.requireFold(t, all)
 	cps := e.count(t, `SELECT count(*) FROM checkpoints WHERE name LIKE 'postgres/%'`)
 	require.Equal(t, int64(16), cps, "a checkpoint per partition")

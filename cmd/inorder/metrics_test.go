@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -88,13 +87,8 @@ func TestMetricsDocumented(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	doc := documentedMetrics(t)
-	e.run(t, "migrate")
-	w := e.workload(t, 11, 0, 30, 4)
-	run := e.start(t, "run", "--http-addr", "127.0.0.1:0", "--batch-size", "10")
-	runBase := run.baseURL(t)
-	e.waitApplied(t, int64(len(w)), time.Minute)
-	serve := e.start(t, "serve", "--http-addr", "127.0.0.1:0")
-	serveBase := serve.baseURL(t)
+	rs := e.runAndServe(t, 11, 0, 30, 4)
+	runBase, serveBase := rs.runBase, rs.serveBase
 
 	for _, p := range []struct{ name, base string }{{"run", runBase}, {"serve", serveBase}} {
 		getJSON(t, p.base+"/healthz", nil) // an HTTP request to measure
@@ -112,10 +106,7 @@ func TestMetricsDocumented(t *testing.T) {
 			}
 		}
 	}
-	for _, p := range []*process{run, serve} {
-		p.signal(t, syscall.SIGTERM)
-		require.NoError(t, p.wait(t, time.Minute))
-	}
+	rs.stop(t)
 }
 
 // TestDashboardAndAlertMetricsExist: every series the Grafana dashboard
@@ -188,13 +179,8 @@ func TestDashboardAndAlertMetricsExist(t *testing.T) {
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }))
 	defer hook.Close()
 	e.vars["INORDER_LEDGER_WEBHOOK_URL"] = hook.URL
-	e.run(t, "migrate")
-	w := e.workload(t, 31, 0, 30, 6)
-	run := e.start(t, "run", "--http-addr", "127.0.0.1:0", "--batch-size", "10")
-	runBase := run.baseURL(t)
-	e.waitApplied(t, int64(len(w)), time.Minute)
-	serve := e.start(t, "serve", "--http-addr", "127.0.0.1:0")
-	serveBase := serve.baseURL(t)
+	rs := e.runAndServe(t, 31, 0, 30, 6)
+	runBase, serveBase := rs.runBase, rs.serveBase
 	served := map[string]bool{}
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -219,10 +205,7 @@ func TestDashboardAndAlertMetricsExist(t *testing.T) {
 		}
 		require.True(t, served[base], "%s is named by the dashboard or the alerts but not served by run or serve", name)
 	}
-	for _, p := range []*process{run, serve} {
-		p.signal(t, syscall.SIGTERM)
-		require.NoError(t, p.wait(t, time.Minute))
-	}
+	rs.stop(t)
 }
 
 // headingAnchors returns the anchors GitHub gives a Markdown file's

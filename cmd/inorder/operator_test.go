@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -54,8 +53,7 @@ func TestBadEventWorkflow(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "the worker did not reject v2 and park v3: %+v", st)
 		time.Sleep(50 * time.Millisecond)
 	}
-	run.signal(t, syscall.SIGTERM)
-	require.NoError(t, run.wait(t, time.Minute))
+	run.stop(t)
 
 	// The operator's shell has neither the worker's --stream-prefix nor its
 	// variable: the repair reads the stream the workers read.
@@ -101,8 +99,7 @@ func TestBadEventWorkflow(t *testing.T) {
 	serve := e.start(t, "serve", "--http-addr", "127.0.0.1:0")
 	resp := getBody(t, serve.baseURL(t)+"/metrics")
 	require.Regexp(t, `(?m)^inorder_rejected_pending 0$`, resp)
-	serve.signal(t, syscall.SIGTERM)
-	require.NoError(t, serve.wait(t, time.Minute))
+	serve.stop(t)
 }
 
 // TestStatusOtherSchema: a schema that holds only another binary's

@@ -15,6 +15,7 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/esdb/esdbtest"
 )
@@ -150,8 +151,7 @@ func TestJSONLogs(t *testing.T) {
 	run := e.start(t, "run", "--http-addr", "127.0.0.1:0", "--batch-size", "10")
 	run.baseURL(t)
 	e.waitApplied(t, int64(len(w)), time.Minute)
-	run.signal(t, syscall.SIGTERM)
-	require.NoError(t, run.wait(t, time.Minute))
+	run.stop(t)
 	requireJSONLines(t, "run stderr", run.stderr.String())
 	require.Empty(t, run.stdout.String())
 	require.Regexp(t, `"msg":"serving http://127\.0\.0\.1:\d+"`, run.stderr.String())
@@ -219,12 +219,8 @@ func (e *env) process(t *testing.T, events ...aggregate.Event) {
 	require.NoError(t, err)
 }
 
-func event(t *testing.T, agg string, version int64, typ string, d ledger.Data) aggregate.Event {
-	t.Helper()
-	ev, err := aggregate.New(agg, version, typ, d)
-	require.NoError(t, err)
-	return ev
-}
+// event is a ledger event.
+var event = ledgertest.Event
 
 // TestReadyMaxLag: with --ready-max-lag, /readyz fails while the workers
 // cannot commit (the lag grows past it) and passes again once they have.
@@ -269,8 +265,7 @@ func TestReadyMaxLag(t *testing.T) {
 	e.waitApplied(t, int64(len(w)+len(more)), time.Minute)
 	waitReady(http.StatusOK, "ready")
 
-	run.signal(t, syscall.SIGTERM)
-	require.NoError(t, run.wait(t, time.Minute))
+	run.stop(t)
 }
 
 // TestDeclaredGap follows the runbook's gap path with the shipped ledger:

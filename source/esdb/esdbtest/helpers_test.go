@@ -31,6 +31,14 @@ func newClient(t *testing.T, s *esdbtest.Server) *esdb.Client {
 	return newClientURL(t, s.URL())
 }
 
+// serverClient starts a server of the test's own (esdbtest.New) and
+// returns it with a client of it.
+func serverClient(t *testing.T) (*esdbtest.Server, *esdb.Client) {
+	t.Helper()
+	s := esdbtest.New(t)
+	return s, newClient(t, s)
+}
+
 func ctxT(t *testing.T) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -18,8 +18,7 @@ import (
 
 func TestSetUnavailable(t *testing.T) {
 	t.Parallel()
-	s := esdbtest.New(t)
-	c := newClient(t, s)
+	s, c := serverClient(t)
 	ctx := ctxT(t)
 	_, err := c.AppendToStream(ctx, "order-1", esdb.AppendToStreamOptions{}, jsonEvent("A", `{}`))
 	require.NoError(t, err)
@@ -91,8 +90,7 @@ func TestStopRestart(t *testing.T) {
 
 func TestPersistentRestartResumesFromCheckpoint(t *testing.T) {
 	t.Parallel()
-	s := esdbtest.New(t)
-	c := newClient(t, s)
+	s, c := serverClient(t)
 	ctx := ctxT(t)
 
 	// "lazy" keeps the default checkpoint settings (10..1000 events, 2s):

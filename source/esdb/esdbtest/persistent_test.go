@@ -33,8 +33,7 @@ func subscribeAll(t *testing.T, c *esdb.Client, group string, buffer uint32) (*e
 
 func TestPersistentManagement(t *testing.T) {
 	t.Parallel()
-	s := esdbtest.New(t)
-	c := newClient(t, s)
+	_, c := serverClient(t)
 	ctx := ctxT(t)
 
 	require.NoError(t, c.CreatePersistentSubscriptionToAll(ctx, "g", esdb.PersistentAllSubscriptionOptions{Filter: orderFilter()}))
@@ -57,8 +56,7 @@ func TestPersistentManagement(t *testing.T) {
 
 func TestPersistentRoundRobinAckNack(t *testing.T) {
 	t.Parallel()
-	s := esdbtest.New(t)
-	c := newClient(t, s)
+	s, c := serverClient(t)
 	ctx := ctxT(t)
 	seed(t, s, "noise", 2)
 
@@ -145,8 +143,7 @@ func TestPersistentRoundRobinAckNack(t *testing.T) {
 
 func TestPersistentRedelivery(t *testing.T) {
 	t.Parallel()
-	s := esdbtest.New(t)
-	c := newClient(t, s)
+	s, c := serverClient(t)
 	ctx := ctxT(t)
 
 	require.NoError(t, c.CreatePersistentSubscriptionToAll(ctx, "g", esdb.PersistentAllSubscriptionOptions{
@@ -185,8 +182,7 @@ func TestPersistentRedelivery(t *testing.T) {
 
 func TestPersistentBufferSize(t *testing.T) {
 	t.Parallel()
-	s := esdbtest.New(t)
-	c := newClient(t, s)
+	s, c := serverClient(t)
 	ctx := ctxT(t)
 	require.NoError(t, c.CreatePersistentSubscription(ctx, "order-1", "g", esdb.PersistentStreamSubscriptionOptions{StartFrom: esdb.Start{}}))
 	seed(t, s, "order-1", 5)
@@ -218,8 +214,7 @@ func TestPersistentBufferSize(t *testing.T) {
 // $all (positions) and for streams (revisions).
 func TestPersistentGetInfo(t *testing.T) {
 	t.Parallel()
-	s := esdbtest.New(t)
-	c := newClient(t, s)
+	s, c := serverClient(t)
 	ctx := ctxT(t)
 	seed(t, s, "noise", 2)
 	seed(t, s, "order-1", 5)
@@ -282,8 +277,7 @@ func TestPersistentGetInfo(t *testing.T) {
 // events while their consumer is full.
 func TestPersistentPinned(t *testing.T) {
 	t.Parallel()
-	s := esdbtest.New(t)
-	c := newClient(t, s)
+	s, c := serverClient(t)
 	ctx := ctxT(t)
 	require.NoError(t, c.CreatePersistentSubscriptionToAll(ctx, "pinned", esdb.PersistentAllSubscriptionOptions{
 		StartFrom: esdb.Start{}, Filter: orderFilter(),

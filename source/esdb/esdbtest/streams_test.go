@@ -11,8 +11,7 @@ import (
 
 func TestServerFeatures(t *testing.T) {
 	t.Parallel()
-	s := esdbtest.New(t)
-	c := newClient(t, s)
+	_, c := serverClient(t)
 	v, err := c.GetServerVersion()
 	require.NoError(t, err)
 	require.Equal(t, esdb.ServerVersion{Major: 23, Minor: 10, Patch: 0}, *v)
@@ -20,8 +19,7 @@ func TestServerFeatures(t *testing.T) {
 
 func TestAppendExpectedRevision(t *testing.T) {
 	t.Parallel()
-	s := esdbtest.New(t)
-	c := newClient(t, s)
+	_, c := serverClient(t)
 	ctx := ctxT(t)
 
 	wr, err := c.AppendToStream(ctx, "order-1", esdb.AppendToStreamOptions{ExpectedRevision: esdb.NoStream{}},
@@ -74,8 +72,7 @@ func TestAppendExpectedRevision(t *testing.T) {
 
 func TestReadStream(t *testing.T) {
 	t.Parallel()
-	s := esdbtest.New(t)
-	c := newClient(t, s)
+	s, c := serverClient(t)
 	ctx := ctxT(t)
 
 	id := uuid.New()
@@ -167,8 +164,7 @@ func TestReadStream(t *testing.T) {
 
 func TestReadAll(t *testing.T) {
 	t.Parallel()
-	s := esdbtest.New(t)
-	c := newClient(t, s)
+	s, c := serverClient(t)
 	seed(t, s, "a-1", 2)
 	seed(t, s, "b-1", 2)
 	seed(t, s, "a-2", 1)

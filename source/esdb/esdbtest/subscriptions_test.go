@@ -12,8 +12,7 @@ import (
 
 func TestSubscribeToAllFiltered(t *testing.T) {
 	t.Parallel()
-	s := esdbtest.New(t)
-	c := newClient(t, s)
+	s, c := serverClient(t)
 
 	// History: 3 matching events among 10 others.
 	seed(t, s, "noise-1", 4)
@@ -80,8 +79,7 @@ func TestSubscribeToAllFiltered(t *testing.T) {
 
 func TestSubscribeExcludesStart(t *testing.T) {
 	t.Parallel()
-	s := esdbtest.New(t)
-	c := newClient(t, s)
+	s, c := serverClient(t)
 	seed(t, s, "order-1", 3)
 
 	rs, err := c.ReadAll(ctxT(t), esdb.ReadAllOptions{}, 10)
@@ -129,8 +127,7 @@ func TestSubscribeExcludesStart(t *testing.T) {
 
 func TestDropSubscriptions(t *testing.T) {
 	t.Parallel()
-	s := esdbtest.New(t)
-	c := newClient(t, s)
+	s, c := serverClient(t)
 	ctx := ctxT(t)
 	seed(t, s, "order-1", 1)
 
