@@ -93,10 +93,7 @@ func parseCheckpoint(t *testing.T, m proctest.Msg) (esdbc.Position, bool) {
 // in-order fold.
 func TestSIGKILL(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	b := setup(t)
-	events := generate(5, 200, 10)
-	e.appendEvents(t, events)
+	e, b, events := appended(t, 5, 200, 10)
 
 	first := startChild(t, e, b)
 	kill := 1 + rand.IntN(6) // kill after this many commits, of about 100

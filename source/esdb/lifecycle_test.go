@@ -19,10 +19,7 @@ func TestLifecycle(t *testing.T) {
 	// checkpoint covers it, and the next run resumes exactly after it.
 	t.Run("DrainThenResume", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t)
-		b := setup(t)
-		events := generate(11, 100, 10)
-		e.appendEvents(t, events)
+		e, b, events := appended(t, 11, 100, 10)
 		cfg := esdb.Config{
 			URL: e.url, Processor: b.Proc, Name: "drain", Workers: 4, BatchSize: 20, MaxWait: time.Hour,
 			Mapping: esdb.Mapping{StreamPrefix: e.prefix},

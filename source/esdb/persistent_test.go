@@ -112,10 +112,7 @@ func testPersistent(t *testing.T, strategy esdbc.ConsumerStrategy) {
 // stream of links, resolved to the payments' events.
 func TestPersistentToStream(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	b := setup(t)
-	events := generate(4, 10, 4)
-	e.appendEvents(t, events)
+	e, b, events := appended(t, 4, 10, 4)
 	// A category stream of links, as $by_category would write it.
 	cat := "links-" + e.prefix
 	var links []esdbc.EventData

@@ -38,14 +38,22 @@ func (e *env) deleteStream(t testing.TB, stream string) {
 	require.NoError(t, err)
 }
 
+// appended appends a ledger stream (generate) to a server of the test's
+// own and returns the env, a bundle and the stream.
+func appended(t *testing.T, seed uint64, payments, versions int) (*env, *bundle, []aggregate.Event) {
+	t.Helper()
+	e, b, events := newEnv(t), setup(t), generate(seed, payments, versions)
+	e.appendEvents(t, events)
+	return e, b, events
+}
+
 // withheld appends a ledger stream of payments payments of 5 versions
 // (generate) to a server of the test's own and processes it without the
 // version 3 of each payment, so that 4 and 5 park behind it; it returns the
 // env, the bundle, the stream and the results.
 func withheld(t *testing.T, seed uint64, payments int) (*env, *bundle, []aggregate.Event, []projection.Result) {
 	t.Helper()
-	e, b, events := newEnv(t), setup(t), generate(seed, payments, 5)
-	e.appendEvents(t, events)
+	e, b, events := appended(t, seed, payments, 5)
 	res, err := b.Proc.Process(t.Context(), projection.Batch{Events: without(events, 3)})
 	require.NoError(t, err)
 	return e, b, events, res

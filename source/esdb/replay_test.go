@@ -21,10 +21,7 @@ func TestReplayer(t *testing.T) {
 	// model equals the in-order fold.
 	t.Run("Rebuild", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t)
-		b := setup(t)
-		events := generate(20, 40, 6)
-		e.appendEvents(t, events)
+		e, b, events := appended(t, 20, 40, 6)
 		e.appendRaw(t, "other-"+e.prefix, esdbc.EventData{EventType: "noise", ContentType: esdbc.ContentTypeJson, Data: []byte(`{}`)})
 		e.appendRaw(t, e.stream("pay-noise"), esdbc.EventData{EventType: "noise", ContentType: esdbc.ContentTypeJson, Data: []byte(`{}`)})
 		// The read model is wrong before the rebuild.

@@ -9,7 +9,6 @@ import (
 	"github.com/inorder/inorder/internal/pgproxy"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/nats"
-	"github.com/inorder/inorder/source/nats/natstest"
 )
 
 // TestAbortDuringCommit: a Source is aborted after PostgreSQL committed a
@@ -27,9 +26,7 @@ import (
 // future versions, parked by the held commit and applied (and counted) by
 // the next processor's drain, and the counters would not fall short.
 func TestAbortDuringCommit(t *testing.T) {
-	srv := natstest.New(t)
-	e := newEnv(t, srv.URL(), 1)
-	b := setup(t)
+	_, e, b := onServer(t)
 	proxy, url, err := pgproxy.ListenFor(b.DB.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = proxy.Close() })

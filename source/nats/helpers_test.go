@@ -18,6 +18,7 @@ import (
 	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/internal/runtest"
 	"github.com/inorder/inorder/source/nats"
+	"github.com/inorder/inorder/source/nats/natstest"
 )
 
 // waitTimeout bounds every wait of these tests.
@@ -34,6 +35,14 @@ type env struct {
 
 // newEnv creates a stream of its own on the server(s) at url, with
 // replicas copies.
+// onServer starts a NATS server of the test's own and returns it with an
+// env on it (one replica) and a bundle.
+func onServer(t testing.TB) (*natstest.Server, *env, *bundle) {
+	t.Helper()
+	srv := natstest.New(t)
+	return srv, newEnv(t, srv.URL(), 1), setup(t)
+}
+
 func newEnv(t testing.TB, url string, replicas int) *env {
 	t.Helper()
 	e := &env{url: url, stream: "T" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]}

@@ -14,7 +14,6 @@ import (
 	"github.com/inorder/inorder/internal/pgproxy"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/nats"
-	"github.com/inorder/inorder/source/nats/natstest"
 )
 
 // TestFold publishes a shuffled ledger stream, republishes it (the stream's
@@ -23,9 +22,7 @@ import (
 // model equals the in-order fold, every message is acknowledged, and the
 // lag falls to 0 in events and seconds.
 func TestFold(t *testing.T) {
-	srv := natstest.New(t)
-	e := newEnv(t, srv.URL(), 1)
-	b := setup(t)
+	_, e, b := onServer(t)
 	events := generate(1, 40, 8)
 	shuffled := hostile(2, events)
 
@@ -92,9 +89,7 @@ func TestFold(t *testing.T) {
 // TestLagBehind: with events waiting and no source running, the lag counts
 // them and their age; MeasureLag works without Run.
 func TestLagBehind(t *testing.T) {
-	srv := natstest.New(t)
-	e := newEnv(t, srv.URL(), 1)
-	b := setup(t)
+	_, e, b := onServer(t)
 	events := generate(4, 10, 3)
 	e.publish(t, events[:10])
 	// Create the consumer, consume nothing.
@@ -120,9 +115,7 @@ func TestLagBehind(t *testing.T) {
 // acknowledged; they never block the consumer, and the valid events behind
 // them are applied.
 func TestRejected(t *testing.T) {
-	srv := natstest.New(t)
-	e := newEnv(t, srv.URL(), 1)
-	b := setup(t)
+	_, e, b := onServer(t)
 	ctx := context.Background()
 	good := generate(5, 10, 3)
 	bad := []func(*natsc.Msg){
@@ -169,9 +162,7 @@ func TestRejected(t *testing.T) {
 // waited for its batches to fill would apply nothing for a minute; it
 // notices that the server holds messages back and closes them at once.
 func TestMaxAckPendingNoStall(t *testing.T) {
-	srv := natstest.New(t)
-	e := newEnv(t, srv.URL(), 1)
-	b := setup(t)
+	_, e, b := onServer(t)
 	events := generate(6, 100, 6)
 	e.publish(t, events)
 	cfg := e.config(b)
@@ -217,9 +208,7 @@ func (s *slow) Apply(ctx context.Context, _ *projection.Tx, _ aggregate.Event) e
 // TestInProgress: a batch that takes three times AckWait keeps its
 // messages — in-progress acks — and the server delivers none of them again.
 func TestInProgress(t *testing.T) {
-	srv := natstest.New(t)
-	e := newEnv(t, srv.URL(), 1)
-	b := setup(t)
+	_, e, b := onServer(t)
 	sl := &slow{d: 3 * time.Second, in: make(chan struct{})}
 	proc, err := projection.New(b.DB.Pool, &projection.Config{Schema: b.DB.Schema}, b.Ledger, sl)
 	require.NoError(t, err)
@@ -241,9 +230,7 @@ func TestInProgress(t *testing.T) {
 // TestServerRestart: the server restarts under a running source, which
 // carries on with no error: every event applied once.
 func TestServerRestart(t *testing.T) {
-	srv := natstest.New(t)
-	e := newEnv(t, srv.URL(), 1)
-	b := setup(t)
+	srv, e, b := onServer(t)
 	events := generate(8, 60, 5)
 	half := len(events) / 2
 	e.publish(t, events[:half])
@@ -265,9 +252,7 @@ func TestServerRestart(t *testing.T) {
 // messages are nacked with a delay and delivered again, and the gate
 // discards what had committed: the fold holds, every event applied once.
 func TestNakOnFailure(t *testing.T) {
-	srv := natstest.New(t)
-	e := newEnv(t, srv.URL(), 1)
-	b := setup(t)
+	_, e, b := onServer(t)
 	proxy, url, err := pgproxy.ListenFor(b.DB.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = proxy.Close() })
