@@ -26,6 +26,7 @@ import (
 	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/httpapi"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
 )
@@ -52,16 +53,7 @@ type bundle struct {
 // server starts.
 func setup(t *testing.T, opts *httpapi.Options, hook func(http.Handler)) *bundle {
 	t.Helper()
-	ctx := context.Background()
-	db := pgtest.NewMigrated(t)
-	proc, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema, RetryBackoff: time.Millisecond}, ledger.New(nil), plain{})
-	require.NoError(t, err)
-	require.NoError(t, proc.Setup(ctx))
-	events := ledger.Generate(rand.New(rand.NewPCG(11, 12)), 20, 4)
-	_, err = proc.Process(ctx, projection.Batch{Events: events})
-	require.NoError(t, err)
-	want, err := ledger.Fold(events)
-	require.NoError(t, err)
+	db, proc, events, want := ledgertest.Fed(t, projection.Config{RetryBackoff: time.Millisecond}, rand.New(rand.NewPCG(11, 12)), 20, 4, ledger.New(nil), plain{})
 	h := httpapi.New(proc, opts)
 	if hook != nil {
 		hook(h)

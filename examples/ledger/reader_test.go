@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
 )
@@ -22,16 +23,7 @@ type readerBundle struct {
 
 func setupReader(t *testing.T, p projection.Projection) *readerBundle {
 	t.Helper()
-	ctx := context.Background()
-	db := pgtest.NewMigrated(t)
-	proc, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema}, p)
-	require.NoError(t, err)
-	require.NoError(t, proc.Setup(ctx))
-	events := ledger.Generate(rand.New(rand.NewPCG(7, 8)), 40, 4)
-	_, err = proc.Process(ctx, projection.Batch{Events: events})
-	require.NoError(t, err)
-	want, err := ledger.Fold(events)
-	require.NoError(t, err)
+	db, proc, _, want := ledgertest.Fed(t, projection.Config{}, rand.New(rand.NewPCG(7, 8)), 40, 4, p)
 	return &readerBundle{db: db, proc: proc, want: want}
 }
 

@@ -2,10 +2,12 @@ package ledgertest
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
@@ -46,4 +48,24 @@ func (b *Bundle) Processors(tb testing.TB, n int) []*projection.Processor {
 		procs = append(procs, b.NewProcessor(tb))
 	}
 	return procs
+}
+
+// Fed returns a processor of projs (with cfg, on a migrated schema of the
+// test's own), set up and fed, in one batch, a ledger stream of payments ×
+// versions events generated from rng, with the stream and its in-order
+// fold.
+func Fed(tb testing.TB, cfg projection.Config, rng *rand.Rand, payments, versions int, projs ...projection.Projection) (*pgtest.DB, *projection.Processor, []aggregate.Event, *ledger.Model) {
+	tb.Helper()
+	ctx := context.Background()
+	db := pgtest.NewMigrated(tb)
+	cfg.Schema = db.Schema
+	proc, err := projection.New(db.Pool, &cfg, projs...)
+	require.NoError(tb, err)
+	require.NoError(tb, proc.Setup(ctx))
+	events := ledger.Generate(rng, payments, versions)
+	_, err = proc.Process(ctx, projection.Batch{Events: events})
+	require.NoError(tb, err)
+	want, err := ledger.Fold(events)
+	require.NoError(tb, err)
+	return db, proc, events, want
 }
