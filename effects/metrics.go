@@ -27,39 +27,30 @@ type tally struct {
 	r  map[[2]string]int64 // (kind, cause) → recoveries
 }
 
-func (t *tally) recovered(kind, cause string) {
+func (t *tally) recovered(kind, cause string) { t.inc(&t.r, kind, cause) }
+
+func (t *tally) recoveries() map[[2]string]int64 { return t.copyOf(&t.r) }
+
+func (t *tally) add(kind, outcome string) { t.inc(&t.n, kind, outcome) }
+
+func (t *tally) snapshot() map[[2]string]int64 { return t.copyOf(&t.n) }
+
+// inc counts one (a, b) in *m, made on first use.
+func (t *tally) inc(m *map[[2]string]int64, a, b string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.r == nil {
-		t.r = map[[2]string]int64{}
+	if *m == nil {
+		*m = map[[2]string]int64{}
 	}
-	t.r[[2]string{kind, cause}]++
+	(*m)[[2]string{a, b}]++
 }
 
-func (t *tally) recoveries() map[[2]string]int64 {
+// copyOf returns a copy of *m (t.n or t.r, read under the lock), never nil.
+func (t *tally) copyOf(m *map[[2]string]int64) map[[2]string]int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make(map[[2]string]int64, len(t.r))
-	for k, v := range t.r {
-		out[k] = v
-	}
-	return out
-}
-
-func (t *tally) add(kind, outcome string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.n == nil {
-		t.n = map[[2]string]int64{}
-	}
-	t.n[[2]string{kind, outcome}]++
-}
-
-func (t *tally) snapshot() map[[2]string]int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make(map[[2]string]int64, len(t.n))
-	for k, v := range t.n {
+	out := make(map[[2]string]int64, len(*m))
+	for k, v := range *m {
 		out[k] = v
 	}
 	return out
