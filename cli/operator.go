@@ -240,16 +240,23 @@ func (o *actionOptions) check(args []string) error {
 // runAction opens the processor, runs act on o's aggregate and prints its
 // report.
 func (a *App) runAction(ctx context.Context, o *actionOptions, act func(ctx context.Context, proc *projection.Processor, opts *projection.ActionOptions) (projection.ActionReport, error)) error {
-	proc, closeFn, err := a.open(ctx, &o.opOptions)
+	return a.report(ctx, &o.opOptions, func(proc *projection.Processor) (projection.ActionReport, error) {
+		return act(ctx, proc, o.options(a, o.Generation, o.Reason))
+	})
+}
+
+// report opens the processor, runs act on it and prints its report.
+func (a *App) report(ctx context.Context, o *opOptions, act func(proc *projection.Processor) (projection.ActionReport, error)) error {
+	proc, closeFn, err := a.open(ctx, o)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	rep, err := act(ctx, proc, o.options(a, o.Generation, o.Reason))
+	rep, err := act(proc)
 	if err != nil {
 		return err
 	}
-	return a.printReport(&o.opOptions, rep)
+	return a.printReport(o, rep)
 }
 
 // printReport prints what an action did, or would do: the report itself

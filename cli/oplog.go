@@ -115,14 +115,7 @@ Changes: the conflict's acknowledgement and the operator log (with
 
 // Run acknowledges the conflict.
 func (c *conflictsAckCmd) Run(ctx context.Context, o *conflictsAckOptions) error {
-	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	rep, err := proc.AckConflict(ctx, o.ID, o.options(c.a, 0, o.Reason))
-	if err != nil {
-		return err
-	}
-	return c.a.printReport(&o.opOptions, rep)
+	return c.a.report(ctx, &o.opOptions, func(proc *projection.Processor) (projection.ActionReport, error) {
+		return proc.AckConflict(ctx, o.ID, o.options(c.a, 0, o.Reason))
+	})
 }

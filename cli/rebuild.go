@@ -465,16 +465,9 @@ log (with --by). --dry-run prints the generation it would make live.`,
 
 // Run rolls back.
 func (c *rebuildRollbackCmd) Run(ctx context.Context, o *genOptions) error {
-	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	rep, err := proc.Rollback(ctx, o.Projection, o.options(c.a, 0, ""))
-	if err != nil {
-		return err
-	}
-	return c.a.printReport(&o.opOptions, rep)
+	return c.a.report(ctx, &o.opOptions, func(proc *projection.Processor) (projection.ActionReport, error) {
+		return proc.Rollback(ctx, o.Projection, o.options(c.a, 0, ""))
+	})
 }
 
 // rebuildDropCmd drops a generation.
@@ -511,14 +504,7 @@ func (c *rebuildDropCmd) Run(ctx context.Context, o *genOptions) error {
 			return errors.New("rebuild drop: not confirmed; nothing changed")
 		}
 	}
-	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	rep, err := proc.DropGeneration(ctx, o.Projection, o.options(c.a, o.Generation, ""))
-	if err != nil {
-		return err
-	}
-	return c.a.printReport(&o.opOptions, rep)
+	return c.a.report(ctx, &o.opOptions, func(proc *projection.Processor) (projection.ActionReport, error) {
+		return proc.DropGeneration(ctx, o.Projection, o.options(c.a, o.Generation, ""))
+	})
 }

@@ -121,19 +121,16 @@ prints what would become of it.`,
 
 // Run replays the rejected delivery.
 func (c *rejectedReplayCmd) Run(ctx context.Context, o *rejectedActionOptions) error {
-	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	rep, err := proc.ReplayRejected(ctx, o.ID, o.options(c.a, 0, o.Reason))
-	if err != nil {
-		if o.DryRun {
-			return fmt.Errorf("rejected replay %d: dry run, nothing changed: %w", o.ID, err)
+	return c.a.report(ctx, &o.opOptions, func(proc *projection.Processor) (projection.ActionReport, error) {
+		rep, err := proc.ReplayRejected(ctx, o.ID, o.options(c.a, 0, o.Reason))
+		if err != nil && o.DryRun {
+			return rep, fmt.Errorf("rejected replay %d: dry run, nothing changed: %w", o.ID, err)
 		}
-		return fmt.Errorf("rejected replay %d: %w", o.ID, err)
-	}
-	return c.a.printReport(&o.opOptions, rep)
+		if err != nil {
+			return rep, fmt.Errorf("rejected replay %d: %w", o.ID, err)
+		}
+		return rep, nil
+	})
 }
 
 // rejectedDismissCmd dismisses a rejected delivery.
@@ -162,14 +159,7 @@ Changes: the entry's resolution and the operator log (with --reason and
 
 // Run dismisses the rejected delivery.
 func (c *rejectedDismissCmd) Run(ctx context.Context, o *rejectedActionOptions) error {
-	proc, closeFn, err := c.a.open(ctx, &o.opOptions)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	rep, err := proc.DismissRejected(ctx, o.ID, o.options(c.a, 0, o.Reason))
-	if err != nil {
-		return err
-	}
-	return c.a.printReport(&o.opOptions, rep)
+	return c.a.report(ctx, &o.opOptions, func(proc *projection.Processor) (projection.ActionReport, error) {
+		return proc.DismissRejected(ctx, o.ID, o.options(c.a, 0, o.Reason))
+	})
 }
