@@ -69,8 +69,10 @@
 // derived from the fact. [NewMsg], [Publish], [PublishAsync] and
 // [PublishAll] set those headers, with Nats-Msg-Id = the event's stable
 // id, so that the stream's duplicate window stores a republished event
-// once. A message without an aggregate id or with a version that is not an
-// integer ≥ 1 is rejected by the source, one whose payload is not JSON (or
+// once. A message without an aggregate id, with a version that is not an
+// integer ≥ 1, or whose payload is not a JSON object where a field is
+// mapped from it is rejected by the source (with the Kafka source's rules
+// and wording: one parser maps both), one whose payload is not JSON (or
 // too large, or holding NUL bytes) by the processor; either way it is
 // recorded in the rejected table — with, for the source's rejects, where it
 // is in the stream — and acknowledged: a bad envelope never blocks the
