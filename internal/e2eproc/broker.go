@@ -113,15 +113,6 @@ func (b *Broker) orchestrate(args []string) int {
 	return 0
 }
 
-// DatabaseURL is the default -database-url: $DATABASE_URL, else the local
-// server.
-func DatabaseURL() string {
-	if u := os.Getenv("DATABASE_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
-}
-
 // Schema is a fresh schema for one run.
 type Schema struct {
 	// Name is the schema's name, URL the database URL whose search_path

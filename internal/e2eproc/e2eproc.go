@@ -1,9 +1,3 @@
-// Package e2eproc holds what the end-to-end commands (internal/esdbe2e,
-// kafkae2e, natse2e, pgtablee2e) share: their child processes (start one,
-// stop it gracefully and read its peak RSS, find a free port, read a figure
-// off a worker's /metrics, a Group of 'inorder run' processes), the run's
-// schema, the workload and the check of the read model against its fold,
-// and, for the brokers' commands, the whole orchestration (Broker).
 package e2eproc
 
 import (

@@ -43,3 +43,12 @@ func (f *Flags) Missing(command string) bool {
 	}
 	return false
 }
+
+// DatabaseURL is the default -database-url: $DATABASE_URL, else the local
+// server.
+func DatabaseURL() string {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+}

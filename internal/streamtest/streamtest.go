@@ -1,6 +1,3 @@
-// Package streamtest holds a projection.Stream over a slice of events, for
-// the tests that rebuild a projection side by side from a stream they hold
-// in memory.
 package streamtest
 
 import (
