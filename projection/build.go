@@ -6,20 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/inorder/inorder/projection/internal/store"
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/projection/internal/generation"
 )
 
-// This file holds side-by-side rebuilds: Build (whose in-place mode,
-// BuildOptions.InPlace, is in rebuild.go) and the steps of the generation
-// it builds — create or resume it, replay (buildreplay.go,
-// buildfinalize.go), catch up, verify and switch (switch.go). buildlock.go
-// has the build lock, buildprogress.go the phases and progress reports.
+// This file holds the rebuild's public API — Build, side by side or in
+// place, its options, progress, result and errors — over package
+// internal/generation, which holds the rebuild itself: Build converts and
+// delegates. gengate.go has the gate as the rebuild reaches it; switch.go
+// the operator actions on generations (Switch, Rollback, DropGeneration).
 
 // Phases of a side-by-side rebuild (Generation.Phase, BuildProgress.Phase).
 const (
@@ -325,240 +322,111 @@ func (p *Processor) Build(ctx context.Context, projection string, opts *BuildOpt
 	if opts == nil || opts.Stream == nil {
 		return BuildResult{}, fmt.Errorf("projection %s: build: BuildOptions.Stream is required", projection)
 	}
-	o := *opts
-	o.BatchSize = cmp.Or(max(o.BatchSize, 0), DefaultBuildBatch)
-	o.MaxAggregates = cmp.Or(max(o.MaxAggregates, 0), DefaultBuildAggregates)
-	o.CatchUpEvents = cmp.Or(max(o.CatchUpEvents, 0), DefaultCatchUpEvents)
-	o.Retention = cmp.Or(o.Retention, DefaultRetention)
-	o.VerifyTimeout = cmp.Or(max(o.VerifyTimeout, 0), DefaultVerifyTimeout)
-	b := &builder{p: p, r: r, opts: o, start: time.Now(), res: BuildResult{Projection: projection, CodeVersion: r.version}}
-	err := b.run(ctx)
-	b.res.Elapsed = time.Since(b.start)
-	if err != nil {
-		var verr *VerificationError
-		if errors.As(err, &verr) {
-			return b.res, err
-		}
-		return b.res, fmt.Errorf("projection %s: build generation %d: %w", projection, b.gen.Generation, err)
+	o := generation.Options{Stream: genStream{opts.Stream}, BatchSize: cmp.Or(max(opts.BatchSize, 0), DefaultBuildBatch),
+		MaxAggregates: cmp.Or(max(opts.MaxAggregates, 0), DefaultBuildAggregates),
+		CatchUpEvents: cmp.Or(max(opts.CatchUpEvents, 0), DefaultCatchUpEvents), Retention: cmp.Or(opts.Retention, DefaultRetention),
+		ExpectChanges: opts.ExpectChanges, VerifyTimeout: cmp.Or(max(opts.VerifyTimeout, 0), DefaultVerifyTimeout),
+		Unlogged: opts.Unlogged, Wait: opts.Wait, By: opts.By, Hold: opts.Hold, Progress: buildProgress(opts.Progress)}
+	if sp, ok := opts.Stream.(StreamProgress); ok {
+		o.Fraction = sp.Fraction
 	}
-	return b.res, nil
-}
-
-// builder is one Build call.
-type builder struct {
-	p     *Processor
-	r     *registered // the projection's registration in p
-	opts  BuildOptions
-	start time.Time
-	res   BuildResult
-	conn  *pgxpool.Conn // holds the build lock; the replay writes through it
-	gen   Generation
-	// gate is a processor feeding the new generation only: the gate of the
-	// replay's events that do not continue their aggregate.
-	gate *Processor
-	// feed is the catch-up's processor: it feeds every generation of the
-	// projection that the processors of its code version feed — the new
-	// one, and the live one when the code version did not change — in the
-	// same transactions, as they do (see catchUpPass).
-	feed *Processor
-
-	phase      string
-	phaseStart time.Time
-	phaseRead  int64
-	fraction   func() float64
-	lastShown  time.Time
-}
-
-func (b *builder) run(ctx context.Context) error {
-	p := b.p
-	conn, err := p.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("acquire a connection: %w", err)
-	}
-	b.conn = conn
-	defer conn.Release()
+	start := time.Now()
 	if _, err := p.feeding(ctx); err != nil { // records generation 1 if need be
-		return err
+		return BuildResult{Projection: projection, CodeVersion: r.version, Elapsed: time.Since(start)},
+			fmt.Errorf("projection %s: build generation 0: %w", projection, err)
 	}
-	waitedFor, err := b.lock(ctx)
-	if err != nil {
-		return err
+	res, err := generation.Build(ctx, p.genEnv(), p.genProjection(r), o)
+	var verr *generation.VerificationError
+	if errors.As(err, &verr) {
+		err = verificationError(verr)
 	}
-	defer b.unlock(ctx)
-
-	gens, err := p.Generations(ctx, b.r.name)
-	if err != nil {
-		return err
-	}
-	for _, g := range gens {
-		switch {
-		case g.State == StateLive:
-			b.res.Previous = g.Generation
-			if waitedFor != 0 && g.Generation == waitedFor {
-				// The build this one waited for completed.
-				b.gen, b.res.Generation, b.res.AlreadyLive = g, g.Generation, true
-				return nil
-			}
-		case g.State == StateBuilding || g.State == StateCatchUp:
-			if g.CodeVersion == b.r.version {
-				b.gen, b.res.Resumed = g, true
-				continue
-			}
-			if err := p.setFailed(ctx, g, fmt.Sprintf("superseded by a rebuild with code version %d", b.r.version)); err != nil {
-				return err
-			}
-		case g.State == StateRetired:
-			if _, err := p.dropGeneration(ctx, b.r, g, ActionOptions{By: b.opts.By}); err != nil {
-				return err
-			}
-		}
-	}
-	if !b.res.Resumed {
-		if err := b.create(ctx); err != nil {
-			return err
-		}
-	}
-	b.res.Generation = b.gen.Generation
-	b.gate = p.genProcessor(b.r, b.gen.Key, b.gen.Schema)
-	if b.feed, err = p.feedProcessor(b.r); err != nil {
-		return err
-	}
-	p.log.InfoContext(ctx, "rebuild side by side", "projection", b.r.name, "generation", b.gen.Generation,
-		"code_version", b.r.version, "state", b.gen.State, "resumed", b.res.Resumed)
-
-	if b.gen.State == StateBuilding {
-		if err := b.replay(ctx); err != nil {
-			return err
-		}
-		if err := b.finalize(ctx); err != nil {
-			return err
-		}
-	}
-	if err := b.catchUp(ctx); err != nil {
-		return err
-	}
-	if b.opts.Hold {
-		if err := b.hold(ctx); err != nil {
-			return err
-		}
-	}
-	return b.verifyAndSwitch(ctx)
+	return BuildResult(res), err
 }
 
-// create records a new generation, in state building.
-func (b *builder) create(ctx context.Context) error {
-	p := b.p
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		n, err := p.store.Generations.Next(ctx, tx, b.r.name)
-		if err != nil {
-			return err
+// verificationError returns the VerificationError of the rebuild's.
+func verificationError(verr *generation.VerificationError) error {
+	err := &VerificationError{Projection: verr.Projection, Generation: verr.Generation, Problems: verr.Problems}
+	if verr.Also != nil {
+		return errors.Join(err, verr.Also)
+	}
+	return err
+}
+
+// buildProgress returns the rebuild's progress function that calls fn, nil
+// if fn is.
+func buildProgress(fn func(BuildProgress)) func(generation.Progress) {
+	if fn == nil {
+		return nil
+	}
+	return func(pr generation.Progress) {
+		fn(BuildProgress{Projection: pr.Projection, Generation: pr.Generation, Phase: pr.Phase, Events: pr.Events,
+			PhaseEvents: pr.PhaseEvents, Elapsed: pr.Elapsed, Rate: pr.Rate, Fraction: pr.Fraction, ETA: pr.ETA,
+			Position: pr.Position, Note: pr.Note})
+	}
+}
+
+// genStream is a Stream as the rebuild reads it (generation.Stream).
+type genStream struct{ s Stream }
+
+// Read implements generation.Stream.
+func (g genStream) Read(ctx context.Context, from []byte, fn func(ctx context.Context, b generation.StreamBatch) error) error {
+	return g.s.Read(ctx, from, func(ctx context.Context, sb StreamBatch) error {
+		gb := generation.StreamBatch{Events: sb.Events, Read: sb.Read, Position: sb.Position, Time: sb.Time}
+		if len(sb.Rejects) > 0 {
+			gb.Rejects = make([]generation.Reject, len(sb.Rejects))
+			for i, r := range sb.Rejects {
+				gb.Rejects[i] = generation.Reject(r)
+			}
 		}
-		key, schema := generationKey(b.r.name, n), generationSchema(p.cfg.Schema, b.r.name, n)
-		row, err := p.store.Generations.Insert(ctx, tx, b.r.name, n, b.r.version, key, schema)
-		b.gen = generationOf(row)
-		if err != nil {
-			return err
-		}
-		return p.store.OpLog.Insert(ctx, tx, store.OpEntry{Action: "rebuild-start", Projection: b.r.name, Generation: n, To: n,
-			Reason: fmt.Sprintf("side by side: generation %d, code version %d, schema %s", n, b.r.version, schema), Actor: b.opts.By})
+		return fn(ctx, gb)
 	})
-	if err != nil {
-		return fmt.Errorf("create generation: %w", err)
-	}
-	return nil
 }
 
-// genProcessor returns a processor that feeds one generation of r's
-// projection (gate key key, read-model schema schema): no generation epoch
-// to check, no rebuild lock.
-func (p *Processor) genProcessor(r *registered, key, schema string) *Processor {
-	nr := &registered{name: r.name, key: key, generation: keyGeneration(r.name, key), schema: schema, version: r.version, p: r.p, event: r.event, batch: r.batch,
-		lockKey: r.lockKey, stats: &counters{}}
-	return p.derive(nr)
-}
+// ErrNotResettable reports an in-place rebuild (Processor.Build with
+// BuildOptions.InPlace) of a projection that does not implement Tables.
+var ErrNotResettable = errors.New("projection does not implement Tables")
 
-// feedProcessor returns a processor of r's projection alone that feeds
-// the generations a worker of its code version feeds (the generation
-// epoch checked, the rebuild lock shared), with p's configuration.
-func (p *Processor) feedProcessor(r *registered) (*Processor, error) {
-	cfg := p.cfg
-	fp, err := New(p.pool, &cfg, r.p)
-	if err != nil {
-		return nil, fmt.Errorf("catch-up processor: %w", err)
-	}
-	return fp, nil
-}
-
-// catchUp reads the stream from the generation's position to its end
-// through the gate, storing the position with each batch, until a pass
-// reads no more than BuildOptions.CatchUpEvents records.
-func (b *builder) catchUp(ctx context.Context) error {
-	if err := b.setPhase(ctx, PhaseCatchUp, b.streamFraction()); err != nil {
-		return err
-	}
-	for {
-		n, err := b.catchUpPass(ctx)
-		if err != nil {
-			return err
-		}
-		if n <= b.opts.CatchUpEvents {
-			return nil
-		}
-	}
-}
-
-// catchUpPass reads the stream from the generation's position to its end
-// once, through the gate, and returns the records it read.
+// Replay feeds a whole stream, from its start, to emit in batches, and
+// returns when it reaches the end (the position the stream had when the
+// replay began is enough: live workers deliver what comes after): the
+// history an in-place rebuild replays (BuildOptions.Replay). Each emit
+// call is one transaction through the gate; emit is safe for concurrent use,
+// and its errors must be returned (a rebuild whose emit failed fails).
 //
-// Its batches feed what a worker of the generation's code version feeds:
-// the new generation and, when the code version did not change, the live
-// one, in the same transactions. So from the replay's end on, both
-// generations receive every event the same way — the workers' and the
-// rebuild's — and the new one is never ahead of the live one by what the
-// rebuild read before lagging workers delivered it: the two differ only by
-// the events up to the replay's end that the workers have not delivered
-// yet, and are equal at every snapshot once they have (see
-// verifyAndSwitch). The live generation meets the rebuild's events as
-// redeliveries or early arrivals, which the gate makes harmless.
-func (b *builder) catchUpPass(ctx context.Context) (int64, error) {
-	var read int64
-	var mu sync.Mutex // fn is called from one goroutine; Progress may read concurrently
-	err := b.opts.Stream.Read(ctx, b.gen.Position, func(ctx context.Context, sb StreamBatch) error {
-		if len(sb.Position) == 0 {
-			return errors.New("the stream gave a batch without a position")
-		}
-		pos, at, n := sb.Position, sb.Time, sb.Read
-		save := func(ctx context.Context, tx pgx.Tx) error {
-			return b.p.store.Generations.Advance(ctx, tx, b.gen.Key, pos, nullTime(at), n)
-		}
-		var err error
-		if len(sb.Events)+len(sb.Rejects) > 0 {
-			_, err = b.feed.Process(ctx, Batch{Events: sb.Events, Rejects: sb.Rejects, Source: "rebuild:" + b.gen.Key, BeforeCommit: save})
-		} else {
-			err = pgx.BeginFunc(ctx, b.p.pool, func(tx pgx.Tx) error { return save(ctx, tx) })
-		}
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		read += n
-		b.phaseRead += n
-		b.res.Events += n
-		b.gen.Position, b.gen.PositionTime = pos, at
-		b.report(false, "")
-		return nil
-	})
-	if err != nil {
-		return read, fmt.Errorf("catch-up: %w", err)
-	}
-	return read, nil
+// A Stream, which a side-by-side rebuild reads, is read by one goroutine
+// from a position; a Replay may emit from several goroutines (an
+// aggregate's events in order), in batches of its own size.
+type Replay func(ctx context.Context, emit func(ctx context.Context, events []aggregate.Event) error) error
+
+// inPlace is Build with BuildOptions.InPlace: it rebuilds a projection from
+// scratch, emptying its read model and gate state and replaying the whole
+// stream into it (see Processor.Build, In place). Its errors name the
+// projection and "rebuild" (side by side: "build generation N").
+func (p *Processor) inPlace(ctx context.Context, projection string, opts *BuildOptions) (BuildResult, error) {
+	began := time.Now()
+	var res generation.Result
+	res.Projection = projection
+	err := p.runInPlace(ctx, projection, opts, &res)
+	res.Elapsed = time.Since(began)
+	return BuildResult(res), err
 }
 
-// nullTime returns nil for the zero time, for a NULL timestamp.
-func nullTime(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
+// runInPlace runs inPlace, filling res.
+func (p *Processor) runInPlace(ctx context.Context, projection string, opts *BuildOptions, res *generation.Result) error {
+	// In place: on the live generation, its gate key and its schema.
+	r, err := p.liveTarget(ctx, projection)
+	if err != nil {
+		return err
 	}
-	return &t
+	tables, ok := r.p.(Tables)
+	if !ok {
+		return fmt.Errorf("projection %s: rebuild: %w", projection, ErrNotResettable)
+	}
+	res.Generation, res.CodeVersion = r.generation, r.version
+	if opts.Replay == nil {
+		return fmt.Errorf("projection %s: rebuild: BuildOptions.Replay is required in place", projection)
+	}
+	live := generation.Live{Key: r.key, Schema: r.schema, Generation: r.generation}
+	return generation.InPlace(ctx, p.genEnv(), p.genProjection(r), live, tables,
+		generation.InPlaceOptions{Replay: opts.Replay, Total: opts.Total, By: opts.By, Progress: buildProgress(opts.Progress)}, res)
 }

@@ -40,8 +40,12 @@ func SetInlineRuns(t *Tx, events []aggregate.Event) {
 func Finish(t *Tx) { t.finish() }
 
 // Solo returns the processor an in-place rebuild of projection runs its
-// replay through (see Processor.solo).
-func Solo(p *Processor, projection string) *Processor { return p.solo(p.byName[projection]) }
+// replay through: the gate of its live generation alone (see
+// rebuildGate.On; here generation 1).
+func Solo(p *Processor, projection string) *Processor {
+	r := p.byName[projection]
+	return p.genProcessor(r, r.key, r.schema)
+}
 
 // GenProcessor returns the processor a side-by-side rebuild replays
 // generation 1 of projection through (see Processor.genProcessor).

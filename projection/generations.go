@@ -18,8 +18,8 @@ import (
 // epoch) and the epoch check every batch transaction starts with.
 // genlive.go has the live generation that readers and operator actions
 // use, gennames.go the generations' gate keys and schemas. The doc.go
-// section "Generations" has the model; build.go and switch.go change
-// generations.
+// section "Generations" has the model; package internal/generation (the
+// rebuild, over build.go, switch.go and gengate.go) changes generations.
 
 // codeVersion returns p's code version.
 func codeVersion(p Projection) int {
@@ -170,7 +170,7 @@ func (p *Processor) processFed(ctx context.Context, b Batch) ([]Result, int, err
 // check sees the epoch its registrations were chosen in received its
 // events before any change that committed later — the rebuilder, which
 // reads the stream's end only after its change committed, covers them (see
-// build.go, catch-up). A rebuild in place changes the epoch too, in the
+// internal/generation's catch-up). A rebuild in place changes the epoch too, in the
 // transaction that empties the read model, and holds the rebuild lock
 // until it ends: a batch that holds the lock and sees its epoch knows that
 // no rebuild emptied its projections since its view was loaded (see

@@ -1,18 +1,19 @@
 package projection
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder/inorder/projection/internal/generation"
 )
 
 // This file holds the names of generations (generations.go): the gate key
 // and the read-model schema of generation n of a projection, and the
-// search_path statements that point a handler's unqualified table names at
-// its generation's schema.
+// queueing of the search_path statements (internal/generation's) that
+// point a handler's unqualified table names at its generation's schema.
 
 // checkKeys refuses projection names that are another projection's gate
 // key of a later generation ("ledger@2" beside "ledger").
@@ -93,16 +94,8 @@ func (r *registered) enterSchema(tx *Tx) {
 	if r.schema == "" {
 		return
 	}
-	tx.Queue(enterSchemaSQL, pgx.Identifier{r.schema}.Sanitize())
+	tx.Queue(generation.EnterSchemaSQL, pgx.Identifier{r.schema}.Sanitize())
 }
-
-// enterSchemaSQL puts the quoted schema $1 first on the search_path.
-const enterSchemaSQL = `SELECT set_config('search_path',
-  CASE WHEN set_config('inorder.search_path', current_setting('search_path'), true) = '' THEN $1
-       ELSE $1 || ', ' || current_setting('inorder.search_path') END, true)`
-
-// leaveSchemaSQL restores the search_path enterSchemaSQL replaced.
-const leaveSchemaSQL = `SELECT set_config('search_path', current_setting('inorder.search_path'), true)`
 
 // leaveSchema queues the statement that restores the search_path
 // enterSchema replaced, after r's handler and before the next projection's.
@@ -110,24 +103,5 @@ func (r *registered) leaveSchema(tx *Tx) {
 	if r.schema == "" {
 		return
 	}
-	tx.Queue(leaveSchemaSQL)
-}
-
-// inSchema runs fn with schema first on tx's search_path (fn's statements
-// through tx reach the generation's tables), then restores it. An empty
-// schema changes nothing.
-func inSchema(ctx context.Context, tx pgx.Tx, schema string, fn func() error) error {
-	if schema == "" {
-		return fn()
-	}
-	if _, err := tx.Exec(ctx, enterSchemaSQL, pgx.Identifier{schema}.Sanitize()); err != nil {
-		return fmt.Errorf("search_path: %w", err)
-	}
-	if err := fn(); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, leaveSchemaSQL); err != nil {
-		return fmt.Errorf("search_path: %w", err)
-	}
-	return nil
+	tx.Queue(generation.LeaveSchemaSQL)
 }

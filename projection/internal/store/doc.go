@@ -1,5 +1,6 @@
 // Package store owns the statements on inorder's gate tables: every SQL
-// statement the projection package runs on versions, applied, applied_log,
+// statement the projection package (and its rebuild, package generation)
+// runs on versions, applied, applied_log,
 // quarantine, conflicts, rejected, checkpoints, operator_log, generations,
 // generation_epoch and sources, and the advisory locks, is in this package,
 // one file per table (versions.go, applied.go, quarantine.go, conflicts.go,

@@ -1,4 +1,4 @@
-package projection
+package generation
 
 import (
 	"context"
@@ -8,16 +8,16 @@ import (
 
 // This file holds the progress of a side-by-side rebuild (build.go): the
 // phase recorded in the generation's row and the reports to
-// BuildOptions.Progress.
+// Options.Progress.
 
 // setPhase records the phase in the generation's row and reports it.
 func (b *builder) setPhase(ctx context.Context, phase string, fraction func() float64) error {
 	b.phase, b.phaseStart, b.phaseRead, b.fraction = phase, time.Now(), 0, fraction
 	b.gen.Phase = phase
-	if err := b.p.store.Generations.SetPhase(ctx, b.p.pool, b.gen.Key, phase); err != nil {
+	if err := b.env.Store.Generations.SetPhase(ctx, b.env.Pool, b.gen.Key, phase); err != nil {
 		return fmt.Errorf("record phase %s: %w", phase, err)
 	}
-	b.p.log.InfoContext(ctx, "rebuild phase", "projection", b.r.name, "generation", b.gen.Generation, "phase", phase,
+	b.env.Log.InfoContext(ctx, "rebuild phase", "projection", b.proj.Name, "generation", b.gen.Generation, "phase", phase,
 		"events", b.res.Events)
 	b.report(true, "")
 	return nil
@@ -26,7 +26,7 @@ func (b *builder) setPhase(ctx context.Context, phase string, fraction func() fl
 // note reports a message.
 func (b *builder) note(msg string) { b.report(true, msg) }
 
-// report calls BuildOptions.Progress.
+// report calls Options.Progress.
 func (b *builder) report(force bool, note string) {
 	if b.opts.Progress == nil {
 		return
@@ -36,7 +36,7 @@ func (b *builder) report(force bool, note string) {
 		return
 	}
 	b.lastShown = now
-	pr := BuildProgress{Projection: b.r.name, Generation: b.gen.Generation, Phase: b.phase, Events: b.res.Events,
+	pr := Progress{Projection: b.proj.Name, Generation: b.gen.Generation, Phase: b.phase, Events: b.res.Events,
 		PhaseEvents: b.phaseRead, Fraction: -1, Position: b.gen.Position, Note: note}
 	if !b.phaseStart.IsZero() {
 		pr.Elapsed = now.Sub(b.phaseStart)
@@ -51,12 +51,4 @@ func (b *builder) report(force bool, note string) {
 		}
 	}
 	b.opts.Progress(pr)
-}
-
-// streamFraction returns the stream's progress function, if it has one.
-func (b *builder) streamFraction() func() float64 {
-	if sp, ok := b.opts.Stream.(StreamProgress); ok {
-		return sp.Fraction
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package projection
+package generation
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 )
 
 // This file holds the replay of a side-by-side rebuild (Build, phase 1);
-// buildfinalize.go holds its finalization (phase 2).
+// finalize.go holds its finalization (phase 2).
 //
 // A replay is ordered and has one writer, so it does without the gate's
 // version rows: it keeps each aggregate's last version in memory and
@@ -22,7 +22,7 @@ import (
 // position, in a one-row unlogged table beside it. Finalization turns the
 // journal into version rows and applied log, once per aggregate.
 //
-// The journal, the replay's position and (with BuildOptions.Unlogged) the
+// The journal, the replay's position and (with Options.Unlogged) the
 // projection's tables are all unlogged: a database crash empties them all
 // at once, and the replay then starts again (a missing position row means
 // a fresh start: everything the generation has is cleared first).
@@ -31,17 +31,20 @@ import (
 // a gap, an older version — and the events of an aggregate whose handler
 // failed take the gate instead: the aggregate's version row is written
 // (with its journal entries moved to the applied log), and from then on the
-// aggregate is "gated": all its events go through Processor.Process of the
-// generation (b.gate), which parks, discards, records conflicts and
-// quarantines as for live batches. Such a batch commits the gate's
-// transaction first, then the replay's with its position, so a crash in
-// between replays the gated events again — duplicates, for the gate.
+// aggregate is "gated": all its events go through the generation's gate
+// (b.gate), which parks, discards, records conflicts and quarantines as
+// for live batches. Such a batch commits the gate's transaction first,
+// then the replay's with its position, so a crash in between replays the
+// gated events again — duplicates, for the gate.
+//
+// The replay's own events reach the projection's handler through the
+// gate's seam too (Target.Apply), in the replay's transaction.
 //
 // Inline projections keep an aggregate's version and its last versions'
 // log in their own row, which the handler writes: their replay has no
 // journal, and finalization writes an empty version row per row, from the
 // projection's table. Versions older than a row's log count as duplicates,
-// as they do live (inline_gate.go).
+// as they do live (package projection's inline gate).
 
 // Tables of the replay, in the generation's schema. The leading underscore
 // keeps them apart from the projection's tables (and out of the content
@@ -70,7 +73,7 @@ type replay struct {
 	// in the journal and the version rows (indexed is set once the
 	// journal's index exists).
 	spilled, indexed bool
-	position         Position
+	position         []byte
 	positionTime     time.Time
 	events           int64 // the replay row's count
 	lastMirror       time.Time
@@ -79,12 +82,12 @@ type replay struct {
 func (b *builder) replay(ctx context.Context) error {
 	schema := b.gen.Schema
 	q := func(t string) string { return pgx.Identifier{schema, t}.Sanitize() }
-	rp := &replay{b: b, state: q(replayStateTable), journal: q(replayLogTable), inline: b.gate.projs[0].inlineTable(),
+	rp := &replay{b: b, state: q(replayStateTable), journal: q(replayLogTable), inline: b.proj.Gate.Inline(schema),
 		known: map[string]memAgg{}}
 	if err := rp.prepare(ctx); err != nil {
 		return err
 	}
-	if err := b.setPhase(ctx, PhaseReplay, b.streamFraction()); err != nil {
+	if err := b.setPhase(ctx, PhaseReplay, b.opts.Fraction); err != nil {
 		return err
 	}
 	for {
@@ -101,7 +104,7 @@ func (b *builder) replay(ctx context.Context) error {
 // prepare creates the generation's schema, tables and replay tables, or
 // finds them and resumes.
 func (rp *replay) prepare(ctx context.Context) error {
-	b, p := rp.b, rp.b.p
+	b, env := rp.b, rp.b.env
 	schema := pgx.Identifier{b.gen.Schema}.Sanitize()
 	err := pgx.BeginFunc(ctx, b.conn, func(tx pgx.Tx) error {
 		for _, s := range []string{
@@ -132,18 +135,18 @@ func (rp *replay) prepare(ctx context.Context) error {
 		}
 		// A fresh start (or a database crash emptied the unlogged
 		// tables): clear whatever the generation has.
-		b := &pgx.Batch{}
-		p.store.Gate.QueueClear(b, rp.b.gen.Key, nil)
-		p.buf.QueueClear(b, rp.b.gen.Key)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		bb := &pgx.Batch{}
+		env.Store.Gate.QueueClear(bb, b.gen.Key, nil)
+		env.Buffer.QueueClear(bb, b.gen.Key)
+		if err := tx.SendBatch(ctx, bb).Close(); err != nil {
 			return err
 		}
-		tables, err := userTables(ctx, tx, rp.b.gen.Schema, "")
+		tables, err := userTables(ctx, tx, b.gen.Schema, "")
 		if err != nil {
 			return err
 		}
 		for _, t := range tables {
-			if _, err := tx.Exec(ctx, `TRUNCATE `+pgx.Identifier{rp.b.gen.Schema, t}.Sanitize()); err != nil {
+			if _, err := tx.Exec(ctx, `TRUNCATE `+pgx.Identifier{b.gen.Schema, t}.Sanitize()); err != nil {
 				return err
 			}
 		}
@@ -164,11 +167,11 @@ func (rp *replay) prepare(ctx context.Context) error {
 }
 
 // setup creates the projection's tables in the generation's schema and,
-// with BuildOptions.Unlogged, makes them unlogged for the replay.
+// with Options.Unlogged, makes them unlogged for the replay.
 func (rp *replay) setup(ctx context.Context, tx pgx.Tx) error {
 	b := rp.b
-	if s, ok := b.r.p.(Tables); ok {
-		if err := inSchema(ctx, tx, b.gen.Schema, func() error { return s.Setup(ctx, tx) }); err != nil {
+	if s := b.proj.Gate.Tables(); s != nil {
+		if err := InSchema(ctx, tx, b.gen.Schema, func() error { return s.Setup(ctx, tx) }); err != nil {
 			return fmt.Errorf("set up the projection's tables: %w", err)
 		}
 	}
@@ -177,7 +180,7 @@ func (rp *replay) setup(ctx context.Context, tx pgx.Tx) error {
 		return err
 	}
 	if len(tables) == 0 {
-		return fmt.Errorf("projection %s: no table in schema %s after Setup: %w", b.r.name, b.gen.Schema, ErrNoSchema)
+		return fmt.Errorf("projection %s: no table in schema %s after Setup: %w", b.proj.Name, b.gen.Schema, b.env.Errors.NoSchema)
 	}
 	if !b.opts.Unlogged {
 		return nil
@@ -190,7 +193,7 @@ func (rp *replay) setup(ctx context.Context, tx pgx.Tx) error {
 	}
 	for _, t := range tables {
 		if _, err := sp.Exec(ctx, `ALTER TABLE `+pgx.Identifier{b.gen.Schema, t}.Sanitize()+` SET UNLOGGED`); err != nil {
-			b.p.log.InfoContext(ctx, "rebuild: the projection's tables stay logged during the replay", "projection", b.r.name, "reason", err)
+			b.env.Log.InfoContext(ctx, "rebuild: the projection's tables stay logged during the replay", "projection", b.proj.Name, "reason", err)
 			return sp.Rollback(ctx)
 		}
 	}
@@ -267,32 +270,32 @@ func (rp *replay) pass(ctx context.Context) (int64, error) {
 
 // commit applies one transaction's worth of events read from the stream —
 // n records up to pos — and stores pos.
-func (rp *replay) commit(ctx context.Context, events []aggregate.Event, rejects []Reject, n int64, pos Position, at time.Time) error {
+func (rp *replay) commit(ctx context.Context, events []aggregate.Event, rejects []Reject, n int64, pos []byte, at time.Time) error {
 	b := rp.b
-	bt := b.gate.prepare(Batch{Events: events, Rejects: rejects, Source: "rebuild:" + b.gen.Key})
-	if err := rp.lookup(ctx, bt.aggs); err != nil {
+	bt := b.gate.Prepare(Batch{Events: events, Rejects: rejects, Source: "rebuild:" + b.gen.Key})
+	if err := rp.lookup(ctx, bt.Aggregates); err != nil {
 		return err
 	}
 	// Split the batch: the aggregates whose events continue them in memory,
 	// and the others, for the gate.
-	var bulk, gated []delivery
+	var bulk, gated []Delivery
 	next := map[string]int64{} // the bulk aggregates' new versions
-	for i := 0; i < len(bt.valid); {
-		agg := bt.valid[i].ev.Aggregate
+	for i := 0; i < len(bt.Valid); {
+		agg := bt.Valid[i].Event.Aggregate
 		j := i
-		for j < len(bt.valid) && bt.valid[j].ev.Aggregate == agg {
+		for j < len(bt.Valid) && bt.Valid[j].Event.Aggregate == agg {
 			j++
 		}
 		m := rp.known[agg]
 		ok := !m.gated
 		for k := i; ok && k < j; k++ {
-			ok = bt.valid[k].ev.Version == m.version+int64(k-i)+1
+			ok = bt.Valid[k].Event.Version == m.version+int64(k-i)+1
 		}
 		if ok {
-			bulk = append(bulk, bt.valid[i:j]...)
-			next[agg] = bt.valid[j-1].ev.Version
+			bulk = append(bulk, bt.Valid[i:j]...)
+			next[agg] = bt.Valid[j-1].Event.Version
 		} else {
-			gated = append(gated, bt.valid[i:j]...)
+			gated = append(gated, bt.Valid[i:j]...)
 		}
 		i = j
 	}
@@ -302,13 +305,12 @@ func (rp *replay) commit(ctx context.Context, events []aggregate.Event, rejects 
 		}
 	}
 	err := rp.bulkTx(ctx, bt, bulk, n, pos, at)
-	var hf *handlerFailure
-	if errors.As(err, &hf) || isRefusal(err) {
+	if err != nil && b.proj.Gate.Refused(err) {
 		// The handler (or the database) refused something of the bulk: the
 		// gate isolates it — quarantined, or set aside as rejected — and
 		// applies the rest.
-		b.p.log.WarnContext(ctx, "rebuild: the replay's batch failed; its aggregates go through the gate",
-			"projection", b.r.name, "generation", b.gen.Generation, "error", err)
+		b.env.Log.WarnContext(ctx, "rebuild: the replay's batch failed; its aggregates go through the gate",
+			"projection", b.proj.Name, "generation", b.gen.Generation, "error", err)
 		if err := rp.throughGate(ctx, bulk); err != nil {
 			return err
 		}
@@ -356,9 +358,9 @@ func (rp *replay) lookup(ctx context.Context, aggs []string) error {
 	}
 	last := `SELECT max(version) FROM ` + rp.journal + ` j WHERE j.aggregate = k.a`
 	if t := rp.inline; t != nil {
-		last = `SELECT ` + pgx.Identifier{t.Version}.Sanitize() + ` FROM ` + t.Table.Sanitize() + ` WHERE ` + pgx.Identifier{t.Key}.Sanitize() + ` = k.a`
+		last = `SELECT ` + t.Ref.Version + ` FROM ` + t.Ref.Table + ` WHERE ` + t.Ref.Key + ` = k.a`
 	}
-	rows, err := rp.b.p.store.Versions.Gated(ctx, rp.b.conn, rp.b.gen.Key, missing, last)
+	rows, err := rp.b.env.Store.Versions.Gated(ctx, rp.b.conn, rp.b.gen.Key, missing, last)
 	if err != nil {
 		return fmt.Errorf("look up versions: %w", err)
 	}
@@ -377,15 +379,16 @@ func (rp *replay) lookup(ctx context.Context, aggs []string) error {
 // throughGate hands the deliveries ds, whole aggregates, to the gate: it
 // writes the version rows of those not gated yet, from memory, with their
 // journal entries as applied log, then processes them.
-func (rp *replay) throughGate(ctx context.Context, ds []delivery) error {
+func (rp *replay) throughGate(ctx context.Context, ds []Delivery) error {
 	b := rp.b
+	st := b.env.Store
 	var aggs []string
 	var vers []int64
 	events := make([]aggregate.Event, len(ds))
 	for i, d := range ds {
-		events[i] = d.ev
-		if m := rp.known[d.ev.Aggregate]; !m.gated && (i == 0 || d.ev.Aggregate != ds[i-1].ev.Aggregate) {
-			aggs, vers = append(aggs, d.ev.Aggregate), append(vers, m.version)
+		events[i] = d.Event
+		if m := rp.known[d.Event.Aggregate]; !m.gated && (i == 0 || d.Event.Aggregate != ds[i-1].Event.Aggregate) {
+			aggs, vers = append(aggs, d.Event.Aggregate), append(vers, m.version)
 		}
 	}
 	if len(aggs) > 0 {
@@ -394,9 +397,9 @@ func (rp *replay) throughGate(ctx context.Context, ds []delivery) error {
 				return err
 			}
 			bt := &pgx.Batch{}
-			b.p.store.Versions.QueueSeed(bt, b.gen.Key, aggs, vers)
+			st.Versions.QueueSeed(bt, b.gen.Key, aggs, vers)
 			if rp.inline == nil {
-				b.p.store.Applied.QueueFromJournal(bt, b.gen.Key, rp.journal, aggs)
+				st.Applied.QueueFromJournal(bt, b.gen.Key, rp.journal, aggs)
 			}
 			return tx.SendBatch(ctx, bt).Close()
 		})
@@ -407,62 +410,46 @@ func (rp *replay) throughGate(ctx context.Context, ds []delivery) error {
 	for _, a := range aggs {
 		rp.known[a] = memAgg{gated: true}
 	}
-	if _, err := b.gate.Process(ctx, Batch{Events: events, Source: "rebuild:" + b.gen.Key}); err != nil {
-		return err
-	}
-	return nil
+	return b.gate.Process(ctx, Batch{Events: events, Source: "rebuild:" + b.gen.Key})
 }
 
 // bulkTx applies the bulk deliveries (whole aggregates, each continuing
-// its version in memory) through the handler, appends them to the journal,
-// records the batch's rejections and stores the replay's position, in one
-// transaction on the replay's connection, retrying transient failures. It
-// returns a *handlerFailure when the handler fails.
-func (rp *replay) bulkTx(ctx context.Context, bt *batch, bulk []delivery, n int64, pos Position, at time.Time) error {
+// its version in memory) through the projection's handler (Target.Apply),
+// appends them to the journal, records the batch's rejections and stores
+// the replay's position, in one transaction on the replay's connection,
+// retrying transient failures. An error the handler or the database
+// refused the events with satisfies Gate.Refused.
+func (rp *replay) bulkTx(ctx context.Context, bt Prepared, bulk []Delivery, n int64, pos []byte, at time.Time) error {
 	b := rp.b
-	p := b.p
+	env := b.env
 	events := make([]aggregate.Event, len(bulk))
 	aggs, ids := make([]string, len(bulk)), make([]*string, len(bulk))
 	vers, hashes := make([]int64, len(bulk)), make([][]byte, len(bulk))
 	for i, d := range bulk {
-		events[i] = d.ev
-		aggs[i], vers[i], hashes[i] = d.ev.Aggregate, d.ev.Version, d.hash
-		if !isDefaultID(d.id, d.ev.Aggregate, d.ev.Version) {
-			ids[i] = &bulk[i].id
-		}
+		events[i] = d.Event
+		aggs[i], vers[i], hashes[i], ids[i] = d.Event.Aggregate, d.Event.Version, d.Hash, d.ID
 	}
 	mirror := time.Since(rp.lastMirror) > 2*time.Second
-	backoff := p.policy.Start()
+	// A replay transaction that is lost in a crash is replayed: its commit
+	// need not wait for the disk.
+	head := func(q *pgx.Batch) { q.Queue(`SET LOCAL synchronous_commit = off`) }
+	tail := func(q *pgx.Batch) {
+		if len(bulk) > 0 && rp.inline == nil {
+			q.Queue(`INSERT INTO `+rp.journal+` (aggregate, version, event_id, hash)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[])`, aggs, vers, ids, hashes)
+		}
+		q.Queue(`UPDATE `+rp.state+` SET position = $1, position_time = $2, events = events + $3`, pos, nullTime(at), n)
+		if mirror {
+			env.Store.Generations.QueueMirror(q, b.gen.Key, pos, nullTime(at), rp.events+n)
+		}
+		if bt.QueueRejected != nil {
+			bt.QueueRejected(q)
+		}
+	}
+	backoff := env.Policy.Start()
 	for {
 		err := pgx.BeginFunc(ctx, b.conn, func(tx pgx.Tx) error {
-			ht := newTx(tx, b.r.name)
-			// A replay transaction that is lost in a crash is replayed:
-			// its commit need not wait for the disk.
-			ht.Queue(`SET LOCAL synchronous_commit = off`)
-			b.gate.projs[0].enterSchema(ht)
-			if err := p.callHandler(ctx, ht, b.gate.projs[0], events); err != nil {
-				return &handlerFailure{projection: b.r.name, err: err}
-			}
-			ht.finish()
-			if len(bulk) > 0 && rp.inline == nil {
-				ht.Queue(`INSERT INTO `+rp.journal+` (aggregate, version, event_id, hash)
-SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[])`, aggs, vers, ids, hashes)
-			}
-			ht.Queue(`UPDATE `+rp.state+` SET position = $1, position_time = $2, events = events + $3`, []byte(pos), nullTime(at), n)
-			if mirror {
-				p.store.Generations.QueueMirror(ht.batch, b.gen.Key, pos, nullTime(at), rp.events+n)
-			}
-			if len(bt.rejected) > 0 {
-				p.queueRejected(ht.batch, bt.rejected)
-			}
-			b.gate.projs[0].leaveSchema(ht)
-			if err := ht.Flush(ctx); err != nil {
-				return &handlerFailure{projection: b.r.name, err: err}
-			}
-			if err := ht.inlineShort(b.r.name); err != nil {
-				return &handlerFailure{projection: b.r.name, err: err}
-			}
-			return nil
+			return b.gate.Apply(ctx, tx, events, head, tail)
 		})
 		if err == nil {
 			if mirror {
@@ -470,7 +457,7 @@ SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[])`, aggs, 
 			}
 			return nil
 		}
-		if ctx.Err() != nil || !IsTransient(err) || b.conn.Conn().IsClosed() {
+		if ctx.Err() != nil || !b.proj.Gate.Transient(err) || b.conn.Conn().IsClosed() {
 			if b.conn.Conn().IsClosed() {
 				return fmt.Errorf("replay transaction: the connection was lost: %w", err)
 			}

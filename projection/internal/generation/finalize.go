@@ -1,4 +1,4 @@
-package projection
+package generation
 
 import (
 	"context"
@@ -9,8 +9,8 @@ import (
 )
 
 // This file holds the finalization of a side-by-side rebuild's replay
-// (Build, phase 2; buildreplay.go has the replay and its model): the
-// journal becomes version rows and applied log, once per aggregate.
+// (Build, phase 2; replay.go has the replay and its model): the journal
+// becomes version rows and applied log, once per aggregate.
 
 // finalize writes the generation's gate state from the journal, makes its
 // tables logged, drops the replay's tables and moves the generation to
@@ -19,7 +19,7 @@ func (b *builder) finalize(ctx context.Context) error {
 	if err := b.setPhase(ctx, PhaseFinalize, nil); err != nil {
 		return err
 	}
-	p := b.p
+	st := b.env.Store
 	q := func(t string) string { return pgx.Identifier{b.gen.Schema, t}.Sanitize() }
 	err := pgx.BeginFunc(ctx, b.conn, func(tx pgx.Tx) error {
 		var pos []byte
@@ -42,8 +42,8 @@ func (b *builder) finalize(ctx context.Context) error {
 		}
 		bb := &pgx.Batch{}
 		bb.Queue(`DROP TABLE ` + q(replayLogTable) + `, ` + q(replayStateTable))
-		p.store.Generations.QueueFinalize(bb, b.gen.Key, pos, at, events)
-		p.store.Epoch.QueueBump(bb)
+		st.Generations.QueueFinalize(bb, b.gen.Key, pos, at, events)
+		st.Epoch.QueueBump(bb)
 		if err := tx.SendBatch(ctx, bb).Close(); err != nil {
 			return err
 		}
@@ -63,29 +63,23 @@ func (b *builder) finalize(ctx context.Context) error {
 // writeGateState writes, from the journal, the version row of every
 // aggregate the replay applied and the gate did not take — its last
 // version, and its log's current page — and the applied log of the
-// earlier pages (internal/store and appliedlog.go have the layout). One
-// sort of the journal does both.
+// earlier pages (package store has the layout). One sort of the journal
+// does both.
 //
 // An inline projection's rows hold the versions and logs (see replay): it
 // gets a version row per row, at the row's version, with an empty log — one
 // statement over its table (every aggregate that has a row has a version
 // row, as live, for the views that list aggregates).
 func (b *builder) writeGateState(ctx context.Context, tx pgx.Tx, journal string) error {
-	if !b.versionRows() {
-		return nil
-	}
-	if t := b.gate.projs[0].inlineTable(); t != nil {
-		if err := b.p.store.Versions.SeedInline(ctx, tx, b.gen.Key, t.ref()); err != nil {
+	st := b.env.Store
+	if t := b.proj.Gate.Inline(b.gen.Schema); t != nil {
+		if err := st.Versions.SeedInline(ctx, tx, b.gen.Key, t.Ref); err != nil {
 			return fmt.Errorf("write the version rows: %w", err)
 		}
 		return nil
 	}
-	if err := b.p.store.SeedFromJournal(ctx, tx, b.gen.Key, journal); err != nil {
+	if err := st.SeedFromJournal(ctx, tx, b.gen.Key, journal); err != nil {
 		return fmt.Errorf("write the version rows: %w", err)
 	}
 	return nil
 }
-
-// versionRows reports whether the new generation's gate keeps a version row
-// per aggregate: every projection does (an inline one's are empty).
-func (b *builder) versionRows() bool { return true }
