@@ -86,14 +86,9 @@ func (a *attempt) outcome(r *registered) func(idx int, o Outcome) {
 func (a *attempt) gate(ctx context.Context) error {
 	p := a.p
 	b := &pgx.Batch{}
-	if p.pauseLock {
-		for _, r := range p.projs {
-			p.store.Locks.QueueShared(b, r.lockKey)
-		}
-	}
-	// After the rebuild locks: a rebuild in place changes the epoch before
-	// it releases them (see queueEpochCheck).
-	p.queueEpochCheck(b, a.bt.epoch)
+	// First the check that the generations the batch feeds are still the
+	// ones its registrations were chosen for (generations.go).
+	p.queueFedCheck(b, a.bt.epoch)
 	// Plans made for one batch's arrays (often while the tables were still
 	// empty) must not be reused for the next: a cached generic plan turns
 	// index probes into scans as tables grow.

@@ -15,7 +15,9 @@ import (
 
 // This file holds generations as the gate sees them: which generations of
 // its projections a processor feeds (its "view", cached per generation
-// epoch) and the epoch check every batch transaction starts with.
+// epoch) and the check every batch transaction starts with (queueFedCheck:
+// the shared rebuild locks and the epoch) — all the live batch's path has
+// of the rebuild, besides the lookup of its view (feeding).
 // genlive.go has the live generation that readers and operator actions
 // use, gennames.go the generations' gate keys and schemas. The doc.go
 // section "Generations" has the model; package internal/generation (the
@@ -164,18 +166,28 @@ func (p *Processor) processFed(ctx context.Context, b Batch) ([]Result, int, err
 	}
 }
 
-// queueEpochCheck queues the read of the generation epoch, which fails
-// the transaction with errEpochChanged unless it is epoch. It comes first
-// in every batch transaction, after the rebuild locks only: a batch whose
-// check sees the epoch its registrations were chosen in received its
-// events before any change that committed later — the rebuilder, which
-// reads the stream's end only after its change committed, covers them (see
-// internal/generation's catch-up). A rebuild in place changes the epoch too, in the
-// transaction that empties the read model, and holds the rebuild lock
-// until it ends: a batch that holds the lock and sees its epoch knows that
-// no rebuild emptied its projections since its view was loaded (see
-// rowCache).
-func (p *Processor) queueEpochCheck(b *pgx.Batch, epoch int64) {
+// queueFedCheck queues, first in every batch transaction, the check that
+// the generations the batch feeds — its registrations, chosen by feeding
+// in epoch — are still the ones to feed: the projections' rebuild locks,
+// shared (a rebuild in place holds one exclusively while it runs), then
+// the read of the generation epoch, which fails the transaction with
+// errEpochChanged unless it is epoch (no read for fixed registrations,
+// epoch 0).
+//
+// A batch whose check sees the epoch its registrations were chosen in
+// received its events before any change that committed later — the
+// rebuilder, which reads the stream's end only after its change
+// committed, covers them (see internal/generation's catch-up). A rebuild
+// in place changes the epoch too, in the transaction that empties the
+// read model, and holds the rebuild lock until it ends: a batch that holds
+// the lock and sees its epoch knows that no rebuild emptied its
+// projections since its view was loaded (see rowCache).
+func (p *Processor) queueFedCheck(b *pgx.Batch, epoch int64) {
+	if p.pauseLock {
+		for _, r := range p.projs {
+			p.store.Locks.QueueShared(b, r.lockKey)
+		}
+	}
 	if epoch == 0 {
 		return
 	}
