@@ -71,6 +71,20 @@ var (
 	ErrNoSchema = errors.New("the projection's tables do not follow the search_path")
 )
 
+// Phases of a held rebuild (Generation.Phase).
+const (
+	// PhaseReady: the generation is caught up and waits for an operator's
+	// Switch (BuildOptions.Hold); it stays in catch-up, fed.
+	PhaseReady = "ready"
+	// PhaseSwitchRequested: an operator asked for the switch; the rebuild
+	// verifies and switches it in.
+	PhaseSwitchRequested = "switch-requested"
+)
+
+// ErrNotReady reports a Switch of a generation that is not waiting for
+// one: not held, not caught up yet, or already switched.
+var ErrNotReady = errors.New("the generation is not ready to switch")
+
 // VerificationError reports a new generation that did not pass its checks:
 // it was not switched in and is kept, in state StateFailed, for inspection.
 type VerificationError struct {
@@ -341,6 +355,18 @@ func (p *Processor) Build(ctx context.Context, projection string, opts *BuildOpt
 		err = verificationError(verr)
 	}
 	return BuildResult(res), err
+}
+
+// genEnv returns what the rebuilds of p share.
+func (p *Processor) genEnv() *generation.Env {
+	return &generation.Env{Pool: p.pool, Store: p.store, Buffer: p.buf, Log: p.log, Policy: p.policy,
+		Errors: generation.Errors{BuildInProgress: ErrBuildInProgress, NoSchema: ErrNoSchema, NoPrevious: ErrNoPrevious, NotReady: ErrNotReady}}
+}
+
+// genProjection describes r's projection to the rebuild.
+func (p *Processor) genProjection(r *registered) generation.Projection {
+	return generation.Projection{Name: r.name, Version: r.version, Lock: r.lockKey,
+		BuildLock: advisoryKey64("inorder.build\x00" + p.cfg.Schema + "\x00" + r.name), Gate: rebuildGate{p: p, r: r}}
 }
 
 // verificationError returns the VerificationError of the rebuild's.

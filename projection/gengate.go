@@ -13,23 +13,11 @@ import (
 
 // This file holds the gate as the rebuild reaches it: the seam between the
 // processor and package internal/generation, which holds the rebuild
-// (build.go has its public API). internal/generation applies events only
+// (build.go has its public API and what it hands the rebuild). internal/generation applies events only
 // through rebuildGate — a processor of one generation (On), the one a
 // worker of the projection's code version runs (Fed), or the projection's
 // handler inside the replay's transaction (genTarget.Apply) — and knows of
 // the projection only what it says.
-
-// genEnv returns what the rebuilds of p share.
-func (p *Processor) genEnv() *generation.Env {
-	return &generation.Env{Pool: p.pool, Store: p.store, Buffer: p.buf, Log: p.log, Policy: p.policy,
-		Errors: generation.Errors{BuildInProgress: ErrBuildInProgress, NoSchema: ErrNoSchema, NoPrevious: ErrNoPrevious, NotReady: ErrNotReady}}
-}
-
-// genProjection describes r's projection to the rebuild.
-func (p *Processor) genProjection(r *registered) generation.Projection {
-	return generation.Projection{Name: r.name, Version: r.version, Lock: r.lockKey,
-		BuildLock: advisoryKey64("inorder.build\x00" + p.cfg.Schema + "\x00" + r.name), Gate: rebuildGate{p: p, r: r}}
-}
 
 // rebuildGate is the gate of r's projection as a rebuild reaches it
 // (generation.Gate).

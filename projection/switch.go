@@ -2,7 +2,6 @@ package projection
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/inorder/inorder/projection/internal/generation"
@@ -10,20 +9,6 @@ import (
 
 // This file holds the operator actions on generations: the switch of a
 // held rebuild, rollback and drop, over package internal/generation.
-
-// Phases of a held rebuild (Generation.Phase).
-const (
-	// PhaseReady: the generation is caught up and waits for an operator's
-	// Switch (BuildOptions.Hold); it stays in catch-up, fed.
-	PhaseReady = "ready"
-	// PhaseSwitchRequested: an operator asked for the switch; the rebuild
-	// verifies and switches it in.
-	PhaseSwitchRequested = "switch-requested"
-)
-
-// ErrNotReady reports a Switch of a generation that is not waiting for
-// one: not held, not caught up yet, or already switched.
-var ErrNotReady = errors.New("the generation is not ready to switch")
 
 // Switch asks the rebuild holding generation of a projection (one built
 // with BuildOptions.Hold, now in PhaseReady) to verify it and switch it in,
