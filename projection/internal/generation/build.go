@@ -19,9 +19,9 @@ import (
 // the in-place mode.
 
 // Build rebuilds the projection side by side (projection.Processor.Build
-// without BuildOptions.InPlace, which documents it), with opts' defaults
-// applied. The processor's generations must have been loaded once (its
-// first generation recorded). Its errors name the projection and the
+// without BuildOptions.InPlace, which documents it). opts has its defaults
+// applied (package projection applies them), and the processor's
+// generations have been loaded once (its first generation recorded). Its errors name the projection and the
 // generation, but a *VerificationError, returned as it is.
 func Build(ctx context.Context, env *Env, proj Projection, opts Options) (Result, error) {
 	b := &builder{env: env, proj: proj, opts: opts, start: time.Now(), res: Result{Projection: proj.Name, CodeVersion: proj.Version}}
