@@ -9,6 +9,7 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/projection/internal/generation"
+	"github.com/inorder/inorder/projection/internal/store"
 )
 
 // This file holds the gate as the rebuild reaches it: the seam between the
@@ -24,6 +25,29 @@ import (
 type rebuildGate struct {
 	p *Processor
 	r *registered
+}
+
+// Generations implements generation.Gate: generationRows.
+func (g rebuildGate) Generations(ctx context.Context) ([]store.Generation, error) {
+	return g.p.generationRows(ctx, g.r.name)
+}
+
+// generationRows returns the rows of Generations: it loads the
+// processor's view first (recording generation 1 if need be).
+func (p *Processor) generationRows(ctx context.Context, projection string) ([]store.Generation, error) {
+	if _, err := p.feeding(ctx); err != nil {
+		return nil, err
+	}
+	var rows []store.Generation
+	err := pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		rows, err = p.store.Generations.List(ctx, tx, projection)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("projection %s: list generations: %w", projection, err)
+	}
+	return rows, nil
 }
 
 // Names implements generation.Gate: generationKey, generationSchema.

@@ -73,13 +73,10 @@ func (p *Processor) DropGeneration(ctx context.Context, projection string, opts 
 	if !ok {
 		return rep, fmt.Errorf("%w: %q", ErrUnknownProjection, projection)
 	}
-	if _, err := p.feeding(ctx); err != nil { // records generation 1 if need be
-		return rep, err
-	}
 	env := p.genEnv()
-	gens, err := p.store.Generations.List(ctx, p.pool, projection)
+	gens, err := p.generationRows(ctx, projection)
 	if err != nil {
-		return rep, fmt.Errorf("projection %s: list generations: %w", projection, err)
+		return rep, err
 	}
 	for _, g := range gens {
 		if g.Generation != n && (n != 0 || g.State != StateLive) {

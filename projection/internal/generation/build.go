@@ -51,9 +51,9 @@ func (b *builder) run(ctx context.Context) error {
 	}
 	defer b.unlock(ctx)
 
-	gens, err := env.Store.Generations.List(ctx, env.Pool, b.proj.Name)
+	gens, err := b.proj.Gate.Generations(ctx)
 	if err != nil {
-		return fmt.Errorf("projection %s: list generations: %w", b.proj.Name, err)
+		return err
 	}
 	for _, g := range gens {
 		switch {

@@ -71,6 +71,11 @@ type Projection struct {
 // the projection's handler inside the replay's transaction (Target.Apply)
 // — and knows of the projection only what it says.
 type Gate interface {
+	// Generations lists the projection's generations, oldest first, as
+	// projection.Processor.Generations does: it loads the processor's view
+	// of them first, which records the projection's first generation and
+	// retires previous ones whose retention ended.
+	Generations(ctx context.Context) ([]store.Generation, error)
 	// Names returns the gate key and the read-model schema of generation
 	// n of the projection.
 	Names(n int) (key, schema string)

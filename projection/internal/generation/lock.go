@@ -42,9 +42,9 @@ func (b *builder) lock(ctx context.Context) (waitedFor int, err error) {
 		}
 	}
 	var other store.Generation
-	gens, err := st.Generations.List(ctx, b.env.Pool, b.proj.Name)
+	gens, err := b.proj.Gate.Generations(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("projection %s: list generations: %w", b.proj.Name, err)
+		return 0, err
 	}
 	for _, g := range gens {
 		if g.State == StateBuilding || g.State == StateCatchUp {
