@@ -227,6 +227,13 @@ func Announce(ctx context.Context, pool *pgxpool.Pool, schema string, logger *sl
 			select {
 			case <-runCtx.Done():
 				if conn != nil {
+					// Unlock before closing: the server releases a closed
+					// session's locks only when its backend exits, a
+					// moment after the client has gone, and a migrator
+					// looking in between would still count this worker.
+					uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+					_, _ = conn.Exec(uctx, "SELECT pg_advisory_unlock_shared($1, $2)", k1, k2)
+					ucancel()
 					_ = conn.Close(context.Background())
 				}
 				return
@@ -271,8 +278,9 @@ func (p *Presence) Held() bool {
 	return p.held
 }
 
-// Close withdraws the announcement and closes its connection. It is safe
-// to call more than once.
+// Close withdraws the announcement and closes its connection: once it
+// returns, Migrator.Workers no longer sees this process. It is safe to
+// call more than once.
 func (p *Presence) Close() {
 	p.cancel()
 	<-p.done
