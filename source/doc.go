@@ -67,7 +67,7 @@
 // package source/sourcetest checks every source through it.
 // [NewCollector] exports the figures every source shares — the
 // dispatcher's window and batches, inorder_source_lag_events and
-// inorder_source_lag_seconds — under the same names and labels;
-// [NewSeriesCollector] is the table under it, which a source with help texts
-// and values of its own fills with [DispatchSeries] and [LagSeries].
+// inorder_source_lag_seconds — under the same names and labels. (The
+// sources of this module with help texts and values of their own, esdb and
+// nats, build the same rows through an internal package.)
 package source

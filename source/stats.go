@@ -3,6 +3,8 @@ package source
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/inorder/inorder/source/internal/collect"
 )
 
 // Close reasons of a batch, for Stats.Closed.
@@ -21,13 +23,14 @@ const (
 	closeReasons
 )
 
-// CloseReasons names the close reasons, indexed like Stats.Closed: "full",
-// "window", "max_wait", "flush", "retry".
-var CloseReasons = [closeReasons]string{"full", "window", "max_wait", "flush", "retry"}
+// The metrics name the close reasons by collect.CloseReasons, in the order
+// of the constants ("full", "window", "max_wait", "flush", "retry"): one
+// name each.
+var _ [closeReasons]string = collect.CloseReasons
 
-// FillBuckets are the upper bounds of Stats.Fill's buckets: the share of
-// BatchSize a batch filled.
-var FillBuckets = [...]float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1}
+// fillBuckets is the number of buckets of Stats.Fill, those of the metrics
+// (collect.FillBuckets).
+const fillBuckets = len(collect.FillBuckets)
 
 // Stats are a dispatcher's counters, cumulative since it was made, and its
 // current window.
@@ -49,12 +52,13 @@ type Stats struct {
 	// BatchSize is Config.BatchSize, the denominator of Fill.
 	BatchSize int
 	// Closed counts batches by why they were closed, indexed by the Close…
-	// constants (names in CloseReasons).
+	// constants.
 	Closed [closeReasons]int64
-	// Fill counts batches by the share of BatchSize they filled:
-	// Fill[i] those with a share in (FillBuckets[i-1], FillBuckets[i]].
+	// Fill counts batches by the share of BatchSize they filled, in
+	// tenths: Fill[0] those with a share up to 0.1, Fill[i] those with a
+	// share in (i/10, (i+1)/10].
 	// FillSum is the sum of the shares.
-	Fill    [len(FillBuckets)]int64
+	Fill    [fillBuckets]int64
 	FillSum float64
 	// Idle is the time workers spent waiting for input with nothing to
 	// process, summed over workers; Filling the time they spent holding a
@@ -66,7 +70,7 @@ type Stats struct {
 type dispatcherStats struct {
 	dispatched, batches, committed, acked, nacked, retried, failures atomic.Int64
 	closed                                                           [closeReasons]atomic.Int64
-	fill                                                             [len(FillBuckets)]atomic.Int64
+	fill                                                             [fillBuckets]atomic.Int64
 	fillSumMicros                                                    atomic.Int64 // sum of fill shares, in millionths
 	idle, filling                                                    atomic.Int64 // nanoseconds
 }
@@ -76,7 +80,7 @@ func (s *dispatcherStats) observeBatch(reason, n, batchSize int) {
 	s.closed[reason].Add(1)
 	share := float64(n) / float64(batchSize)
 	i := 0
-	for i < len(FillBuckets)-1 && share > FillBuckets[i] {
+	for i < fillBuckets-1 && share > collect.FillBuckets[i] {
 		i++
 	}
 	s.fill[i].Add(1)

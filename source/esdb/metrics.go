@@ -3,7 +3,7 @@ package esdb
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/internal/collect"
 	"github.com/inorder/inorder/source/internal/sourceutil"
 )
 
@@ -22,7 +22,7 @@ func (s *Source) RegisterMetrics(reg prometheus.Registerer) error {
 // includes the events it skipped.
 func newCollector(s *Source) prometheus.Collector {
 	c := sourceutil.Counter[Stats]
-	own := []source.Series[sourceutil.Figures[Stats]]{
+	own := []collect.Series[sourceutil.Figures[Stats]]{
 		c("source_received_total", "Events received from EventStoreDB, redeliveries included.", func(st Stats) int64 { return st.Received }),
 		c("source_skipped_total", "Events acknowledged without processing (system events, other streams or types).", func(st Stats) int64 { return st.Skipped }),
 		c("source_acked_total", "Deliveries settled after their batch committed (acknowledged to the server in persistent mode).", func(st Stats) int64 { return st.Acked }),
@@ -31,7 +31,7 @@ func newCollector(s *Source) prometheus.Collector {
 		c("source_repaired_total", "Events read by gap repair from their stream and processed.", func(st Stats) int64 { return st.Repaired }),
 		c("source_gaps_missing_total", "Gaps gap repair found missing at the source (an operator must declare them).", func(st Stats) int64 { return st.GapsMissing }),
 	}
-	return source.NewSeriesCollector(s.cfg.Name, s.figures, sourceutil.Series(own, sourceutil.Help{
+	return collect.New(s.cfg.Name, s.figures, sourceutil.Series(own, sourceutil.Help{
 		InFlight:          "Events received and not yet settled: the part of the window in use.",
 		Window:            "The window: events that may be in flight at once (read-ahead, or the persistent subscription's buffer size).",
 		LagEvents:         "Events behind the head of what the source reads (matching its filter): received and not committed, plus not yet received. Absent until measured.",

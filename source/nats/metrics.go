@@ -3,7 +3,7 @@ package nats
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/internal/collect"
 	"github.com/inorder/inorder/source/internal/sourceutil"
 )
 
@@ -20,7 +20,7 @@ func (s *Source) RegisterMetrics(reg prometheus.Registerer) error {
 // this source's words and with its counts, and its own.
 func newCollector(s *Source) prometheus.Collector {
 	row := sourceutil.Counter[Stats]
-	return source.NewSeriesCollector(s.cfg.Name, s.figures, sourceutil.Series([]source.Series[sourceutil.Figures[Stats]]{
+	return collect.New(s.cfg.Name, s.figures, sourceutil.Series([]collect.Series[sourceutil.Figures[Stats]]{
 		row("source_received_total", "Messages received from the JetStream consumer, redeliveries included.", func(st Stats) int64 { return st.Received }),
 		row("source_redelivered_total", "Messages received that the server had delivered before (after an AckWait, a nak, a process that died).", func(st Stats) int64 { return st.Redelivered }),
 		row("source_acked_total", "Messages acknowledged after their batch committed.", func(st Stats) int64 { return st.Acked }),
