@@ -139,4 +139,15 @@
 // pointed at that schema shows the effect jobs (kind JobKind, args: the
 // intent's key and effect kind) and the relay jobs (kind RelayJobKind, args:
 // a batch number).
+//
+// # Files
+//
+// From the bottom up: effects.go holds the vocabulary (Intent, Effect,
+// Handler, the states, the job kinds, the errors); statements.go every
+// statement on the effects table; client.go Config, the Client and its
+// counters; record.go Record and the relay jobs; tracing.go the spans;
+// recover.go the recovery policy and the takeover of orphans; operator.go
+// what operators read and do (List, Get, Stats, Retry, Cancel); worker.go
+// an attempt; metrics.go the collector; run.go New, Start, Stop, Run and
+// the reconciliation pass. migrate.go creates River's tables.
 package effects

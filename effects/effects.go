@@ -1,29 +1,16 @@
 package effects
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"log/slog"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inorder/inorder/aggregate"
-	"github.com/inorder/inorder/internal/retry"
-	"github.com/inorder/inorder/migrations"
 )
 
 // Defaults of Config.
@@ -42,6 +29,10 @@ const DefaultQueue = "inorder_effects"
 // JobKind is the River job kind of effect jobs: one kind for every effect,
 // whose args carry the intent's key (and its effect kind, for River's UI).
 const JobKind = "inorder.effect"
+
+// RelayJobKind is the River job kind of relay jobs: their args carry the
+// batch number of the intents they enqueue.
+const RelayJobKind = "inorder.effect.relay"
 
 // Sentinel errors; the functions that return them wrap them.
 var (
@@ -294,265 +285,4 @@ type Attempt struct {
 	Err error
 	// Duration is the wall time of the attempt.
 	Duration time.Duration
-}
-
-// Config configures a Client. A nil *Config is valid: every field has a
-// default.
-type Config struct {
-	// Schema holds inorder's tables, the effects table among them (see
-	// package migrations). Default migrations.DefaultSchema ("inorder").
-	Schema string
-
-	// RiverSchema holds River's tables (see MigrateRiver). Default: Schema.
-	RiverSchema string
-
-	// Queue is the River queue of effect jobs. Default DefaultQueue.
-	Queue string
-
-	// Workers is how many effects a started Client performs at once.
-	// Default 10.
-	Workers int
-
-	// Timeout bounds each call of Perform and of Reconcile. Default
-	// DefaultTimeout (10 s).
-	Timeout time.Duration
-
-	// Lease is how long an attempt's claim on its intent lasts, from the
-	// claim (and again from the call, after a Reconcile that found the
-	// effect not done): an attempt whose claim expired is presumed dead, and
-	// the reconciliation pass hands its intent to another. It must exceed
-	// Timeout, so that a live attempt's call ends before its claim does.
-	// It is also how long a River job may stay running without holding its
-	// intent's claim before its executor is presumed dead (see Recovery).
-	// Default 2×Timeout.
-	Lease time.Duration
-
-	// RescueAfter is River's RescueStuckJobsAfter: River's leader makes a
-	// job that has been running this long retryable again (its client is
-	// presumed dead), which is how River's own rows of a dead executor are
-	// finished. It must be at least River's job timeout (2×Timeout + 5 s).
-	// Intents do not wait for it: the reconciliation pass gives them a new
-	// job after Lease (see Recovery). Default 2×Timeout + 20 s.
-	RescueAfter time.Duration
-
-	// MaxAttempts is how many times River works an intent's job before the
-	// intent is Failed. Default 25.
-	MaxAttempts int
-
-	// RetryBackoff bounds the delay before the first retry; it doubles with
-	// every attempt up to MaxBackoff, with jitter (inorder's one backoff
-	// policy: each delay is drawn from [d/2, d]). Default 1 s.
-	RetryBackoff time.Duration
-
-	// MaxBackoff caps the delay between retries. Default 1 h.
-	MaxBackoff time.Duration
-
-	// ReconcileInterval is how often a started Client runs the
-	// reconciliation pass (see Client.ReconcileStuck), which takes up the
-	// intents of dead executors. Default DefaultReconcileInterval (5 s).
-	ReconcileInterval time.Duration
-
-	// PollInterval is how often River looks for jobs when no notification
-	// arrives (River's FetchPollInterval). Default 1 s.
-	PollInterval time.Duration
-
-	// Logger receives the Client's logs and River's warnings and errors.
-	// Default: discarded.
-	Logger *slog.Logger
-
-	// OnAttempt, if set, is called after the outcome of every attempt is
-	// recorded (and after the reconciliation pass settles an intent), from
-	// the goroutine that ran it. It must be fast and must not block: it is
-	// how metrics and tests observe effects.
-	OnAttempt func(Attempt)
-
-	// TracerProvider, if set, traces every handler call: a span
-	// "inorder.effect" with the effect's kind, key and event, in whose
-	// context the handler runs — an HTTP client instrumented with otelhttp
-	// (as the ledger's webhook is) makes its request a child of it and
-	// sends its traceparent. Default: no spans.
-	TracerProvider trace.TracerProvider
-}
-
-// Client records intents and performs them. Record is called from
-// projection handlers; Start (or Run) works the intents with River, in any
-// number of processes at once. A Client is safe for concurrent use.
-type Client struct {
-	pool        *pgxpool.Pool
-	cfg         Config
-	log         *slog.Logger
-	river       *river.Client[pgx.Tx]
-	handlers    map[string]Handler
-	reconcilers []string // kinds whose handler implements Reconciler
-	sql         statements
-	tally       tally       // attempts by kind and outcome, for metrics
-	riverSeen   atomic.Bool // River's job table exists (riverReady)
-
-	mu      sync.Mutex
-	stopBg  context.CancelFunc // stops the reconciliation loop
-	bgDone  chan struct{}
-	started bool
-}
-
-// New returns a Client on pool's database for handlers (one per kind).
-// Nothing runs until Start or Run; Record works without them.
-func New(pool *pgxpool.Pool, cfg *Config, handlers ...Handler) (*Client, error) {
-	if pool == nil {
-		return nil, errors.New("effects: New needs a pool")
-	}
-	if cfg == nil {
-		cfg = &Config{}
-	}
-	c := *cfg
-	c.Schema = cmp.Or(c.Schema, migrations.DefaultSchema)
-	c.RiverSchema = cmp.Or(c.RiverSchema, c.Schema)
-	c.Queue = cmp.Or(c.Queue, DefaultQueue)
-	c.Workers = cmp.Or(c.Workers, 10)
-	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
-	c.Lease = cmp.Or(c.Lease, 2*c.Timeout)
-	c.RescueAfter = cmp.Or(c.RescueAfter, jobTimeout(c.Timeout)+outcomeTimeout)
-	c.MaxAttempts = cmp.Or(c.MaxAttempts, 25)
-	c.RetryBackoff = cmp.Or(c.RetryBackoff, time.Second)
-	c.MaxBackoff = cmp.Or(c.MaxBackoff, time.Hour)
-	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, DefaultReconcileInterval)
-	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.Workers < 0 || c.Timeout < 0 || c.Lease < 0 || c.RescueAfter < 0 || c.MaxAttempts < 0 || c.RetryBackoff < 0 ||
-		c.MaxBackoff < 0 || c.ReconcileInterval < 0 || c.PollInterval < 0 {
-		return nil, errors.New("effects: Config has a negative setting")
-	}
-	if c.Lease <= c.Timeout {
-		return nil, fmt.Errorf("effects: Config.Lease (%s) must exceed Config.Timeout (%s): a live attempt's call must end before its claim", c.Lease, c.Timeout)
-	}
-	if c.RescueAfter < jobTimeout(c.Timeout) {
-		return nil, fmt.Errorf("effects: Config.RescueAfter (%s) must be at least River's job timeout, 2×Timeout + 5 s (%s)", c.RescueAfter, jobTimeout(c.Timeout))
-	}
-	cl := &Client{
-		pool:     pool,
-		cfg:      c,
-		log:      c.Logger,
-		handlers: map[string]Handler{},
-		sql:      newStatements(c.Schema, c.RiverSchema),
-	}
-	for _, h := range handlers {
-		k := h.Kind()
-		if k == "" {
-			return nil, errors.New("effects: a handler has an empty kind")
-		}
-		if _, dup := cl.handlers[k]; dup {
-			return nil, fmt.Errorf("effects: two handlers of kind %q", k)
-		}
-		cl.handlers[k] = h
-		if _, ok := h.(Reconciler); ok {
-			cl.reconcilers = append(cl.reconcilers, k)
-		}
-	}
-	slices.Sort(cl.reconcilers)
-	if cl.reconcilers == nil {
-		cl.reconcilers = []string{}
-	}
-	workers := river.NewWorkers()
-	if err := river.AddWorkerSafely(workers, &worker{c: cl}); err != nil {
-		return nil, fmt.Errorf("effects: register River worker: %w", err)
-	}
-	if err := river.AddWorkerSafely(workers, &relayWorker{c: cl}); err != nil {
-		return nil, fmt.Errorf("effects: register River worker: %w", err)
-	}
-	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Schema: c.RiverSchema,
-		// River's own warnings and errors only: its info lines (clients,
-		// producers, leaders starting) are noise in inorder's logs.
-		Logger:            slog.New(minLevel{Handler: c.Logger.Handler(), min: slog.LevelWarn}),
-		Workers:           workers,
-		Queues:            map[string]river.QueueConfig{c.Queue: {MaxWorkers: c.Workers}},
-		MaxAttempts:       c.MaxAttempts,
-		FetchPollInterval: c.PollInterval,
-		FetchCooldown:     min(c.PollInterval, river.FetchCooldownDefault),
-		// Attempts bound themselves (Timeout for Reconcile, Timeout for
-		// Perform); River's own timeout is a backstop past both. River's
-		// rescuer takes the jobs of dead clients after RescueAfter (see
-		// Recovery).
-		JobTimeout:           jobTimeout(c.Timeout),
-		RescueStuckJobsAfter: c.RescueAfter,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("effects: River client: %w", err)
-	}
-	cl.river = rc
-	return cl, nil
-}
-
-// Schema returns the schema of the effects table.
-func (c *Client) Schema() string { return c.cfg.Schema }
-
-// Kinds returns the kinds the Client has handlers for, sorted.
-func (c *Client) Kinds() []string {
-	kinds := make([]string, 0, len(c.handlers))
-	for k := range c.handlers {
-		kinds = append(kinds, k)
-	}
-	slices.Sort(kinds)
-	return kinds
-}
-
-// lease is how long an attempt's claim lasts.
-func (c *Client) lease() time.Duration { return c.cfg.Lease }
-
-// backoff returns the delay before River's next try after attempt attempt
-// (1-based).
-func (c *Client) backoff(attempt int) time.Duration {
-	return retry.Policy{Initial: c.cfg.RetryBackoff, Max: c.cfg.MaxBackoff}.Delay(attempt)
-}
-
-func (c *Client) observe(a Attempt) {
-	outcome := string(a.State)
-	if a.State == Running {
-		outcome = "unrecorded"
-	}
-	c.tally.add(a.Kind, outcome)
-	if c.cfg.OnAttempt != nil {
-		c.cfg.OnAttempt(a)
-	}
-}
-
-// minLevel is a handler that drops records below min.
-type minLevel struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.min && h.Handler.Enabled(ctx, l)
-}
-
-func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return minLevel{Handler: h.Handler.WithAttrs(attrs), min: h.min}
-}
-
-func (h minLevel) WithGroup(name string) slog.Handler {
-	return minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
-}
-
-// Binder is implemented by projections that record intents with a Client
-// they are given rather than built with: a binary built on package cli
-// constructs its projections before it connects, and hands them the Client
-// (Bind) before any of its commands runs a handler.
-type Binder interface {
-	// UseEffects hands the projection the Client to record intents with.
-	UseEffects(c *Client)
-}
-
-// Bind gives c to every projection of projections that implements Binder,
-// and returns how many did.
-func Bind[P any](c *Client, projections ...P) int {
-	n := 0
-	for _, p := range projections {
-		if b, ok := any(p).(Binder); ok {
-			b.UseEffects(c)
-			n++
-		}
-	}
-	return n
 }

@@ -19,43 +19,6 @@ const (
 	metricsQueryTimeout = time.Second
 )
 
-// tally counts the attempts this Client made, by kind and outcome, and
-// the recoveries its reconciliation passes made, by kind and cause.
-type tally struct {
-	mu sync.Mutex
-	n  map[[2]string]int64 // (kind, outcome) → attempts
-	r  map[[2]string]int64 // (kind, cause) → recoveries
-}
-
-func (t *tally) recovered(kind, cause string) { t.inc(&t.r, kind, cause) }
-
-func (t *tally) recoveries() map[[2]string]int64 { return t.copyOf(&t.r) }
-
-func (t *tally) add(kind, outcome string) { t.inc(&t.n, kind, outcome) }
-
-func (t *tally) snapshot() map[[2]string]int64 { return t.copyOf(&t.n) }
-
-// inc counts one (a, b) in *m, made on first use.
-func (t *tally) inc(m *map[[2]string]int64, a, b string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if *m == nil {
-		*m = map[[2]string]int64{}
-	}
-	(*m)[[2]string{a, b}]++
-}
-
-// copyOf returns a copy of *m (t.n or t.r, read under the lock), never nil.
-func (t *tally) copyOf(m *map[[2]string]int64) map[[2]string]int64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make(map[[2]string]int64, len(*m))
-	for k, v := range *m {
-		out[k] = v
-	}
-	return out
-}
-
 // RegisterMetrics registers the Client's metrics on reg:
 //
 //   - inorder_effects_intents{kind,state}: open intents (pending, running,

@@ -234,10 +234,6 @@ const uniqueViolation = "23505"
 // more get one relay job (see Record).
 const DirectJobs = 8
 
-// RelayJobKind is the River job kind of relay jobs: their args carry the
-// batch number of the intents they enqueue.
-const RelayJobKind = "inorder.effect.relay"
-
 // relayArgs are the args of a relay job: Batch finds its intents (see
 // statements.relay); At (the recording transaction's start) and Kinds are
 // what relay workers of releases before migration 006 also match on, and

@@ -1,13 +1,129 @@
 package effects
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/inorder/inorder/migrations"
 )
+
+// New returns a Client on pool's database for handlers (one per kind).
+// Nothing runs until Start or Run; Record works without them.
+func New(pool *pgxpool.Pool, cfg *Config, handlers ...Handler) (*Client, error) {
+	if pool == nil {
+		return nil, errors.New("effects: New needs a pool")
+	}
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	c := *cfg
+	c.Schema = cmp.Or(c.Schema, migrations.DefaultSchema)
+	c.RiverSchema = cmp.Or(c.RiverSchema, c.Schema)
+	c.Queue = cmp.Or(c.Queue, DefaultQueue)
+	c.Workers = cmp.Or(c.Workers, 10)
+	c.Timeout = cmp.Or(c.Timeout, DefaultTimeout)
+	c.Lease = cmp.Or(c.Lease, 2*c.Timeout)
+	c.RescueAfter = cmp.Or(c.RescueAfter, jobTimeout(c.Timeout)+outcomeTimeout)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, 25)
+	c.RetryBackoff = cmp.Or(c.RetryBackoff, time.Second)
+	c.MaxBackoff = cmp.Or(c.MaxBackoff, time.Hour)
+	c.ReconcileInterval = cmp.Or(c.ReconcileInterval, DefaultReconcileInterval)
+	c.PollInterval = cmp.Or(c.PollInterval, time.Second)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Workers < 0 || c.Timeout < 0 || c.Lease < 0 || c.RescueAfter < 0 || c.MaxAttempts < 0 || c.RetryBackoff < 0 ||
+		c.MaxBackoff < 0 || c.ReconcileInterval < 0 || c.PollInterval < 0 {
+		return nil, errors.New("effects: Config has a negative setting")
+	}
+	if c.Lease <= c.Timeout {
+		return nil, fmt.Errorf("effects: Config.Lease (%s) must exceed Config.Timeout (%s): a live attempt's call must end before its claim", c.Lease, c.Timeout)
+	}
+	if c.RescueAfter < jobTimeout(c.Timeout) {
+		return nil, fmt.Errorf("effects: Config.RescueAfter (%s) must be at least River's job timeout, 2×Timeout + 5 s (%s)", c.RescueAfter, jobTimeout(c.Timeout))
+	}
+	cl := &Client{
+		pool:     pool,
+		cfg:      c,
+		log:      c.Logger,
+		handlers: map[string]Handler{},
+		sql:      newStatements(c.Schema, c.RiverSchema),
+	}
+	for _, h := range handlers {
+		k := h.Kind()
+		if k == "" {
+			return nil, errors.New("effects: a handler has an empty kind")
+		}
+		if _, dup := cl.handlers[k]; dup {
+			return nil, fmt.Errorf("effects: two handlers of kind %q", k)
+		}
+		cl.handlers[k] = h
+		if _, ok := h.(Reconciler); ok {
+			cl.reconcilers = append(cl.reconcilers, k)
+		}
+	}
+	slices.Sort(cl.reconcilers)
+	if cl.reconcilers == nil {
+		cl.reconcilers = []string{}
+	}
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, &worker{c: cl}); err != nil {
+		return nil, fmt.Errorf("effects: register River worker: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, &relayWorker{c: cl}); err != nil {
+		return nil, fmt.Errorf("effects: register River worker: %w", err)
+	}
+	rc, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Schema: c.RiverSchema,
+		// River's own warnings and errors only: its info lines (clients,
+		// producers, leaders starting) are noise in inorder's logs.
+		Logger:            slog.New(minLevel{Handler: c.Logger.Handler(), min: slog.LevelWarn}),
+		Workers:           workers,
+		Queues:            map[string]river.QueueConfig{c.Queue: {MaxWorkers: c.Workers}},
+		MaxAttempts:       c.MaxAttempts,
+		FetchPollInterval: c.PollInterval,
+		FetchCooldown:     min(c.PollInterval, river.FetchCooldownDefault),
+		// Attempts bound themselves (Timeout for Reconcile, Timeout for
+		// Perform); River's own timeout is a backstop past both. River's
+		// rescuer takes the jobs of dead clients after RescueAfter (see
+		// Recovery).
+		JobTimeout:           jobTimeout(c.Timeout),
+		RescueStuckJobsAfter: c.RescueAfter,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("effects: River client: %w", err)
+	}
+	cl.river = rc
+	return cl, nil
+}
+
+// minLevel is a handler that drops records below min.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return minLevel{Handler: h.Handler.WithAttrs(attrs), min: h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{Handler: h.Handler.WithGroup(name), min: h.min}
+}
 
 // Start starts working intents: River's workers on Config.Queue (and River's
 // maintenance services) and the reconciliation pass every
@@ -84,10 +200,6 @@ func (c *Client) reconcileLoop(ctx, bg context.Context, done chan<- struct{}) {
 		}
 	}
 }
-
-// reconcileBatch bounds how many intents one step of the reconciliation pass
-// takes.
-const reconcileBatch = 100
 
 // Reconciled reports what a reconciliation pass did.
 type Reconciled struct {

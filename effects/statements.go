@@ -166,6 +166,36 @@ RETURNING ` + columns,
 	}
 }
 
+// orphansCTE is the WITH clause that defines "orphans" (key, prio): the open
+// intents whose executor died and that no River job will take up ($1: the
+// queue, $2: the lease). prio is the cause (recoveryCauses). A River job
+// takes an intent up if it is available, or running for less than the
+// lease, or — for an intent no attempt holds — scheduled or retryable:
+// River's scheduler makes it available when due.
+func orphansCTE(t, rj string) string {
+	return `WITH stalled AS MATERIALIZED (
+  SELECT j.kind, j.args FROM ` + rj + ` j
+  WHERE j.state = 'running' AND j.queue = $1 AND j.attempted_at < now() - $2::interval
+    AND j.kind IN ('` + JobKind + `', '` + RelayJobKind + `')),
+candidates AS (
+  SELECT e.key, 1 AS prio FROM ` + t + ` e
+    WHERE e.state = 'running' AND e.lease_until < now() AND e.job_id IS NOT NULL
+  UNION ALL
+  SELECT e.key, 2 FROM stalled s JOIN ` + t + ` e ON e.key = (s.args->>'key')::uuid
+    WHERE s.kind = '` + JobKind + `' AND e.state IN ('pending', 'retrying')
+  UNION ALL
+  SELECT e.key, 3 FROM stalled s JOIN ` + t + ` e ON e.batch = (s.args->>'batch')::bigint AND e.state = 'pending'
+    WHERE s.kind = '` + RelayJobKind + `'),
+orphans AS (
+  SELECT c.key, min(c.prio) AS prio FROM candidates c
+  WHERE NOT EXISTS (SELECT 1 FROM ` + rj + ` j
+    WHERE j.kind = '` + JobKind + `' AND j.args @> jsonb_build_object('key', c.key)
+      AND (j.state IN ('available', 'pending') OR (j.state = 'running' AND j.attempted_at >= now() - $2::interval)
+        OR (c.prio > 1 AND j.state IN ('scheduled', 'retryable'))))
+  GROUP BY c.key)
+`
+}
+
 // batchInsert is the statement of insertBatch, with conflict as its ON
 // CONFLICT clause.
 func batchInsert(table, seq, conflict string) string {
