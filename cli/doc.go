@@ -88,4 +88,18 @@
 // flight and saves its checkpoint; the HTTP server finishes its requests —
 // and the second stops it at once (uncommitted work rolls back and is
 // delivered again).
+//
+// # Files
+//
+// From the bottom up: cli.go is the package's face (Config, App, Main,
+// Run, the exit statuses); command.go the shape every command shares
+// (leaf, group); source.go the --source flag and its drivers;
+// effects_client.go the effects client and its --effects-* flags; open.go
+// the schema check and the processor a command opens; operator.go what the
+// operator commands share (their flags, listing, acting, reporting). Each
+// command, or group of commands, has a file of its own above them: run.go,
+// serve.go, migrate.go, status.go, parked.go, repair.go, quarantine.go,
+// conflicts.go, rejected.go, oplog.go, rebuild.go, effects.go (with
+// effects_act.go and effects_work.go), healthcheck.go, version.go. root.go,
+// on top, builds the command tree and runs a command line.
 package cli

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/internal/clikit"
 	"github.com/inorder/inorder/projection"
 )
@@ -58,6 +59,35 @@ func (a *App) open(ctx context.Context, o *opOptions) (proc *projection.Processo
 		return nil, nil, err
 	}
 	return proc, pool.Close, nil
+}
+
+// openEffects connects, checks the schemas and returns the effects client
+// (effectsReader: handlers are not needed) and a processor (for the
+// operator log); close releases the pool.
+func (a *App) openEffects(ctx context.Context, o *opOptions) (*effects.Client, *projection.Processor, func(), error) {
+	logger := o.log.Logger(a.stderr)
+	pool, err := clikit.Connect(ctx, &o.db, 4, logger)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fail := func(err error) (*effects.Client, *projection.Processor, func(), error) {
+		pool.Close()
+		return nil, nil, nil, err
+	}
+	if err := a.prepareSchema(ctx, pool, &o.db, false, false, logger); err != nil {
+		return fail(err)
+	}
+	fx, err := a.effectsReader(pool, &o.db, logger)
+	if err != nil {
+		return fail(err)
+	}
+	pc := a.cfg.Processor
+	pc.Schema, pc.Logger = o.db.Schema, logger
+	proc, err := projection.New(pool, &pc, a.cfg.Projections...)
+	if err != nil {
+		return fail(fmt.Errorf("processor: %w", err))
+	}
+	return fx, proc, pool.Close, nil
 }
 
 // listOptions are the flags of the list commands: the operator flags and

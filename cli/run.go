@@ -372,55 +372,6 @@ func (c *runCmd) work(ctx context.Context, o *runOptions, w *runParts, src sourc
 	return nil
 }
 
-// prepareSchema applies pending migrations when migrate is set — inorder's
-// to --schema and, in a binary with effect handlers, River's to
-// --river-schema; otherwise it refuses to work on a schema that is missing
-// or not fully migrated. offer says whether the command has a --migrate
-// flag to mention.
-func (a *App) prepareSchema(ctx context.Context, pool *pgxpool.Pool, db *clikit.DBOptions, migrate, offer bool, logger *slog.Logger) error {
-	schema := db.Schema
-	hint := fmt.Sprintf("run '%s migrate --schema %s' first", a.name, schema)
-	if db.RiverSchema != "" {
-		hint = fmt.Sprintf("run '%s migrate --schema %s --river-schema %s' first", a.name, schema, db.RiverSchema)
-	}
-	if offer {
-		hint += " (or pass --migrate)"
-	}
-	if migrate {
-		m, err := migrations.New(pool, &migrations.Options{Schema: schema, Logger: logger})
-		if err != nil {
-			return err
-		}
-		if _, err := m.Migrate(ctx); errors.Is(err, migrations.ErrWorkersConnected) {
-			return fmt.Errorf("migrate: %w (run '%s migrate --force' to apply it anyway)", err, a.name)
-		} else if err != nil {
-			return fmt.Errorf("migrate: %w", err)
-		}
-		if len(a.cfg.Effects) > 0 {
-			if _, err := effects.MigrateRiver(ctx, pool, &effects.RiverMigrateOptions{Schema: db.River(), Logger: logger}); err != nil {
-				return fmt.Errorf("migrate: %w", err)
-			}
-		}
-		return nil
-	}
-	err := clikit.CheckSchema(ctx, pool, schema, logger)
-	var se *clikit.SchemaError
-	if errors.As(err, &se) && se.Unknown == 0 {
-		return fmt.Errorf("%w: %s", err, hint)
-	}
-	if err != nil {
-		return err
-	}
-	if len(a.cfg.Effects) > 0 {
-		if err := effects.CheckRiver(ctx, pool, db.River()); errors.Is(err, effects.ErrRiverNotMigrated) {
-			return fmt.Errorf("%w: %s", err, hint)
-		} else if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // buildNewVersions starts, in the background, a side-by-side rebuild of
 // every projection of which the processor feeds no generation: its code
 // version is new. One process builds; the others wait for it (and resume
