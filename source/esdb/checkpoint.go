@@ -68,6 +68,49 @@ func (s *Source) afterCommit(batch []*source.Delivery, results []projection.Resu
 	}
 }
 
+// noteApplied records, per projection, the newest event of a committed
+// batch it applied or found applied.
+func (s *Source) noteApplied(batch []*source.Delivery, results []projection.Result) {
+	type newest struct {
+		pos esdbc.Position
+		at  time.Time
+		ok  bool
+	}
+	names := s.cfg.Processor.Projections()
+	top := make([]newest, len(names))
+	i := 0
+	for _, d := range batch {
+		if d.Reject != nil {
+			continue
+		}
+		r := results[i]
+		i++
+		ev, _ := d.Handle.(*esdbc.ResolvedEvent)
+		if ev == nil {
+			continue
+		}
+		rec := ev.Event
+		if rec == nil {
+			rec = ev.OriginalEvent()
+		}
+		for j, o := range r.Projections {
+			if (o == projection.Applied || o == projection.Duplicate) && j < len(top) && (!top[j].ok || less(top[j].pos, rec.Position)) {
+				top[j] = newest{rec.Position, rec.CreatedDate, true}
+			}
+		}
+	}
+	s.lagMu.Lock()
+	defer s.lagMu.Unlock()
+	for j, n := range top {
+		if !n.ok {
+			continue
+		}
+		if cur := s.applied[names[j]]; cur == nil || less(esdbc.Position{Commit: cur.Commit, Prepare: cur.Prepare}, n.pos) {
+			s.applied[names[j]] = allPoint(n.pos, n.at)
+		}
+	}
+}
+
 // covered reports whether p is at or below the saved checkpoint.
 func (s *Source) covered(p esdbc.Position) bool {
 	s.cpMu.Lock()

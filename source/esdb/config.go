@@ -28,6 +28,7 @@ const (
 	DefaultRepairEvery     = 10 * time.Second
 	DefaultRepairLimit     = 100
 	DefaultDrainTimeout    = 30 * time.Second
+	DefaultLagEvery        = 5 * time.Second
 )
 
 // Config configures a Source. URL (or Client) and Processor are required;

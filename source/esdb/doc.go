@@ -223,4 +223,15 @@
 // assume an empty store; the tests that inject faults (dropped
 // subscriptions, restarts, an unavailable node) need the in-process server
 // and are skipped.
+//
+// # Files
+//
+// From the bottom up: mapping.go maps a recorded event to an
+// aggregate.Event; config.go holds Config and its defaults; source.go the
+// Source, its state and counters; checkpoint.go committed batches and the
+// catch-up checkpoint; errors.go and recorded.go what the server rejects
+// and the mapping the workers record; catchup.go and persistent.go the two
+// kinds of session; repair.go gap repair; lag.go the lag; replay.go and
+// stream.go the Replayer of a rebuild; run.go New and Run; metrics.go the
+// collector; driver.go the Driver of a worker binary.
 package esdb

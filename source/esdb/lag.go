@@ -13,12 +13,8 @@ import (
 
 	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
 
-	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
 )
-
-// DefaultLagEvery is the default of Config.LagEvery.
-const DefaultLagEvery = 5 * time.Second
 
 const (
 	// lagPage is how many events a lag measurement reads per request.
@@ -76,43 +72,6 @@ type ProjectionLag struct {
 	// from — the catch-up checkpoint, or the persistent group's — with
 	// that event's creation time. Nil when unknown.
 	LastApplied *Point `json:"last_applied,omitempty"`
-}
-
-// Point is an event's place in EventStoreDB and its creation time.
-type Point struct {
-	// Position is the event's $all position as "C:<commit>/P:<prepare>",
-	// or "<revision>@<stream>" for the stream of a persistent group.
-	Position string `json:"position"`
-	// Commit and Prepare are its $all position (zero when unknown).
-	Commit  uint64 `json:"commit"`
-	Prepare uint64 `json:"prepare"`
-	// Time is the event's creation time, by the server's clock.
-	Time time.Time `json:"time,omitzero"`
-}
-
-func allPoint(p esdbc.Position, at time.Time) *Point {
-	return &Point{Position: fmt.Sprintf("C:%d/P:%d", p.Commit, p.Prepare), Commit: p.Commit, Prepare: p.Prepare, Time: at}
-}
-
-// lagProbe is one measurement.
-type lagProbe struct {
-	at          time.Time
-	err         error
-	head        *Point
-	estimated   bool
-	lastApplied *Point // the resuming position (see ProjectionLag.LastApplied)
-
-	// catch-up: events after the received position (or the checkpoint),
-	// and the tracker's count then, so that Lag subtracts what was
-	// received since.
-	ahead      int64
-	base       int64
-	firstAhead time.Time
-
-	// persistent: the group's events not finished, and the creation time
-	// of the first event after its checkpoint.
-	events int64
-	oldest time.Time
 }
 
 // Lag returns the source's lag as of its last measurement (Run measures
@@ -482,49 +441,6 @@ func (s *Source) streamEvent(ctx context.Context, client *esdbc.Client, stream s
 	pt := allPoint(rec.Position, rec.CreatedDate)
 	pt.Position = fmt.Sprintf("%d@%s", rec.EventNumber, stream)
 	return pt, rec.EventNumber, nil
-}
-
-// noteApplied records, per projection, the newest event of a committed
-// batch it applied or found applied.
-func (s *Source) noteApplied(batch []*source.Delivery, results []projection.Result) {
-	type newest struct {
-		pos esdbc.Position
-		at  time.Time
-		ok  bool
-	}
-	names := s.cfg.Processor.Projections()
-	top := make([]newest, len(names))
-	i := 0
-	for _, d := range batch {
-		if d.Reject != nil {
-			continue
-		}
-		r := results[i]
-		i++
-		ev, _ := d.Handle.(*esdbc.ResolvedEvent)
-		if ev == nil {
-			continue
-		}
-		rec := ev.Event
-		if rec == nil {
-			rec = ev.OriginalEvent()
-		}
-		for j, o := range r.Projections {
-			if (o == projection.Applied || o == projection.Duplicate) && j < len(top) && (!top[j].ok || less(top[j].pos, rec.Position)) {
-				top[j] = newest{rec.Position, rec.CreatedDate, true}
-			}
-		}
-	}
-	s.lagMu.Lock()
-	defer s.lagMu.Unlock()
-	for j, n := range top {
-		if !n.ok {
-			continue
-		}
-		if cur := s.applied[names[j]]; cur == nil || less(esdbc.Position{Commit: cur.Commit, Prepare: cur.Prepare}, n.pos) {
-			s.applied[names[j]] = allPoint(n.pos, n.at)
-		}
-	}
 }
 
 // Feed returns the source as a source.Feed: the interface through which

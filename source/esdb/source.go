@@ -12,12 +12,12 @@ import (
 	esdbc "github.com/EventStore/EventStore-Client-Go/v4/esdb"
 
 	"github.com/inorder/inorder/source"
-	"github.com/inorder/inorder/source/internal/sourceutil"
 )
 
-// This file holds the Source, its counters and its run loop: sessions,
-// reconnection and drain. catchup.go and persistent.go hold the two kinds of
-// session, checkpoint.go the catch-up checkpoint.
+// This file holds the Source, its state and its counters, and what both
+// kinds of session use to receive. run.go holds New and the run loop,
+// catchup.go and persistent.go the two kinds of session, checkpoint.go the
+// catch-up checkpoint.
 
 // tpos is a catch-up position in the tracker, with the creation time of its
 // event (zero for positions that were passed).
@@ -30,6 +30,43 @@ type tpos struct {
 // Config.DrainTimeout: the batches in flight were rolled back, and their
 // events are delivered again on the next run. It wraps source.ErrAborted.
 var ErrAborted = fmt.Errorf("esdb: %w", source.ErrAborted)
+
+// Point is an event's place in EventStoreDB and its creation time.
+type Point struct {
+	// Position is the event's $all position as "C:<commit>/P:<prepare>",
+	// or "<revision>@<stream>" for the stream of a persistent group.
+	Position string `json:"position"`
+	// Commit and Prepare are its $all position (zero when unknown).
+	Commit  uint64 `json:"commit"`
+	Prepare uint64 `json:"prepare"`
+	// Time is the event's creation time, by the server's clock.
+	Time time.Time `json:"time,omitzero"`
+}
+
+func allPoint(p esdbc.Position, at time.Time) *Point {
+	return &Point{Position: fmt.Sprintf("C:%d/P:%d", p.Commit, p.Prepare), Commit: p.Commit, Prepare: p.Prepare, Time: at}
+}
+
+// lagProbe is one measurement.
+type lagProbe struct {
+	at          time.Time
+	err         error
+	head        *Point
+	estimated   bool
+	lastApplied *Point // the resuming position (see ProjectionLag.LastApplied)
+
+	// catch-up: events after the received position (or the checkpoint),
+	// and the tracker's count then, so that Lag subtracts what was
+	// received since.
+	ahead      int64
+	base       int64
+	firstAhead time.Time
+
+	// persistent: the group's events not finished, and the creation time
+	// of the first event after its checkpoint.
+	events int64
+	oldest time.Time
+}
 
 // Source feeds a projection.Processor from EventStoreDB, through a catch-up
 // subscription to $all or a persistent subscription. See the package
@@ -62,35 +99,6 @@ type Source struct {
 	stats struct {
 		received, skipped, rejected, acked, nacked, reconnects, repaired, gapsMissing atomic.Int64
 	}
-}
-
-// New validates cfg, applies its defaults and returns a Source. It does not
-// connect: Run does.
-func New(cfg *Config) (*Source, error) {
-	c, err := newConfig(cfg, false)
-	if err != nil {
-		return nil, err
-	}
-	s := &Source{
-		cfg:     c,
-		log:     c.Logger,
-		tracker: source.NewTracker[tpos](),
-		abort:   make(chan struct{}),
-		batchCP: map[*source.Delivery]esdbc.Position{},
-
-		knownMissing: map[string]bool{},
-		applied:      map[string]*Point{},
-	}
-	dc := c.dispCfg
-	dc.AfterCommit = s.afterCommit
-	if c.Persistent == nil {
-		dc.Checkpoints = s.checkpoints
-	}
-	s.disp, err = source.NewDispatcher(&dc)
-	if err != nil {
-		return nil, fmt.Errorf("esdb: %w", err)
-	}
-	return s, nil
 }
 
 // Stats are a Source's cumulative counters, for metrics.
@@ -163,103 +171,12 @@ func (s *Source) Stats() Stats {
 // once, from any goroutine.
 func (s *Source) Abort() { s.abortOnce.Do(func() { close(s.abort) }) }
 
-// Run consumes events until ctx is cancelled, reconnecting with backoff
-// whenever the server is lost. When ctx is cancelled it drains: it stops
-// receiving, lets every batch in flight commit and be acknowledged, saves
-// the checkpoint, and returns nil. Abort or Config.DrainTimeout cut the drain
-// short (ErrAborted). When the server rejects the subscription for good
-// (ErrRejected: access denied, a group that must not be created…) Run drains
-// the same way and returns that error at once instead of retrying. Run may
-// be called once.
-func (s *Source) Run(ctx context.Context) error {
-	if !s.ran.CompareAndSwap(false, true) {
-		return errors.New("esdb: Source.Run called twice")
-	}
-	soft, hard, cancelSoft, stop := sourceutil.Drain(ctx, s.abort, s.cfg.DrainTimeout, func() {
-		s.log.Warn("esdb drain timed out, aborting", "name", s.cfg.Name, "timeout", s.cfg.DrainTimeout)
-	})
-	defer stop()
-
-	_, stopWork := sourceutil.Work(hard, s.disp)
-	defer stopWork()
-	var bg sync.WaitGroup
-	if s.cfg.Persistent == nil {
-		bg.Go(func() { s.saveLoop(soft) })
-	}
-	if s.cfg.RepairAfter > 0 {
-		bg.Go(func() { s.repairLoop(soft) })
-	}
-	s.running.Store(true)
-	defer s.running.Store(false)
-	defer s.stopped.Store(true)
-	if s.cfg.LagEvery > 0 {
-		bg.Go(func() { s.lagLoop(soft) })
-	}
-	s.log.Info("esdb source starting", "name", s.cfg.Name, "mode", s.mode())
-	if err := s.record(soft); err != nil {
-		// Repairs and rebuilds run from elsewhere then need the mapping
-		// flags; the workers themselves are fine.
-		s.log.Warn("esdb source could not record its mapping", "name", s.cfg.Name, "error", err)
-	}
-
-	rejected := s.consume(soft, hard)
-	cancelSoft() // the background loops stop too when the server rejected us
-
-	if s.cfg.Persistent == nil && hard.Err() == nil {
-		if err := s.saveWatermark(hard); err != nil {
-			s.log.Warn("esdb final checkpoint not saved", "name", s.cfg.Name, "error", err)
-		}
-	}
-	stopWork()
-	bg.Wait()
-	if rejected != nil {
-		return rejected
-	}
-	if hard.Err() != nil {
-		return ErrAborted
-	}
-	s.log.Info("esdb source stopped", "name", s.cfg.Name)
-	return nil
-}
-
+// mode names the Source's kind of subscription, in its logs and its Lag.
 func (s *Source) mode() string {
 	if s.cfg.Persistent != nil {
 		return "persistent"
 	}
 	return "catch-up"
-}
-
-// consume runs sessions until soft is done, with backoff between them
-// (internal/retry, from ReconnectMin to ReconnectMax, reset by a session that
-// received events). It returns an error wrapping ErrRejected when the server
-// rejects the subscription for good, nil when soft is done.
-func (s *Source) consume(soft, hard context.Context) error {
-	return sourceutil.Sessions{
-		Min: s.cfg.ReconnectMin, Max: s.cfg.ReconnectMax, Reconnects: &s.stats.reconnects,
-		Session:  func() (bool, error) { return s.session(soft, hard) },
-		Rejected: s.rejected,
-		OnRejected: func(rej error) {
-			s.log.Error("esdb subscription rejected, stopping", "name", s.cfg.Name, "error", rej)
-		},
-		OnLost: func(err error, wait time.Duration) {
-			s.log.Warn("esdb subscription lost, reconnecting", "name", s.cfg.Name, "error", err, "in", wait)
-		},
-	}.Consume(soft)
-}
-
-// session connects, subscribes and dispatches until the subscription is lost
-// or soft is done; before returning it settles everything it dispatched.
-// progressed reports whether it received any event.
-func (s *Source) session(soft, hard context.Context) (progressed bool, err error) {
-	client, err := s.cfg.newClient()
-	if err != nil {
-		return false, err
-	}
-	defer client.Close()
-	if s.cfg.Persistent != nil {
-		return s.persistentSession(soft, hard, client)
-	}
-	return s.catchUpSession(soft, hard, client)
 }
 
 // pump turns a blocking Recv into a channel. stop ends it; the subscription
