@@ -290,6 +290,32 @@ func (d *Dispatcher) stopped() bool {
 	}
 }
 
+// Stats returns the dispatcher's counters.
+func (d *Dispatcher) Stats() Stats {
+	st := Stats{
+		Dispatched:  d.stats.dispatched.Load(),
+		Batches:     d.stats.batches.Load(),
+		Committed:   d.stats.committed.Load(),
+		Acked:       d.stats.acked.Load(),
+		Nacked:      d.stats.nacked.Load(),
+		Retried:     d.stats.retried.Load(),
+		Failures:    d.stats.failures.Load(),
+		InFlight:    int(d.inFlight.Load()),
+		MaxInFlight: d.cfg.MaxInFlight,
+		BatchSize:   d.cfg.BatchSize,
+		FillSum:     float64(d.stats.fillSumMicros.Load()) / 1e6,
+		Idle:        time.Duration(d.stats.idle.Load()),
+		Filling:     time.Duration(d.stats.filling.Load()),
+	}
+	for i := range st.Closed {
+		st.Closed[i] = d.stats.closed[i].Load()
+	}
+	for i := range st.Fill {
+		st.Fill[i] = d.stats.fill[i].Load()
+	}
+	return st
+}
+
 // ErrStopped is returned by Flush and Dispatch once Run has returned.
 var ErrStopped = errors.New("source: dispatcher stopped")
 
