@@ -137,4 +137,15 @@
 // single node, restarted under a running source, and a three-node cluster
 // holding an R3 stream, one of whose nodes is killed and restarted while
 // three worker processes share the consumer and are SIGKILLed in turn.
+//
+// # Files
+//
+// From the bottom up: mapping.go maps a message to an aggregate.Event;
+// held.go lists the messages held; config.go holds Config and its
+// defaults; source.go the Source, its state and counters, and the acker;
+// consumer.go the durable consumer; lag.go the lag; replay.go and stream.go
+// the Replayer of a rebuild; feed.go the source as a source.Feed and the
+// mapping it records; run.go New and Run; metrics.go the collector;
+// driver.go the Driver of a worker binary; publish.go the helpers that
+// publish events.
 package nats

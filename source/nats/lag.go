@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -59,29 +58,6 @@ type ProjectionLag struct {
 	// before it committed any, or without Run, the consumer's ack floor.
 	// Nil when unknown.
 	LastApplied *Point `json:"last_applied,omitempty"`
-}
-
-// Point is a message's place in the stream and when the stream stored it.
-type Point struct {
-	// Position is the stream sequence in decimal.
-	Position string `json:"position"`
-	// Sequence is the stream sequence.
-	Sequence uint64 `json:"sequence"`
-	// Time is when the stream stored the message (zero when unknown).
-	Time time.Time `json:"time,omitzero"`
-}
-
-func seqPoint(seq uint64, at time.Time) *Point {
-	return &Point{Position: strconv.FormatUint(seq, 10), Sequence: seq, Time: at}
-}
-
-type lagProbe struct {
-	at          time.Time
-	err         error
-	events      int64
-	oldest      time.Time
-	head        *Point
-	lastApplied *Point
 }
 
 // Lag returns the lag as of the last measurement (Run measures every
