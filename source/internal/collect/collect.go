@@ -1,6 +1,8 @@
 package collect
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -22,6 +24,27 @@ type Series[F any] struct {
 	// fill, set by DispatchSeries only, makes it the histogram of batch
 	// fill instead.
 	fill func(F) Dispatch
+}
+
+// FillBuckets are the upper bounds of the buckets of
+// inorder_source_batch_fill_ratio and of source.Stats.Fill: the share of the
+// batch size a batch filled.
+var FillBuckets = [...]float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1}
+
+// Dispatch is what DispatchSeries reads of a dispatcher's figures
+// (source.Stats).
+type Dispatch struct {
+	// InFlight is how many deliveries are dispatched and not settled;
+	// Window how many may be.
+	InFlight, Window int
+	// Closed counts batches by reason, indexed like CloseReasons.
+	Closed []int64
+	// Fill counts batches by bucket of FillBuckets; FillSum is the sum of
+	// their shares.
+	Fill    []int64
+	FillSum float64
+	// Idle and Filling are the time workers waited for input.
+	Idle, Filling time.Duration
 }
 
 // New returns a Prometheus collector of series, every one labelled

@@ -8,5 +8,6 @@
 // (source/esdb, source/nats, through package sourceutil) fill the table;
 // it knows none of their types, so each hands it a [Dispatch] and a lag.
 //
-// collect.go holds the table and its collector, rows.go the shared rows.
+// collect.go holds the table, its collector and the dispatcher's figures
+// it reads (the fill histogram among them); rows.go the shared rows.
 package collect
