@@ -18,8 +18,9 @@ import (
 )
 
 // This file holds what the operator commands share: their flags, opening the
-// processor, listing rows and acting on one aggregate. status.go, parked.go,
-// quarantine.go, conflicts.go and rejected.go hold the commands.
+// processor (and the effects client), listing rows and acting on one
+// aggregate. status.go, parked.go, quarantine.go, conflicts.go and
+// rejected.go hold the commands.
 
 // opOptions are the flags every operator command shares.
 type opOptions struct {
