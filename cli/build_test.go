@@ -17,21 +17,13 @@ import (
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/cli"
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
 	"github.com/inorder/inorder/source/esdb"
 	"github.com/inorder/inorder/source/esdb/esdbtest"
 )
-
-// ledgerV2 is the ledger at code version 2.
-type ledgerV2 struct{ *ledger.Projection }
-
-func (l ledgerV2) Describe() projection.Description {
-	d := l.Projection.Describe()
-	d.Version = 2
-	return d
-}
 
 // TestRunBuildsANewCodeVersion ships a projection change the way the
 // runbook says: workers of the new code version start next to the old ones
@@ -106,7 +98,7 @@ func TestRunBuildsANewCodeVersion(t *testing.T) {
 
 	stopV1, logsV1 := start(ledger.New(nil), "v1")
 	waitFor("generation 1", func() bool { return sum("ledger") == total() })
-	stopV2, logsV2 := start(ledgerV2{ledger.New(nil)}, "v2")
+	stopV2, logsV2 := start(ledgertest.V2{Projection: ledger.New(nil)}, "v2")
 	// Events keep coming while version 2 builds.
 	for i := 1; i <= 4; i++ {
 		appendEvents(uint64(10+i), i)

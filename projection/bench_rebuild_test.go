@@ -21,6 +21,7 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
 )
@@ -263,7 +264,7 @@ func (env *rbBenchEnv) timed(b *testing.B, fn func(ctx context.Context) error) t
 // returns the phases' durations.
 func (env *rbBenchEnv) build(b *testing.B, stream projection.Stream, batch int, unlogged bool) (time.Duration, map[string]float64) {
 	b.Helper()
-	v2, err := projection.New(env.pool, &projection.Config{Schema: env.db.Schema, Logger: slog.New(slog.DiscardHandler)}, genV2{env.ledger})
+	v2, err := projection.New(env.pool, &projection.Config{Schema: env.db.Schema, Logger: slog.New(slog.DiscardHandler)}, ledgertest.V2{Projection: env.ledger})
 	require.NoError(b, err)
 	phases := map[string]time.Time{}
 	var res projection.BuildResult

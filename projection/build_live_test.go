@@ -18,6 +18,7 @@ import (
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/httpapi"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -273,14 +274,12 @@ func TestBuildCatchUpWindow(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	b := genSetup(t)
-	events := ledger.Generate(rand.New(rand.NewPCG(37, 38)), 30, 4)
-	_, err := b.proc.Process(ctx, projection.Batch{Events: events})
-	require.NoError(t, err)
+	events := ledgertest.Delivered(t, b.proc, rand.New(rand.NewPCG(37, 38)), 30, 4)
 	stream := newGenStream(events, 25)
 
 	// A worker of code version 2, running before the rebuild: it feeds no
 	// generation yet (generation 1 has code version 1).
-	v2 := genProcessor(t, b.db, genV2{ledger.New(nil)})
+	v2 := genProcessor(t, b.db, ledgertest.V2{Projection: ledger.New(nil)})
 	res, err := v2.Process(ctx, projection.Batch{Events: events[:3]})
 	require.NoError(t, err)
 	for _, r := range res {

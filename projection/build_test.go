@@ -15,6 +15,7 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -25,9 +26,7 @@ func TestBuild(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := genSetup(t)
-		events := ledger.Generate(rand.New(rand.NewPCG(1, 2)), 60, 5)
-		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
-		require.NoError(t, err)
+		events := ledgertest.Delivered(t, b.proc, rand.New(rand.NewPCG(1, 2)), 60, 5)
 		before := genModel(t, b, "")
 		require.Equal(t, genFold(t, events), before)
 
@@ -94,15 +93,6 @@ func (g genVerifyFails) Describe() projection.Description {
 	return d
 }
 
-// genV2 is the ledger at code version 2.
-type genV2 struct{ *ledger.Projection }
-
-func (g genV2) Describe() projection.Description {
-	d := g.Projection.Describe()
-	d.Version = 2
-	return d
-}
-
 func TestBuildVerification(t *testing.T) {
 	t.Parallel()
 
@@ -110,12 +100,10 @@ func TestBuildVerification(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := genSetup(t)
-		events := ledger.Generate(rand.New(rand.NewPCG(5, 6)), 40, 4)
-		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
-		require.NoError(t, err)
+		events := ledgertest.Delivered(t, b.proc, rand.New(rand.NewPCG(5, 6)), 40, 4)
 		// Damage the live read model (balances only: the ledger's own
 		// Verify does not look at the live generation).
-		_, err = b.db.Pool.Exec(ctx, `UPDATE ledger_balances SET balance = balance + 7 WHERE account = (SELECT min(account) FROM ledger_balances)`)
+		_, err := b.db.Pool.Exec(ctx, `UPDATE ledger_balances SET balance = balance + 7 WHERE account = (SELECT min(account) FROM ledger_balances)`)
 		require.NoError(t, err)
 
 		_, err = b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 25), VerifyTimeout: 5 * time.Second})
@@ -150,11 +138,9 @@ func TestBuildVerification(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := genSetup(t)
-		events := ledger.Generate(rand.New(rand.NewPCG(7, 8)), 20, 3)
-		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
-		require.NoError(t, err)
+		events := ledgertest.Delivered(t, b.proc, rand.New(rand.NewPCG(7, 8)), 20, 3)
 		failing := genProcessor(t, b.db, genVerifyFails{b.ledger})
-		_, err = failing.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 25)})
+		_, err := failing.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 25)})
 		var verr *projection.VerificationError
 		require.ErrorAs(t, err, &verr)
 		require.Equal(t, []string{"Verify: invariant broken"}, verr.Problems)
@@ -174,11 +160,9 @@ func TestBuildVerification(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := genSetup(t)
-		events := ledger.Generate(rand.New(rand.NewPCG(11, 12)), 20, 3)
-		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
-		require.NoError(t, err)
+		events := ledgertest.Delivered(t, b.proc, rand.New(rand.NewPCG(11, 12)), 20, 3)
 		faulty := genProcessor(t, b.db, opFaultyBatch{b.ledger, newOpFault("pay-000003", 2)})
-		_, err = faulty.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 10), BatchSize: 20})
+		_, err := faulty.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 10), BatchSize: 20})
 		var verr *projection.VerificationError
 		require.ErrorAs(t, err, &verr)
 		require.Len(t, verr.Problems, 1)
@@ -199,10 +183,8 @@ func TestBuildVerification(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := genSetup(t)
-		events := ledger.Generate(rand.New(rand.NewPCG(13, 14)), 30, 4)
-		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
-		require.NoError(t, err)
-		_, err = b.proc.Rollback(ctx, "ledger", nil)
+		events := ledgertest.Delivered(t, b.proc, rand.New(rand.NewPCG(13, 14)), 30, 4)
+		_, err := b.proc.Rollback(ctx, "ledger", nil)
 		require.ErrorIs(t, err, projection.ErrNoPrevious)
 		_, err = b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 25)})
 		require.NoError(t, err)
@@ -246,9 +228,7 @@ func TestBuildReplay(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := genSetupRows(t) // it counts the version rows' applied log
-		events := ledger.Generate(rand.New(rand.NewPCG(17, 18)), 30, 6)
-		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
-		require.NoError(t, err)
+		events := ledgertest.Delivered(t, b.proc, rand.New(rand.NewPCG(17, 18)), 30, 6)
 		// The log holds copies, and versions out of order: 3 before 2.
 		log := slices.Clone(events)
 		log = append(log, events[7], events[8])
@@ -282,9 +262,7 @@ func TestBuildReplay(t *testing.T) {
 		t.Parallel()
 		ctx := t.Context()
 		b := genSetup(t) // the inline ledger: no journal, its rows hold the versions
-		events := ledger.Generate(rand.New(rand.NewPCG(17, 19)), 30, 6)
-		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
-		require.NoError(t, err)
+		events := ledgertest.Delivered(t, b.proc, rand.New(rand.NewPCG(17, 19)), 30, 6)
 		// Copies, and an aggregate's versions out of order, so that some
 		// aggregates go through the gate; few aggregates kept in memory, so
 		// that the replay looks the others up in the rows.
@@ -329,9 +307,7 @@ WHERE n.nspname = '`+live.Schema+`' AND c.relkind = 'r' AND c.relpersistence <> 
 			t.Run(phase, func(t *testing.T) {
 				t.Parallel()
 				b := genSetup(t)
-				events := ledger.Generate(rand.New(rand.NewPCG(21, 22)), 50, 6)
-				_, err := b.proc.Process(t.Context(), projection.Batch{Events: events})
-				require.NoError(t, err)
+				events := ledgertest.Delivered(t, b.proc, rand.New(rand.NewPCG(21, 22)), 50, 6)
 				stream := newGenStream(events, 20)
 				ctx, cancel := context.WithCancel(t.Context())
 				// The replay is cancelled as the stream hands over its third
@@ -347,7 +323,7 @@ WHERE n.nspname = '`+live.Schema+`' AND c.relkind = 'r' AND c.relpersistence <> 
 					}
 					return nil
 				}
-				_, err = b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: stream, BatchSize: 40,
+				_, err := b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: stream, BatchSize: 40,
 					Progress: func(pr projection.BuildProgress) {
 						if pr.Phase == phase {
 							inPhase.Store(true)
@@ -379,10 +355,8 @@ WHERE n.nspname = '`+live.Schema+`' AND c.relkind = 'r' AND c.relpersistence <> 
 func boundedMemory(t *testing.T, b *genBundle, inline bool) {
 	ctx := t.Context()
 
-	events := ledger.Generate(rand.New(rand.NewPCG(19, 20)), 200, 20)
-	_, err := b.proc.Process(ctx, projection.Batch{Events: events})
-	require.NoError(t, err)
-	_, err = b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 100), BatchSize: 300, MaxAggregates: 50})
+	events := ledgertest.Delivered(t, b.proc, rand.New(rand.NewPCG(19, 20)), 200, 20)
+	_, err := b.proc.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 100), BatchSize: 300, MaxAggregates: 50})
 	require.NoError(t, err)
 	live := genLive(t, b.proc)
 	require.Equal(t, genFold(t, events), genModel(t, b, live.Schema))
@@ -405,9 +379,7 @@ func TestBuildConcurrency(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	b := genSetup(t)
-	events := ledger.Generate(rand.New(rand.NewPCG(23, 24)), 40, 4)
-	_, err := b.proc.Process(ctx, projection.Batch{Events: events})
-	require.NoError(t, err)
+	events := ledgertest.Delivered(t, b.proc, rand.New(rand.NewPCG(23, 24)), 40, 4)
 	stream := newGenStream(events, 10)
 	// The first build holds in its replay until the others have asked.
 	hold, release := make(chan struct{}), make(chan struct{})
@@ -426,7 +398,7 @@ func TestBuildConcurrency(t *testing.T) {
 		first <- err
 	}()
 	<-hold
-	_, err = other.Build(ctx, "ledger", &projection.BuildOptions{Stream: stream})
+	_, err := other.Build(ctx, "ledger", &projection.BuildOptions{Stream: stream})
 	require.ErrorIs(t, err, projection.ErrBuildInProgress)
 	require.Contains(t, err.Error(), "generation 2")
 	waiting := make(chan projection.BuildResult, 1)
@@ -462,11 +434,9 @@ func TestBuildOperatorActions(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	b := genSetup(t)
-	events := ledger.Generate(rand.New(rand.NewPCG(41, 42)), 20, 3)
-	_, err := b.proc.Process(ctx, projection.Batch{Events: events})
-	require.NoError(t, err)
-	v2 := genProcessor(t, b.db, genV2{ledger.New(nil)})
-	_, err = v2.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 25)})
+	events := ledgertest.Delivered(t, b.proc, rand.New(rand.NewPCG(41, 42)), 20, 3)
+	v2 := genProcessor(t, b.db, ledgertest.V2{Projection: ledger.New(nil)})
+	_, err := v2.Build(ctx, "ledger", &projection.BuildOptions{Stream: newGenStream(events, 25)})
 	require.NoError(t, err)
 
 	// An aggregate parked in both generations: version 1 missing.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
 )
@@ -137,13 +138,13 @@ func TestCheckpointFeedingTwoGenerations(t *testing.T) {
 	}{
 		{"same code version", func(b *genBundle) *projection.Processor { return b.proc },
 			func(b *genBundle) *projection.Processor { return b.proc }, map[int]bool{1: true, 2: true}},
-		{"new code version", func(b *genBundle) *projection.Processor { return genProcessor(t, b.db, genV2{ledger.New(nil)}) },
+		{"new code version", func(b *genBundle) *projection.Processor {
+			return genProcessor(t, b.db, ledgertest.V2{Projection: ledger.New(nil)})
+		},
 			nil, map[int]bool{2: true}},
 	} {
 		b := genSetup(t)
-		events := ledger.Generate(rand.New(rand.NewPCG(41, 42)), 20, 4)
-		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
-		require.NoError(t, err)
+		events := ledgertest.Delivered(t, b.proc, rand.New(rand.NewPCG(41, 42)), 20, 4)
 		stream := newGenStream(events, 25)
 		builder := c.build(b)
 		feeder := builder

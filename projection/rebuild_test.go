@@ -14,6 +14,7 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
 )
@@ -245,12 +246,10 @@ WHERE application_name = $1 AND wait_event_type = 'Lock' AND wait_event = 'advis
 		t.Parallel()
 		ctx := t.Context()
 		b := rbSetup(t)
-		events := ledger.Generate(rand.New(rand.NewPCG(45, 46)), 30, 4)
-		_, err := b.proc.Process(ctx, projection.Batch{Events: events})
-		require.NoError(t, err)
+		events := ledgertest.Delivered(t, b.proc, rand.New(rand.NewPCG(45, 46)), 30, 4)
 
 		errGone := errors.New("event store went away")
-		err = rbInPlace(ctx, b.proc, "ledger", func(ctx context.Context, emit func(context.Context, []aggregate.Event) error) error {
+		err := rbInPlace(ctx, b.proc, "ledger", func(ctx context.Context, emit func(context.Context, []aggregate.Event) error) error {
 			if err := rbReplay(events[:50], 25)(ctx, emit); err != nil {
 				return err
 			}
@@ -275,12 +274,10 @@ WHERE application_name = $1 AND wait_event_type = 'Lock' AND wait_event = 'advis
 	t.Run("CancelledHalfWayIsRerun", func(t *testing.T) {
 		t.Parallel()
 		b := rbSetup(t)
-		events := ledger.Generate(rand.New(rand.NewPCG(47, 48)), 30, 4)
-		_, err := b.proc.Process(t.Context(), projection.Batch{Events: events})
-		require.NoError(t, err)
+		events := ledgertest.Delivered(t, b.proc, rand.New(rand.NewPCG(47, 48)), 30, 4)
 
 		ctx, cancel := context.WithCancel(t.Context())
-		err = rbInPlace(ctx, b.proc, "ledger", func(ctx context.Context, emit func(context.Context, []aggregate.Event) error) error {
+		err := rbInPlace(ctx, b.proc, "ledger", func(ctx context.Context, emit func(context.Context, []aggregate.Event) error) error {
 			if err := emit(ctx, events[:30]); err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -18,9 +19,7 @@ func TestStatusTotalsMaxAge(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	ctx := t.Context()
-	events := ledger.Generate(rand.New(rand.NewPCG(3, 4)), 10, 3)
-	_, err := b.proc.Process(ctx, projection.Batch{Events: events})
-	require.NoError(t, err)
+	events := ledgertest.Delivered(t, b.proc, rand.New(rand.NewPCG(3, 4)), 10, 3)
 	cached := &projection.StatusOptions{TotalsMaxAge: time.Hour}
 	st, err := b.proc.Status(ctx, cached)
 	require.NoError(t, err)

@@ -69,3 +69,14 @@ func Fed(tb testing.TB, cfg projection.Config, rng *rand.Rand, payments, version
 	require.NoError(tb, err)
 	return db, proc, events, want
 }
+
+// V2 is the ledger at code version 2: the same read model shipped as a
+// new code version, which a side-by-side build makes a new generation of.
+type V2 struct{ *ledger.Projection }
+
+// Describe is the ledger's description with Version 2.
+func (l V2) Describe() projection.Description {
+	d := l.Projection.Describe()
+	d.Version = 2
+	return d
+}

@@ -38,6 +38,17 @@ func Generate(seed uint64, payments, versions int) []aggregate.Event {
 	return ledger.Generate(rand.New(rand.NewPCG(seed, seed*7+1)), payments, versions)
 }
 
+// Delivered generates a ledger stream of payments × versions events from
+// rng (ledger.Generate), has proc process it in one batch, requires that
+// this did not fail and returns the stream.
+func Delivered(tb testing.TB, proc *projection.Processor, rng *rand.Rand, payments, versions int) []aggregate.Event {
+	tb.Helper()
+	events := ledger.Generate(rng, payments, versions)
+	_, err := proc.Process(tb.Context(), projection.Batch{Events: events})
+	require.NoError(tb, err)
+	return events
+}
+
 // Chunks hands out a stream in n chunks of about equal size, in order, for
 // tests that publish while faults happen.
 type Chunks struct {
