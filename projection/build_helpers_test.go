@@ -3,6 +3,9 @@ package projection_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"sync"
@@ -12,9 +15,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/httpapi"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
 )
@@ -200,4 +206,61 @@ func genStates(t *testing.T, proc *projection.Processor) map[int]string {
 		out[g.Generation] = g.State
 	}
 	return out
+}
+
+// genReaders are three readers of the ledger through the HTTP API of a
+// processor of their own on b's schema, each checking every read against
+// folds (ledgertest.Folds.ReadAny) until stop.
+type genReaders struct {
+	// reads counts the whole reads, afterSwitch those since switched was
+	// set (the test sets it at the switch).
+	reads, afterSwitch atomic.Int64
+	switched           atomic.Bool
+	done               chan struct{}
+	g                  *errgroup.Group
+}
+
+// startGenReaders starts the readers, reader r's picks drawn from
+// rand.NewPCG(seed, base+r).
+func startGenReaders(ctx context.Context, t *testing.T, b *genBundle, folds *ledgertest.Folds, seed, base uint64) *genReaders {
+	t.Helper()
+	srv := httptest.NewServer(httpapi.New(genProcessor(t, b.db, ledger.New(nil)), nil))
+	t.Cleanup(srv.Close)
+	r := &genReaders{done: make(chan struct{})}
+	g, rctx := errgroup.WithContext(ctx)
+	r.g = g
+	for i := range 3 {
+		g.Go(func() error {
+			rng := rand.New(rand.NewPCG(seed, base+uint64(i)))
+			seen := map[string]int64{}
+			for {
+				select {
+				case <-r.done:
+					return nil
+				default:
+				}
+				ok, err := folds.ReadAny(rctx, http.DefaultClient, srv.URL, rng, seen)
+				if err != nil {
+					return err
+				}
+				if ok {
+					r.reads.Add(1)
+					if r.switched.Load() {
+						r.afterSwitch.Add(1)
+					}
+				}
+			}
+		})
+	}
+	return r
+}
+
+// stop lets the readers read the final state a while (200 more reads
+// after the switch), stops them and returns the first error of a read.
+func (r *genReaders) stop() error {
+	for before := r.afterSwitch.Load(); r.afterSwitch.Load() < before+200; {
+		time.Sleep(time.Millisecond)
+	}
+	close(r.done)
+	return r.g.Wait()
 }

@@ -1,12 +1,8 @@
 package projection_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,50 +13,9 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
-	"github.com/inorder/inorder/httpapi"
 	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/projection"
 )
-
-// liveFolds holds, per payment and version, the read model the in-order
-// fold gives: what a reader may see at that version, and nothing else.
-type liveFolds map[string][]liveFold
-
-type liveFold struct {
-	payment ledger.Payment
-	legs    []ledger.Leg
-}
-
-func newLiveFolds(t *testing.T, events []aggregate.Event) liveFolds {
-	t.Helper()
-	by := map[string][]aggregate.Event{}
-	for _, e := range events {
-		by[e.Aggregate] = append(by[e.Aggregate], e)
-	}
-	out := liveFolds{}
-	for id, es := range by {
-		folds := make([]liveFold, len(es)+1)
-		var p *ledger.Payment
-		var legs []ledger.Leg
-		for _, e := range es { // Generate keeps each payment's versions in order
-			next, ls, err := ledger.Step(p, e)
-			require.NoError(t, err)
-			p, legs = next, append(append([]ledger.Leg(nil), legs...), ls...)
-			folds[e.Version] = liveFold{payment: *p, legs: legs}
-		}
-		out[id] = folds
-	}
-	return out
-}
-
-// liveResponse is the HTTP API's answer for one payment.
-type liveResponse struct {
-	Version int64 `json:"version"`
-	Data    struct {
-		ledger.Payment
-		Legs []ledger.Leg `json:"legs"`
-	} `json:"data"`
-}
 
 // TestBuildUnderLiveTraffic rebuilds the ledger side by side while events
 // keep being appended — during the replay, the catch-up, the verification
@@ -76,11 +31,8 @@ func TestBuildUnderLiveTraffic(t *testing.T) {
 	ctx := t.Context()
 	b := genSetup(t)
 	all := ledger.Generate(rand.New(rand.NewPCG(31, 32)), 250, 8)
-	folds := newLiveFolds(t, all)
-	ids := make([]string, 0, len(folds))
-	for id := range folds {
-		ids = append(ids, id)
-	}
+	var folds ledgertest.Folds
+	require.NoError(t, folds.Add(all))
 	initial := len(all) * 2 / 5
 	stream := newGenStream(all[:initial], 25)
 
@@ -146,69 +98,7 @@ func TestBuildUnderLiveTraffic(t *testing.T) {
 	}
 
 	// The readers, through the HTTP API of a processor of their own.
-	srv := httptest.NewServer(httpapi.New(genProcessor(t, b.db, ledger.New(nil)), nil))
-	defer srv.Close()
-	stopReading := make(chan struct{})
-	var reads, afterSwitch atomic.Int64
-	var switched atomic.Bool
-	readers, rctx := errgroup.WithContext(ctx)
-	for r := range 3 {
-		readers.Go(func() error {
-			rng := rand.New(rand.NewPCG(35, uint64(r)))
-			seen := map[string]int64{}
-			for {
-				select {
-				case <-stopReading:
-					return nil
-				default:
-				}
-				id := ids[rng.IntN(len(ids))]
-				req, err := http.NewRequestWithContext(rctx, http.MethodGet, srv.URL+"/v1/projections/ledger/aggregates/"+id, nil)
-				if err != nil {
-					return err
-				}
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					return fmt.Errorf("read %s: %w", id, err)
-				}
-				var body liveResponse
-				err = json.NewDecoder(resp.Body).Decode(&body)
-				resp.Body.Close()
-				switch {
-				case resp.StatusCode == http.StatusNotFound:
-					continue // not delivered yet
-				case resp.StatusCode != http.StatusOK:
-					return fmt.Errorf("read %s: status %d", id, resp.StatusCode)
-				case err != nil:
-					return fmt.Errorf("read %s: %w", id, err)
-				}
-				hv, _ := strconv.ParseInt(resp.Header.Get(httpapi.VersionHeader), 10, 64)
-				want := folds[id]
-				switch {
-				case body.Version < 1 || body.Version >= int64(len(want)):
-					return fmt.Errorf("read %s: version %d", id, body.Version)
-				case hv != body.Version || body.Data.Version != body.Version:
-					return fmt.Errorf("read %s: header version %d, response %d, payment %d", id, hv, body.Version, body.Data.Version)
-				case body.Data.Payment != want[body.Version].payment:
-					return fmt.Errorf("read %s at version %d: %+v, the fold gives %+v", id, body.Version, body.Data.Payment, want[body.Version].payment)
-				case len(body.Data.Legs) != len(want[body.Version].legs):
-					return fmt.Errorf("read %s at version %d: %d legs, the fold gives %d", id, body.Version, len(body.Data.Legs), len(want[body.Version].legs))
-				case body.Version < seen[id]:
-					return fmt.Errorf("read %s: version %d after %d", id, body.Version, seen[id])
-				}
-				for i, l := range body.Data.Legs {
-					if l != want[body.Version].legs[i] {
-						return fmt.Errorf("read %s at version %d: leg %d is %+v, the fold gives %+v", id, body.Version, i, l, want[body.Version].legs[i])
-					}
-				}
-				seen[id] = body.Version
-				reads.Add(1)
-				if switched.Load() {
-					afterSwitch.Add(1)
-				}
-			}
-		})
-	}
+	readers := startGenReaders(ctx, t, b, &folds, 35, 0)
 
 	// Appends go on while the rebuild works: a chunk at each of its
 	// progress reports (replay transactions, catch-up batches, phase
@@ -234,7 +124,7 @@ func TestBuildUnderLiveTraffic(t *testing.T) {
 			}
 		}})
 	require.NoError(t, err)
-	switched.Store(true)
+	readers.switched.Store(true)
 	require.Equal(t, 2, res.Generation)
 	for _, ph := range []string{projection.PhaseReplay, projection.PhaseCatchUp, projection.PhaseVerify} {
 		require.Positive(t, phases[ph], "events appended during %s", ph)
@@ -244,13 +134,8 @@ func TestBuildUnderLiveTraffic(t *testing.T) {
 	}
 	close(appendedAll)
 	require.NoError(t, g.Wait())
-	// Let the readers read the final state a while.
-	for before := afterSwitch.Load(); afterSwitch.Load() < before+200; {
-		time.Sleep(time.Millisecond)
-	}
-	close(stopReading)
-	require.NoError(t, readers.Wait())
-	t.Logf("%d deliveries, %d reads (%d after the switch), appends by phase %v", delivered.Load(), reads.Load(), afterSwitch.Load(), phases)
+	require.NoError(t, readers.stop())
+	t.Logf("%d deliveries, %d reads (%d after the switch), appends by phase %v", delivered.Load(), readers.reads.Load(), readers.afterSwitch.Load(), phases)
 
 	live := genLive(t, b.proc)
 	require.Equal(t, 2, live.Generation)

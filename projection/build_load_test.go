@@ -2,14 +2,9 @@ package projection_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
-	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,7 +15,8 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
-	"github.com/inorder/inorder/httpapi"
+	"github.com/inorder/inorder/internal/benchtest"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -53,11 +49,8 @@ func TestRebuildUnderLoad(t *testing.T) {
 	ctx := t.Context()
 	b := genSetup(t)
 	all := ledger.Generate(rand.New(rand.NewPCG(27, 1)), 300, 30)
-	folds := newLiveFolds(t, all)
-	ids := make([]string, 0, len(folds))
-	for id := range folds {
-		ids = append(ids, id)
-	}
+	var folds ledgertest.Folds
+	require.NoError(t, folds.Add(all))
 	stream := newGenStream(nil, 100)
 
 	// The appender: every loadTick, the next loadRate events, with the
@@ -189,12 +182,7 @@ func TestRebuildUnderLoad(t *testing.T) {
 	})
 
 	// The workers. Each Process call's start and duration is recorded.
-	type call struct {
-		start time.Time
-		took  time.Duration
-	}
-	var cmu sync.Mutex
-	var calls []call
+	var calls benchtest.Latencies
 	var crashes atomic.Int64
 	for w := range loadWorkers {
 		proc := b.proc
@@ -225,9 +213,7 @@ func TestRebuildUnderLoad(t *testing.T) {
 					return fmt.Errorf("worker %d: %w", w, err)
 				default:
 					if !crash {
-						cmu.Lock()
-						calls = append(calls, call{start, took})
-						cmu.Unlock()
+						calls.Add(start, took)
 					}
 				}
 				busy.Add(-1)
@@ -237,45 +223,10 @@ func TestRebuildUnderLoad(t *testing.T) {
 	}
 
 	// The readers, through the HTTP API of a processor of their own.
-	srv := httptest.NewServer(httpapi.New(genProcessor(t, b.db, ledger.New(nil)), nil))
-	defer srv.Close()
-	stopReading := make(chan struct{})
-	var reads, afterSwitch atomic.Int64
-	var switched atomic.Bool
-	readers, rctx := errgroup.WithContext(ctx)
-	for r := range 3 {
-		readers.Go(func() error {
-			rng := rand.New(rand.NewPCG(27, 20+uint64(r)))
-			seen := map[string]int64{}
-			for {
-				select {
-				case <-stopReading:
-					return nil
-				default:
-				}
-				id := ids[rng.IntN(len(ids))]
-				ok, err := readWhole(rctx, srv.URL, id, folds[id], seen)
-				if err != nil {
-					return err
-				}
-				if ok {
-					reads.Add(1)
-					if switched.Load() {
-						afterSwitch.Add(1)
-					}
-				}
-			}
-		})
-	}
+	readers := startGenReaders(ctx, t, b, &folds, 27, 20)
 
 	// Let the workers reach their steady lag before the rebuild starts.
-	for {
-		cmu.Lock()
-		n := len(calls)
-		cmu.Unlock()
-		if n >= 50 {
-			break
-		}
+	for calls.Len() < 50 {
 		time.Sleep(10 * time.Millisecond)
 	}
 	rebuildStart := time.Now()
@@ -294,7 +245,7 @@ func TestRebuildUnderLoad(t *testing.T) {
 			}
 		}})
 	switchedAt := time.Now()
-	switched.Store(true)
+	readers.switched.Store(true)
 	pmu.Lock()
 	for ph, at := range phaseAt {
 		t.Logf("phase %s at %v", ph, at.Sub(rebuildStart).Round(time.Millisecond))
@@ -315,11 +266,7 @@ func TestRebuildUnderLoad(t *testing.T) {
 	close(drain)
 	require.NoError(t, g.Wait())
 	require.True(t, brokerDone.Load())
-	for before := afterSwitch.Load(); afterSwitch.Load() < before+200; {
-		time.Sleep(time.Millisecond)
-	}
-	close(stopReading)
-	require.NoError(t, readers.Wait())
+	require.NoError(t, readers.stop())
 
 	total := appended()
 	live := genLive(t, b.proc)
@@ -339,24 +286,8 @@ func TestRebuildUnderLoad(t *testing.T) {
 	verifyAt := phaseAt[projection.PhaseVerify]
 	pmu.Unlock()
 	require.False(t, replayEnd.IsZero())
-	cmu.Lock()
-	var before, during []time.Duration
-	for _, c := range calls {
-		switch end := c.start.Add(c.took); {
-		case end.Before(rebuildStart):
-			before = append(before, c.took)
-		case !end.Before(verifyAt) && !c.start.After(switchedAt):
-			during = append(during, c.took)
-		}
-	}
-	cmu.Unlock()
-	p := func(ds []time.Duration, q float64) time.Duration {
-		if len(ds) == 0 {
-			return 0
-		}
-		s := slices.Sorted(slices.Values(ds))
-		return s[min(len(s)-1, int(q*float64(len(s))))]
-	}
+	before, during := calls.Split(rebuildStart, verifyAt, switchedAt)
+	p := benchtest.Quantile
 	retries := 0
 	for _, n := range notes {
 		if len(n) > 7 && n[:7] == "verify:" {
@@ -364,7 +295,7 @@ func TestRebuildUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("appended %d events at %d/s (%d before the rebuild), delivered with a lag of %v, %d worker crashes; %d reads (%d after the switch)",
-		total, loadRate*int(time.Second/loadTick), loadInitial, loadLag, crashes.Load(), reads.Load(), afterSwitch.Load())
+		total, loadRate*int(time.Second/loadTick), loadInitial, loadLag, crashes.Load(), readers.reads.Load(), readers.afterSwitch.Load())
 	t.Logf("rebuild: replay %v, switch %v after the replay's end (verification %v, %d retries), stream appended to throughout (%d of %d events at the switch)",
 		replayEnd.Sub(rebuildStart).Round(time.Millisecond), switchedAt.Sub(replayEnd).Round(time.Millisecond),
 		switchedAt.Sub(verifyAt).Round(time.Millisecond), retries, atSwitch, len(all))
@@ -372,50 +303,4 @@ func TestRebuildUnderLoad(t *testing.T) {
 		p(before, .5).Round(time.Millisecond), p(before, .99).Round(time.Millisecond), p(before, 1).Round(time.Millisecond), len(before),
 		p(during, .5).Round(time.Millisecond), p(during, .99).Round(time.Millisecond), p(during, 1).Round(time.Millisecond), len(during))
 	require.Less(t, switchedAt.Sub(replayEnd), projection.DefaultVerifyTimeout/2, "the switch waited for one lag, not for quiet")
-}
-
-// readWhole reads payment id through the HTTP API at url and checks it is
-// exactly the in-order fold at the version it reports (want: the folds by
-// version), and not older than the last version this reader saw (seen). It
-// reports false for a payment not delivered yet.
-func readWhole(ctx context.Context, url, id string, want []liveFold, seen map[string]int64) (bool, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/projections/ledger/aggregates/"+id, nil)
-	if err != nil {
-		return false, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false, fmt.Errorf("read %s: %w", id, err)
-	}
-	var body liveResponse
-	err = json.NewDecoder(resp.Body).Decode(&body)
-	resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		return false, nil
-	case resp.StatusCode != http.StatusOK:
-		return false, fmt.Errorf("read %s: status %d", id, resp.StatusCode)
-	case err != nil:
-		return false, fmt.Errorf("read %s: %w", id, err)
-	}
-	hv, _ := strconv.ParseInt(resp.Header.Get(httpapi.VersionHeader), 10, 64)
-	switch {
-	case body.Version < 1 || body.Version >= int64(len(want)):
-		return false, fmt.Errorf("read %s: version %d", id, body.Version)
-	case hv != body.Version || body.Data.Version != body.Version:
-		return false, fmt.Errorf("read %s: header version %d, response %d, payment %d", id, hv, body.Version, body.Data.Version)
-	case body.Data.Payment != want[body.Version].payment:
-		return false, fmt.Errorf("read %s at version %d: %+v, the fold gives %+v", id, body.Version, body.Data.Payment, want[body.Version].payment)
-	case len(body.Data.Legs) != len(want[body.Version].legs):
-		return false, fmt.Errorf("read %s at version %d: %d legs, the fold gives %d", id, body.Version, len(body.Data.Legs), len(want[body.Version].legs))
-	case body.Version < seen[id]:
-		return false, fmt.Errorf("read %s: version %d after %d", id, body.Version, seen[id])
-	}
-	for i, l := range body.Data.Legs {
-		if l != want[body.Version].legs[i] {
-			return false, fmt.Errorf("read %s at version %d: leg %d is %+v, the fold gives %+v", id, body.Version, i, l, want[body.Version].legs[i])
-		}
-	}
-	seen[id] = body.Version
-	return true, nil
 }

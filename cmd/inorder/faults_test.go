@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -22,7 +21,8 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
-	"github.com/inorder/inorder/httpapi"
+	"github.com/inorder/inorder/internal/benchtest"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/esdb/esdbtest"
 )
@@ -57,95 +57,6 @@ func (e *env) faultPayments(seed uint64, offset, payments, versions int) ([]aggr
 	return events, nil
 }
 
-// foldsByVersion is each payment's in-order fold at every version: what a
-// whole read of it at that version is.
-type foldsByVersion struct {
-	mu  sync.Mutex
-	ids []string
-	by  map[string][]paymentAt
-}
-
-type paymentAt struct {
-	payment ledger.Payment
-	legs    []ledger.Leg
-}
-
-func (f *foldsByVersion) add(events []aggregate.Event) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.by == nil {
-		f.by = map[string][]paymentAt{}
-	}
-	for _, ev := range events { // each payment's versions in order
-		folds, ok := f.by[ev.Aggregate]
-		if !ok {
-			f.ids = append(f.ids, ev.Aggregate)
-			folds = []paymentAt{{}}
-		}
-		var prev *ledger.Payment
-		var legs []ledger.Leg
-		if last := folds[len(folds)-1]; len(folds) > 1 {
-			prev, legs = &last.payment, last.legs
-		}
-		next, ls, err := ledger.Step(prev, ev)
-		if err != nil {
-			return err
-		}
-		f.by[ev.Aggregate] = append(folds, paymentAt{payment: *next, legs: append(slices.Clone(legs), ls...)})
-	}
-	return nil
-}
-
-func (f *foldsByVersion) pick(rng *rand.Rand) (string, []paymentAt) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	id := f.ids[rng.IntN(len(f.ids))]
-	return id, f.by[id]
-}
-
-// readPayment reads payment id from the HTTP API at base and checks that
-// it is exactly the in-order fold at the version it reports (want), and
-// not older than the version this reader saw last (seen). It reports false
-// for a payment not applied yet.
-func readPayment(client *http.Client, base, id string, want []paymentAt, seen map[string]int64) (bool, error) {
-	resp, err := client.Get(base + "/v1/projections/ledger/aggregates/" + id)
-	if err != nil {
-		return false, fmt.Errorf("read %s: %w", id, err)
-	}
-	var body struct {
-		Version int64 `json:"version"`
-		Data    struct {
-			ledger.Payment
-			Legs []ledger.Leg `json:"legs"`
-		} `json:"data"`
-	}
-	err = json.NewDecoder(resp.Body).Decode(&body)
-	resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		return false, nil
-	case resp.StatusCode != http.StatusOK:
-		return false, fmt.Errorf("read %s: status %d", id, resp.StatusCode)
-	case err != nil:
-		return false, fmt.Errorf("read %s: %w", id, err)
-	}
-	hv, _ := strconv.ParseInt(resp.Header.Get(httpapi.VersionHeader), 10, 64)
-	switch {
-	case body.Version < 1 || body.Version >= int64(len(want)):
-		return false, fmt.Errorf("read %s: version %d of %d appended", id, body.Version, len(want)-1)
-	case hv != body.Version || body.Data.Version != body.Version:
-		return false, fmt.Errorf("read %s: header version %d, response %d, payment %d", id, hv, body.Version, body.Data.Version)
-	case body.Data.Payment != want[body.Version].payment:
-		return false, fmt.Errorf("read %s at version %d: %+v, the fold gives %+v", id, body.Version, body.Data.Payment, want[body.Version].payment)
-	case !slices.Equal(body.Data.Legs, want[body.Version].legs):
-		return false, fmt.Errorf("read %s at version %d: legs %+v, the fold gives %+v", id, body.Version, body.Data.Legs, want[body.Version].legs)
-	case body.Version < seen[id]:
-		return false, fmt.Errorf("read %s: version %d after %d", id, body.Version, seen[id])
-	}
-	seen[id] = body.Version
-	return true, nil
-}
-
 // TestRebuildUnderFaults is the fault run of a side-by-side rebuild as
 // separate processes: three 'inorder run' workers share a persistent
 // subscription (deliveries shuffled across them, and redelivered when one
@@ -170,7 +81,7 @@ func TestRebuildUnderFaults(t *testing.T) {
 	perTick := max(rate/int(time.Second/faultTick)/faultVersions, 1) // payments per burst
 	e := newEnv(t)
 	e.run(t, "migrate")
-	var folds foldsByVersion
+	var folds ledgertest.Folds
 	var amu sync.Mutex
 	var all []aggregate.Event
 	appendPayments := func(seed uint64, offset, payments, versions int) error {
@@ -181,7 +92,7 @@ func TestRebuildUnderFaults(t *testing.T) {
 		amu.Lock()
 		all = append(all, evs...)
 		amu.Unlock()
-		return folds.add(evs)
+		return folds.Add(evs)
 	}
 	appended := func() int {
 		amu.Lock()
@@ -268,8 +179,7 @@ func TestRebuildUnderFaults(t *testing.T) {
 					return nil
 				default:
 				}
-				id, want := folds.pick(rng)
-				ok, err := readPayment(client, base, id, want, seen)
+				ok, err := folds.ReadAny(t.Context(), client, base, rng, seen)
 				if err != nil {
 					return err
 				}
@@ -281,12 +191,7 @@ func TestRebuildUnderFaults(t *testing.T) {
 	}
 	// The probes: a one-event payment appended every 50 ms, and the time
 	// until the API serves it (each probe waits on its own).
-	type probe struct {
-		at   time.Time
-		took time.Duration
-	}
-	var qmu sync.Mutex
-	var probes []probe
+	var probes benchtest.Latencies
 	g.Go(func() error {
 		client := &http.Client{Timeout: 10 * time.Second}
 		var pg errgroup.Group
@@ -318,9 +223,7 @@ func TestRebuildUnderFaults(t *testing.T) {
 					}
 					time.Sleep(5 * time.Millisecond)
 				}
-				qmu.Lock()
-				probes = append(probes, probe{at: at, took: time.Since(at)})
-				qmu.Unlock()
+				probes.Add(at, time.Since(at))
 				return nil
 			})
 		}
@@ -411,23 +314,9 @@ func TestRebuildUnderFaults(t *testing.T) {
 	require.False(t, replayEnd.IsZero(), "phases seen: %v", phaseAt)
 	require.False(t, switchedAt.IsZero())
 	require.Less(t, atSwitch, total, "appends went on after the switch")
-	qmu.Lock()
-	var before, during []time.Duration
-	for _, p := range probes {
-		switch end := p.at.Add(p.took); {
-		case end.Before(rebuildAt):
-			before = append(before, p.took)
-		case !end.Before(replayEnd) && !p.at.After(switchedAt):
-			during = append(during, p.took)
-		}
-	}
-	qmu.Unlock()
+	before, during := probes.Split(rebuildAt, replayEnd, switchedAt)
 	q := func(ds []time.Duration, f float64) time.Duration {
-		if len(ds) == 0 {
-			return 0
-		}
-		s := slices.Sorted(slices.Values(ds))
-		return s[min(len(s)-1, int(f*float64(len(s))))].Round(time.Millisecond)
+		return benchtest.Quantile(ds, f).Round(time.Millisecond)
 	}
 	t.Logf("appended %d events (%d before the rebuild, then %.0f/s for %v, asked %d/s), %d worker SIGKILLs, %d whole reads",
 		total, faultInitial*faultVersions, float64(total-faultInitial*faultVersions)/appendingTo.Sub(appendingFrom).Seconds(),

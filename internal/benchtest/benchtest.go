@@ -154,3 +154,56 @@ func (r Rates) Report(b *testing.B, shapes, variants []string, pairs ...[2]strin
 	}
 	b.ReportMetric(0, "ns/op")
 }
+
+// Latencies records timed calls (when each started, how long it took) from
+// many goroutines: the figures of a load test, split by when the calls
+// ended.
+type Latencies struct {
+	mu    sync.Mutex
+	calls []latency
+}
+
+type latency struct {
+	start time.Time
+	took  time.Duration
+}
+
+// Add records a call that started at start and took took.
+func (l *Latencies) Add(start time.Time, took time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls = append(l.calls, latency{start, took})
+}
+
+// Len returns how many calls were recorded.
+func (l *Latencies) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.calls)
+}
+
+// Split returns the durations of the calls that ended before before, and
+// of those that ended at from or later and started at to or earlier.
+func (l *Latencies) Split(before, from, to time.Time) (ended, within []time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.calls {
+		switch end := c.start.Add(c.took); {
+		case end.Before(before):
+			ended = append(ended, c.took)
+		case !end.Before(from) && !c.start.After(to):
+			within = append(within, c.took)
+		}
+	}
+	return ended, within
+}
+
+// Quantile returns the q-quantile of ds (q from 0 to 1, 1 its largest; 0
+// for none).
+func Quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(ds))
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
