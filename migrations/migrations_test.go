@@ -489,27 +489,6 @@ SELECT raw_event_id, raw_aggregate, raw_type FROM rejected`)
 	require.Equal(t, []cp{{"a", 1234, 1230}, {"b", 9000000000000000000, 7}, {"other", 0, 0}}, got)
 }
 
-// rollbackToOffline migrates db's schema, then rolls back to just before
-// the newest offline migration, and returns that migration's version.
-func rollbackToOffline(t *testing.T, m *migrations.Migrator) int {
-	t.Helper()
-	ctx := context.Background()
-	_, err := m.Migrate(ctx)
-	require.NoError(t, err)
-	st, err := m.Status(ctx)
-	require.NoError(t, err)
-	offline := 0
-	for _, s := range st {
-		if !s.Online {
-			offline = s.Version
-		}
-	}
-	require.NotZero(t, offline, "some migration is offline")
-	_, err = m.Rollback(ctx, len(st)-offline+1)
-	require.NoError(t, err)
-	return offline
-}
-
 // legacySession opens a connection named as inorder's command line named
 // its connections before workers announced themselves, and runs a
 // statement on schema's versions table, as an older release's worker does
@@ -534,7 +513,7 @@ func legacySession(t *testing.T, db *pgtest.DB, schema string) *pgx.Conn {
 func TestOfflineMigrationRefusedWhileWorkersConnected(t *testing.T) {
 	t.Parallel()
 	ctx, db, m := setup(t)
-	offline := rollbackToOffline(t, m)
+	offline := pgtest.RollbackToOffline(t, m)
 
 	workers, err := m.Workers(ctx)
 	require.NoError(t, err)

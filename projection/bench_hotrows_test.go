@@ -339,16 +339,7 @@ ON CONFLICT (aggregate) DO UPDATE SET version = EXCLUDED.version, log = v.log ||
 // aggregates). No validation, no plan, no outcome: a bound on the gate, not
 // a gate; correct only for in-order, partitioned delivery.
 func hotInlineApply(ctx context.Context, pool *pgxpool.Pool, h *hotRows, chunk []aggregate.Event) error {
-	events := slices.Clone(chunk)
-	slices.SortStableFunc(events, func(a, b aggregate.Event) int {
-		return cmp.Or(strings.Compare(a.Aggregate, b.Aggregate), cmp.Compare(a.Version, b.Version))
-	})
-	var fresh []string
-	for i, e := range events {
-		if e.Version == 1 && (i == 0 || events[i-1].Aggregate != e.Aggregate) {
-			fresh = append(fresh, e.Aggregate)
-		}
-	}
+	events, fresh := benchInOrder(chunk)
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		t := projection.NewTx(tx)
 		if len(fresh) > 0 {

@@ -164,24 +164,6 @@ func BenchmarkRebuild(b *testing.B) {
 func rbTable(r *benchResults) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	med := func(key string) (float64, bool) {
-		runs := r.runs[key]
-		if len(runs) == 0 {
-			return 0, false
-		}
-		xs := make([]float64, len(runs))
-		for i, run := range runs {
-			xs[i] = run.eps
-		}
-		return benchMedian(xs), true
-	}
-	ratio := func(x float64, base string) string {
-		y, ok := med(base)
-		if !ok {
-			return "-"
-		}
-		return fmt.Sprintf("%.2f×", x/y)
-	}
 	var sb strings.Builder
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "variant\truns\tevents/s\tvs setbased\tvs inorder-ordered\tvs copy-only\ttarget\t")
@@ -191,7 +173,7 @@ func rbTable(r *benchResults) string {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		eps, _ := med(k)
+		eps, _ := r.median(k, false)
 		batch := "batch=1000"
 		if strings.HasSuffix(k, "batch=5000") {
 			batch = "batch=5000"
@@ -201,7 +183,7 @@ func rbTable(r *benchResults) string {
 			target = "≥1.0× setbased"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t\n", k, len(r.runs[k]), eps,
-			ratio(eps, "setbased/"+batch), ratio(eps, "inorder-ordered/"+batch), ratio(eps, "copy-only"), target)
+			r.ratio(eps, "setbased/"+batch), r.ratio(eps, "inorder-ordered/"+batch), r.ratio(eps, "copy-only"), target)
 	}
 	tw.Flush()
 	return "medians over runs; ratios against the variant with the same batch size\n" + sb.String()

@@ -803,16 +803,7 @@ ON CONFLICT (projection, aggregate) DO UPDATE SET version = EXCLUDED.version, up
 // the runs' log entries, and the new aggregates' empty state rows, in one
 // pipeline.
 func benchInlineApply(ctx context.Context, pool *pgxpool.Pool, l *ledger.Projection, chunk []aggregate.Event) error {
-	events := slices.Clone(chunk)
-	slices.SortStableFunc(events, func(a, b aggregate.Event) int {
-		return cmp.Or(strings.Compare(a.Aggregate, b.Aggregate), cmp.Compare(a.Version, b.Version))
-	})
-	var fresh []string
-	for i, e := range events {
-		if e.Version == 1 && (i == 0 || events[i-1].Aggregate != e.Aggregate) {
-			fresh = append(fresh, e.Aggregate)
-		}
-	}
+	events, fresh := benchInOrder(chunk)
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		t := projection.NewTx(tx)
 		if len(fresh) > 0 {
@@ -825,6 +816,23 @@ func benchInlineApply(ctx context.Context, pool *pgxpool.Pool, l *ledger.Project
 		projection.Finish(t) // the ledger's balances (TxSums)
 		return t.Flush(ctx)
 	})
+}
+
+// benchInOrder returns chunk sorted by aggregate and version, and the
+// aggregates whose first version in it is 1: those a consumer without a
+// gate inserts version rows for.
+func benchInOrder(chunk []aggregate.Event) ([]aggregate.Event, []string) {
+	events := slices.Clone(chunk)
+	slices.SortStableFunc(events, func(a, b aggregate.Event) int {
+		return cmp.Or(strings.Compare(a.Aggregate, b.Aggregate), cmp.Compare(a.Version, b.Version))
+	})
+	var fresh []string
+	for i, e := range events {
+		if e.Version == 1 && (i == 0 || events[i-1].Aggregate != e.Aggregate) {
+			fresh = append(fresh, e.Aggregate)
+		}
+	}
+	return events, fresh
 }
 
 // benchNaiveApply is the naive consumer: one transaction per event, one
@@ -1156,6 +1164,33 @@ func (r *benchResults) add(key string, run benchRun) {
 	r.runs[key] = append(r.runs[key], run)
 }
 
+// median returns the median events/s (uniqueEPS if unique) of the runs
+// of key, false for none; r.mu is held.
+func (r *benchResults) median(key string, unique bool) (float64, bool) {
+	runs := r.runs[key]
+	if len(runs) == 0 {
+		return 0, false
+	}
+	xs := make([]float64, len(runs))
+	for i, run := range runs {
+		xs[i] = run.eps
+		if unique {
+			xs[i] = run.uniqueEPS
+		}
+	}
+	return benchMedian(xs), true
+}
+
+// ratio formats x against the median events/s of base ("-" without runs);
+// r.mu is held.
+func (r *benchResults) ratio(x float64, base string) string {
+	y, ok := r.median(base, false)
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", x/y)
+}
+
 func benchMedian(xs []float64) float64 {
 	s := slices.Sorted(slices.Values(xs))
 	if len(s)%2 == 1 {
@@ -1172,44 +1207,23 @@ func (r *benchResults) table(ws []*benchWorkload) string {
 	if len(r.runs) == 0 {
 		return ""
 	}
-	med := func(key string, unique bool) (float64, bool) {
-		runs := r.runs[key]
-		if len(runs) == 0 {
-			return 0, false
-		}
-		xs := make([]float64, len(runs))
-		for i, run := range runs {
-			xs[i] = run.eps
-			if unique {
-				xs[i] = run.uniqueEPS
-			}
-		}
-		return benchMedian(xs), true
-	}
-	ratio := func(x float64, base string) string {
-		y, ok := med(base, false)
-		if !ok {
-			return "-"
-		}
-		return fmt.Sprintf("%.2f×", x/y)
-	}
 	var sb strings.Builder
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "variant\truns\tevents/s\tunique-events/s\tvs setbased\tvs setbased (unique)\tvs naive\tvs without effects\tvs copy-only\tvs setbased+version-rows\tvs setbased+parking\ttarget\t")
 	for _, w := range ws {
 		for _, n := range w.workers {
 			key := fmt.Sprintf("%s/workers=%d", w.name, n)
-			eps, ok := med(key, false)
+			eps, ok := r.median(key, false)
 			if !ok {
 				continue
 			}
-			ueps, _ := med(key, true)
+			ueps, _ := r.median(key, true)
 			setbased, naive := fmt.Sprintf("setbased/workers=%d", n), fmt.Sprintf("naive/workers=%d", n)
 			target, vsPlain := "-", "-"
 			switch {
 			case strings.HasSuffix(w.name, "+effects"):
 				// The same variant without effects, same workers.
-				vsPlain = ratio(eps, fmt.Sprintf("%s/workers=%d", strings.TrimSuffix(w.name, "+effects"), n))
+				vsPlain = r.ratio(eps, fmt.Sprintf("%s/workers=%d", strings.TrimSuffix(w.name, "+effects"), n))
 				target = "≥0.75× without effects"
 			case strings.HasPrefix(w.name, "inorder-inline-ordered"):
 				target = "≥0.95× setbased"
@@ -1223,13 +1237,13 @@ func (r *benchResults) table(ws []*benchWorkload) string {
 			vsParking := "-"
 			if strings.Contains(w.name, "shuffled") && w.kind != benchKindParkFloor && w.kind != benchKindParkStateFloor {
 				// Both count deliveries; the ratio of unique events.
-				if y, ok := med(fmt.Sprintf("setbased+parking/workers=%d", n), true); ok {
+				if y, ok := r.median(fmt.Sprintf("setbased+parking/workers=%d", n), true); ok {
 					vsParking = fmt.Sprintf("%.2f×", ueps/y)
 				}
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", key, len(r.runs[key]), eps, ueps,
-				ratio(eps, setbased), ratio(ueps, setbased), ratio(eps, naive), vsPlain,
-				ratio(ueps, fmt.Sprintf("copy-only/workers=%d", n)), ratio(ueps, fmt.Sprintf("setbased+version-rows/workers=%d", n)), vsParking, target)
+				r.ratio(eps, setbased), r.ratio(ueps, setbased), r.ratio(eps, naive), vsPlain,
+				r.ratio(ueps, fmt.Sprintf("copy-only/workers=%d", n)), r.ratio(ueps, fmt.Sprintf("setbased+version-rows/workers=%d", n)), vsParking, target)
 		}
 	}
 	tw.Flush()

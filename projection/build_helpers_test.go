@@ -210,7 +210,7 @@ func genStates(t *testing.T, proc *projection.Processor) map[int]string {
 
 // genReaders are three readers of the ledger through the HTTP API of a
 // processor of their own on b's schema, each checking every read against
-// folds (ledgertest.Folds.ReadAny) until stop.
+// the in-order folds of the events (ledgertest.Folds.ReadAny) until stop.
 type genReaders struct {
 	// reads counts the whole reads, afterSwitch those since switched was
 	// set (the test sets it at the switch).
@@ -222,8 +222,10 @@ type genReaders struct {
 
 // startGenReaders starts the readers, reader r's picks drawn from
 // rand.NewPCG(seed, base+r).
-func startGenReaders(ctx context.Context, t *testing.T, b *genBundle, folds *ledgertest.Folds, seed, base uint64) *genReaders {
+func startGenReaders(ctx context.Context, t *testing.T, b *genBundle, events []aggregate.Event, seed, base uint64) *genReaders {
 	t.Helper()
+	var folds ledgertest.Folds
+	require.NoError(t, folds.Add(events))
 	srv := httptest.NewServer(httpapi.New(genProcessor(t, b.db, ledger.New(nil)), nil))
 	t.Cleanup(srv.Close)
 	r := &genReaders{done: make(chan struct{})}
@@ -263,4 +265,22 @@ func (r *genReaders) stop() error {
 	}
 	close(r.done)
 	return r.g.Wait()
+}
+
+// genRequireBothFolds requires that generation 2 is live, that it and the
+// previous generation, fed too, both hold the in-order fold of events, and
+// that the ledger's status is clean: events applied, nothing parked,
+// quarantined or in conflict.
+func genRequireBothFolds(t *testing.T, b *genBundle, events []aggregate.Event) {
+	t.Helper()
+	live := genLive(t, b.proc)
+	require.Equal(t, 2, live.Generation)
+	want := genFold(t, events)
+	require.Equal(t, want, genModel(t, b, live.Schema))
+	require.Equal(t, want, genModel(t, b, ""), "the previous generation is fed too")
+	st := opStatus(t, b.proc, "ledger")
+	require.Zero(t, st.Parked)
+	require.Zero(t, st.Quarantined)
+	require.Zero(t, st.Conflicts)
+	require.EqualValues(t, len(events), st.Events)
 }

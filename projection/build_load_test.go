@@ -16,7 +16,6 @@ import (
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/benchtest"
-	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -49,8 +48,6 @@ func TestRebuildUnderLoad(t *testing.T) {
 	ctx := t.Context()
 	b := genSetup(t)
 	all := ledger.Generate(rand.New(rand.NewPCG(27, 1)), 300, 30)
-	var folds ledgertest.Folds
-	require.NoError(t, folds.Add(all))
 	stream := newGenStream(nil, 100)
 
 	// The appender: every loadTick, the next loadRate events, with the
@@ -223,7 +220,7 @@ func TestRebuildUnderLoad(t *testing.T) {
 	}
 
 	// The readers, through the HTTP API of a processor of their own.
-	readers := startGenReaders(ctx, t, b, &folds, 27, 20)
+	readers := startGenReaders(ctx, t, b, all, 27, 20)
 
 	// Let the workers reach their steady lag before the rebuild starts.
 	for calls.Len() < 50 {
@@ -269,16 +266,7 @@ func TestRebuildUnderLoad(t *testing.T) {
 	require.NoError(t, readers.stop())
 
 	total := appended()
-	live := genLive(t, b.proc)
-	require.Equal(t, 2, live.Generation)
-	want := genFold(t, all[:total])
-	require.Equal(t, want, genModel(t, b, live.Schema))
-	require.Equal(t, want, genModel(t, b, ""), "the previous generation is fed too")
-	st := opStatus(t, b.proc, "ledger")
-	require.Zero(t, st.Parked)
-	require.Zero(t, st.Quarantined)
-	require.Zero(t, st.Conflicts)
-	require.EqualValues(t, total, st.Events)
+	genRequireBothFolds(t, b, all[:total])
 
 	// The figures.
 	pmu.Lock()

@@ -117,18 +117,8 @@ func TestSetupRefusesOfflineMigrationWhileWorkersRun(t *testing.T) {
 	db := pgtest.NewMigrated(t)
 	m, err := migrations.New(db.Pool, &migrations.Options{Schema: db.Schema})
 	require.NoError(t, err)
-	status, err := m.Status(ctx)
-	require.NoError(t, err)
 	// Roll back to before the newest offline migration.
-	newestOffline := 0
-	for _, s := range status {
-		if !s.Online {
-			newestOffline = s.Version
-		}
-	}
-	require.NotZero(t, newestOffline, "an offline migration to leave pending")
-	_, err = m.Rollback(ctx, len(status)-newestOffline+1)
-	require.NoError(t, err)
+	newestOffline := pgtest.RollbackToOffline(t, m)
 
 	presence, err := migrations.Announce(ctx, db.Pool, db.Schema, nil)
 	require.NoError(t, err)
