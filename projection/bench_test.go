@@ -35,6 +35,7 @@ import (
 	"github.com/inorder/inorder/effects"
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/internal/streamtest"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -320,14 +321,7 @@ func newBenchExpectation(b *testing.B, events []aggregate.Event) *benchExpectati
 // benchShuffle returns events in random order, plus share×len
 // exact copies of random events at random positions.
 func benchShuffle(rng *rand.Rand, events []aggregate.Event, share float64) []aggregate.Event {
-	extra := int(float64(len(events)) * share)
-	out := make([]aggregate.Event, 0, len(events)+extra)
-	out = append(out, events...)
-	for range extra {
-		out = append(out, events[rng.IntN(len(events))])
-	}
-	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
-	return out
+	return streamtest.WithCopies(rng, events, int(float64(len(events))*share))
 }
 
 // bench runs the workload with n workers, b.N times, each time on a fresh

@@ -16,6 +16,7 @@ import (
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/pgproxy"
 	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/internal/streamtest"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/projection/projectiontest"
 )
@@ -121,7 +122,7 @@ func TestConnectionCutMidBatch(t *testing.T) {
 	deliveries := append(append([]aggregate.Event{}, events...), events[:len(events)/3]...)
 	rng := rand.New(rand.NewPCG(25, 26))
 	rng.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
-	work := batches(rng, deliveries, 20)
+	work := streamtest.Batches(rng, deliveries, 20)
 
 	// The cutter cuts whatever is in a transaction, and every few rounds a
 	// commit, while the batches run.

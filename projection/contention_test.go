@@ -21,6 +21,7 @@ import (
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/internal/streamtest"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/projection/projectiontest"
 )
@@ -63,7 +64,7 @@ func contentionDeliveries(seed uint64, worker int) (events []aggregate.Event, wo
 	events, deliveries := streamDeliveries(seed, aggregates, versions)
 	rng := rand.New(rand.NewPCG(seed, uint64(worker)+7))
 	rng.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
-	return events, batches(rng, deliveries, 20)
+	return events, streamtest.Batches(rng, deliveries, 20)
 }
 
 // deadlockCounter is a slog handler that counts the processor's retries of

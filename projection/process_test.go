@@ -24,6 +24,7 @@ import (
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/internal/streamtest"
 	"github.com/inorder/inorder/internal/syncbuf"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/projection/projectiontest"
@@ -60,23 +61,7 @@ const (
 func streamDeliveries(seed uint64, aggregates, versions int) (events, deliveries []aggregate.Event) {
 	rng := rand.New(rand.NewPCG(seed, 0x57))
 	events = ledger.Generate(rng, aggregates, versions)
-	deliveries = append([]aggregate.Event{}, events...)
-	for range len(events) / 4 {
-		deliveries = append(deliveries, events[rng.IntN(len(events))])
-	}
-	rng.Shuffle(len(deliveries), func(i, j int) { deliveries[i], deliveries[j] = deliveries[j], deliveries[i] })
-	return events, deliveries
-}
-
-// batches cuts deliveries into batches of 1…maxBatch events.
-func batches(rng *rand.Rand, deliveries []aggregate.Event, maxBatch int) [][]aggregate.Event {
-	var out [][]aggregate.Event
-	for len(deliveries) > 0 {
-		n := min(1+rng.IntN(maxBatch), len(deliveries))
-		out = append(out, deliveries[:n:n])
-		deliveries = deliveries[n:]
-	}
-	return out
+	return events, streamtest.WithCopies(rng, events, len(events)/4)
 }
 
 // tally is a helper's report of outcomes.
@@ -349,7 +334,7 @@ func (h *helper) await(want string) error {
 // batches, from several goroutines, once the parent says GO.
 func (h *helper) stream(ctx context.Context) error {
 	_, deliveries := streamDeliveries(h.seed, streamAggregates, streamVersions)
-	work := batches(rand.New(rand.NewPCG(h.seed, uint64(h.worker)+100)), deliveries, 200)
+	work := streamtest.Batches(rand.New(rand.NewPCG(h.seed, uint64(h.worker)+100)), deliveries, 200)
 	h.say("READY", "")
 	if err := h.await("GO"); err != nil {
 		return err
@@ -417,7 +402,7 @@ func (h *helper) same(ctx context.Context) error {
 // at some point.
 func (h *helper) crash(ctx context.Context) error {
 	_, deliveries := streamDeliveries(h.seed, crashAggregates, crashVersions)
-	work := batches(rand.New(rand.NewPCG(h.seed, 2)), deliveries, 100)
+	work := streamtest.Batches(rand.New(rand.NewPCG(h.seed, 2)), deliveries, 100)
 	if err := h.deliver(ctx, work, 2); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/internal/streamtest"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -71,25 +72,7 @@ func deliverAtOnce(ctx context.Context, c *tcase, events []aggregate.Event) ([]p
 // withDuplicates returns events plus exact copies of a random share of
 // them (drawn with replacement), shuffled.
 func withDuplicates(rng *rand.Rand, events []aggregate.Event, share float64) []aggregate.Event {
-	extra := int(float64(len(events))*share + 0.999)
-	out := make([]aggregate.Event, 0, len(events)+extra)
-	out = append(out, events...)
-	for range extra {
-		out = append(out, events[rng.IntN(len(events))])
-	}
-	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
-	return out
-}
-
-// split cuts events into consecutive batches of random sizes in 1…maxBatch.
-func split(rng *rand.Rand, events []aggregate.Event, maxBatch int) [][]aggregate.Event {
-	var out [][]aggregate.Event
-	for len(events) > 0 {
-		n := min(1+rng.IntN(maxBatch), len(events))
-		out = append(out, events[:n:n])
-		events = events[n:]
-	}
-	return out
+	return streamtest.WithCopies(rng, events, int(float64(len(events))*share+0.999))
 }
 
 // byAggregate groups events by aggregate, in order of first appearance,

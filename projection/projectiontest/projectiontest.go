@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/internal/streamtest"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -123,30 +124,22 @@ func Run(t *testing.T, s Subject, f Features) {
 			})
 		}
 	})
-	t.Run("PartitionedWorkers", func(t *testing.T) {
-		t.Parallel()
-		r.partitioned(t)
-	})
-	t.Run("ReversedPerAggregate", func(t *testing.T) {
-		t.Parallel()
-		r.reversed(t)
-	})
-	t.Run("OneAggregateInParallel", func(t *testing.T) {
-		t.Parallel()
-		r.oneAggregateInParallel(t)
-	})
-	t.Run("DuplicatesOfParked", func(t *testing.T) {
-		t.Parallel()
-		r.duplicatesOfParked(t)
-	})
-	t.Run("ArrivalBetweenParkAndDrain", func(t *testing.T) {
-		t.Parallel()
-		r.arrivalBetweenParkAndDrain(t)
-	})
-	t.Run("LongAggregates", func(t *testing.T) {
-		t.Parallel()
-		r.longAggregates(t)
-	})
+	for _, sub := range []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"PartitionedWorkers", r.partitioned},
+		{"ReversedPerAggregate", r.reversed},
+		{"OneAggregateInParallel", r.oneAggregateInParallel},
+		{"DuplicatesOfParked", r.duplicatesOfParked},
+		{"ArrivalBetweenParkAndDrain", r.arrivalBetweenParkAndDrain},
+		{"LongAggregates", r.longAggregates},
+	} {
+		t.Run(sub.name, func(t *testing.T) {
+			t.Parallel()
+			sub.run(t)
+		})
+	}
 	t.Run("SameEventConcurrently", func(t *testing.T) {
 		t.Parallel()
 		for _, n := range []int{2, 8, 64} {
@@ -218,7 +211,7 @@ func (r *runner) randomSchedule(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	events := r.s.Generate(rng, r.f.Aggregates, r.f.Versions)
 	deliveries := withDuplicates(rng, events, r.f.Duplicates)
-	batches := split(rng, deliveries, r.f.MaxBatch)
+	batches := streamtest.Batches(rng, deliveries, r.f.MaxBatch)
 	began := time.Now()
 	require.NoError(t, Deliver(ctx, batches, r.f.Workers, func(ctx context.Context, b []aggregate.Event) error {
 		_, err := c.deliver(ctx, b)
@@ -248,7 +241,7 @@ func (r *runner) partitioned(t *testing.T) {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for w, s := range streams {
-		batches := split(rand.New(rand.NewPCG(r.f.Seed, uint64(w))), s, r.f.MaxBatch)
+		batches := streamtest.Batches(rand.New(rand.NewPCG(r.f.Seed, uint64(w))), s, r.f.MaxBatch)
 		g.Go(func() error {
 			for _, b := range batches {
 				res, err := c.deliver(gctx, b)
@@ -288,7 +281,7 @@ func (r *runner) reversed(t *testing.T) {
 	maxBatch := min(r.f.MaxBatch, 50)
 	work := make([][][]aggregate.Event, r.f.Workers)
 	for w, ss := range perWorker {
-		work[w] = split(rng, interleave(rng, ss), maxBatch)
+		work[w] = streamtest.Batches(rng, interleave(rng, ss), maxBatch)
 	}
 	errs := make([]error, r.f.Workers)
 	var wg sync.WaitGroup
@@ -459,7 +452,7 @@ func (r *runner) longAggregates(t *testing.T) {
 			rest = append(rest, e)
 		}
 	}
-	batches := split(rng, first, 20)
+	batches := streamtest.Batches(rng, first, 20)
 	g, gctx := errgroup.WithContext(ctx)
 	for range r.f.Workers {
 		g.Go(func() error {
@@ -473,7 +466,7 @@ func (r *runner) longAggregates(t *testing.T) {
 	}
 	require.NoError(t, g.Wait())
 	deliveries := withDuplicates(rng, rest, r.f.Duplicates)
-	require.NoError(t, Deliver(ctx, split(rng, deliveries, 50), r.f.Workers, func(ctx context.Context, b []aggregate.Event) error {
+	require.NoError(t, Deliver(ctx, streamtest.Batches(rng, deliveries, 50), r.f.Workers, func(ctx context.Context, b []aggregate.Event) error {
 		_, err := c.deliver(ctx, b)
 		return err
 	}))
