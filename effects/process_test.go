@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/inorder/inorder/internal/proctest"
+	"github.com/inorder/inorder/internal/streamtest"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -245,34 +246,18 @@ func helperSame(ctx context.Context, pool *pgxpool.Pool, c *proctest.Child) erro
 		mu.Lock()
 		recorded = 0
 		mu.Unlock()
-		var r sameResult
-		var errs []error
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for range sameGoroutines {
-			wg.Go(func() {
-				<-start
-				res, err := proc.Process(ctx, projection.Batch{Events: []aggregate.Event{e}})
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err != nil:
-					errs = append(errs, err)
-				case res[0].Outcome == projection.Applied:
-					r.Applied++
-				case res[0].Outcome == projection.Duplicate:
-					r.Duplicate++
-				default:
-					errs = append(errs, fmt.Errorf("outcome %v", res[0].Outcome))
-				}
-			})
-		}
-		close(start)
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
+		counts, err := streamtest.AtOnce(ctx, proc, e, sameGoroutines)
+		if err != nil {
 			return err
 		}
-		r.Recorded = recorded
+		for o := range counts {
+			if o != projection.Applied && o != projection.Duplicate {
+				return fmt.Errorf("outcome %v", o)
+			}
+		}
+		mu.Lock()
+		r := sameResult{Applied: counts[projection.Applied], Duplicate: counts[projection.Duplicate], Recorded: recorded}
+		mu.Unlock()
 		raw, _ := json.Marshal(r)
 		c.Say("RESULT", string(raw))
 	}

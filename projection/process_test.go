@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,7 +12,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -362,35 +360,22 @@ func (h *helper) same(ctx context.Context) error {
 		if err := h.await("GO"); err != nil {
 			return err
 		}
-		var mu sync.Mutex
-		var c tally
-		var errs []error
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for range sameGoroutines {
-			wg.Go(func() {
-				<-start
-				res, err := h.proc.Process(ctx, projection.Batch{Events: []aggregate.Event{e}})
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err != nil:
-					errs = append(errs, err)
-				case res[0].Outcome == projection.Applied:
-					c.Applied++
-				case res[0].Outcome == projection.Parked:
-					c.Parked++
-				case res[0].Outcome == projection.Duplicate:
-					c.Duplicate++
-				default:
-					c.Other++
-				}
-			})
-		}
-		close(start)
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
+		counts, err := streamtest.AtOnce(ctx, h.proc, e, sameGoroutines)
+		if err != nil {
 			return err
+		}
+		var c tally
+		for o, n := range counts {
+			switch o {
+			case projection.Applied:
+				c.Applied += int64(n)
+			case projection.Parked:
+				c.Parked += int64(n)
+			case projection.Duplicate:
+				c.Duplicate += int64(n)
+			default:
+				c.Other += int64(n)
+			}
 		}
 		h.say("RESULT", c)
 	}

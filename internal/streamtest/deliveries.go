@@ -1,9 +1,13 @@
 package streamtest
 
 import (
+	"context"
+	"errors"
 	"math/rand/v2"
+	"sync"
 
 	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/projection"
 )
 
 // WithCopies returns events plus extra exact copies of events drawn by rng
@@ -29,4 +33,31 @@ func Batches(rng *rand.Rand, events []aggregate.Event, maxBatch int) [][]aggrega
 		events = events[n:]
 	}
 	return out
+}
+
+// AtOnce has proc process e, as a batch of its own, from n goroutines
+// released together, and returns how many of them got each outcome; the
+// errors of those that failed are joined.
+func AtOnce(ctx context.Context, proc *projection.Processor, e aggregate.Event, n int) (map[projection.Outcome]int, error) {
+	var mu sync.Mutex
+	counts := map[projection.Outcome]int{}
+	var errs []error
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			<-start
+			res, err := proc.Process(ctx, projection.Batch{Events: []aggregate.Event{e}})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			counts[res[0].Outcome]++
+		})
+	}
+	close(start)
+	wg.Wait()
+	return counts, errors.Join(errs...)
 }
