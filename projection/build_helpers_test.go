@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
@@ -132,23 +131,7 @@ func genSetupLedger(t *testing.T, l *ledger.Projection, ps ...projection.Project
 // genCleanup drops the generations' schemas of db's schema when the test
 // ends (before pgtest drops db's).
 func genCleanup(t testing.TB, db *pgtest.DB) {
-	t.Cleanup(func() {
-		ctx := context.Background()
-		rows, err := db.Pool.Query(ctx, `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1)`, db.Schema+"_")
-		if err != nil {
-			t.Errorf("list generation schemas: %v", err)
-			return
-		}
-		schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Errorf("list generation schemas: %v", err)
-		}
-		for _, s := range schemas {
-			if _, err := db.Pool.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{s}.Sanitize()+` CASCADE`); err != nil {
-				t.Errorf("drop %s: %v", s, err)
-			}
-		}
-	})
+	t.Cleanup(func() { db.DropGenerationSchemas(t) })
 }
 
 func genProcessor(t *testing.T, db *pgtest.DB, ps ...projection.Projection) *projection.Processor {
@@ -162,18 +145,7 @@ func genProcessor(t *testing.T, db *pgtest.DB, ps ...projection.Projection) *pro
 // search_path ("" for generation 1).
 func genModel(t *testing.T, b *genBundle, schema string) *ledger.Model {
 	t.Helper()
-	var m *ledger.Model
-	require.NoError(t, pgx.BeginFunc(t.Context(), b.db.Pool, func(tx pgx.Tx) error {
-		if schema != "" {
-			if _, err := tx.Exec(t.Context(), `SET LOCAL search_path = `+pgx.Identifier{schema}.Sanitize()); err != nil {
-				return err
-			}
-		}
-		var err error
-		m, err = b.ledger.Load(t.Context(), tx)
-		return err
-	}))
-	return m
+	return ledgertest.LoadIn(t, b.db, b.ledger, schema)
 }
 
 func genFold(t *testing.T, events []aggregate.Event) *ledger.Model {

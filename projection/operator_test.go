@@ -12,6 +12,7 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
 )
@@ -324,11 +325,7 @@ func TestReplayRejected(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, map[string]string{"ledger": "applied"}, res.Outcomes)
 	}
-	want, err := ledger.Fold(events)
-	require.NoError(t, err)
-	got, err := l.Load(ctx, db.Pool)
-	require.NoError(t, err)
-	require.Equal(t, want, got)
+	ledgertest.RequireFoldOn(t, db, l, events)
 	rejected, err = relaxed.Rejected(ctx, projection.ListOptions{})
 	require.NoError(t, err)
 	for _, r := range rejected {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/internal/pgtest"
 	"github.com/inorder/inorder/projection"
 )
@@ -61,11 +62,7 @@ func setupIn(t *testing.T, db *pgtest.DB, cfg *projection.Config, opts *ledger.O
 
 func (b *bundle) requireFold(t *testing.T, events []aggregate.Event) {
 	t.Helper()
-	want, err := ledger.Fold(events)
-	require.NoError(t, err)
-	got, err := b.ledger.Load(context.Background(), b.db.Pool)
-	require.NoError(t, err)
-	require.Equal(t, want, got)
+	ledgertest.RequireFoldOn(t, b.db, b.ledger, events)
 }
 
 func outcomes(rs []projection.Result) []projection.Outcome {

@@ -17,6 +17,7 @@ import (
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/cli"
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/projection"
 )
 
@@ -36,18 +37,7 @@ func (e *env) genPhase(t *testing.T, gen int) (state, phase string) {
 // genModel loads the ledger of a generation's schema ("": generation 1).
 func (e *env) genModel(t *testing.T, schema string) *ledger.Model {
 	t.Helper()
-	var m *ledger.Model
-	require.NoError(t, pgx.BeginFunc(t.Context(), e.db.Pool, func(tx pgx.Tx) error {
-		if schema != "" {
-			if _, err := tx.Exec(t.Context(), `SET LOCAL search_path = `+pgx.Identifier{schema}.Sanitize()); err != nil {
-				return err
-			}
-		}
-		var err error
-		m, err = ledger.New(nil).Load(t.Context(), tx)
-		return err
-	}))
-	return m
+	return ledgertest.LoadIn(t, e.db, ledger.New(nil), schema)
 }
 
 // TestRebuildSideBySide rebuilds the ledger side by side while two worker

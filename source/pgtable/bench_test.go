@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/inorder/inorder/internal/benchtest"
+	"github.com/inorder/inorder/internal/ledgertest"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -77,11 +78,7 @@ func BenchmarkPostgresSource(b *testing.B) {
 	requireFold := func(b *testing.B, db *pgtest.DB, l *ledger.Projection) {
 		b.StopTimer()
 		defer b.StartTimer()
-		want, err := ledger.Fold(events)
-		require.NoError(b, err)
-		got, err := l.Load(b.Context(), db.Pool)
-		require.NoError(b, err)
-		require.Equal(b, want, got)
+		ledgertest.RequireFoldOn(b, db, l, events)
 	}
 	processorRun := func(stream []aggregate.Event) time.Duration {
 		db := pgtest.NewMigrated(b)
