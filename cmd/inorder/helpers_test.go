@@ -166,7 +166,6 @@ func (p *process) wait(t *testing.T, timeout time.Duration) error {
 	}
 }
 
-// signal sends sig to the process.
 // stop stops the process with SIGTERM and requires a clean exit within a
 // minute.
 func (p *process) stop(t *testing.T) {
@@ -175,6 +174,7 @@ func (p *process) stop(t *testing.T) {
 	require.NoError(t, p.wait(t, time.Minute))
 }
 
+// signal sends sig to the process.
 func (p *process) signal(t *testing.T, sig syscall.Signal) {
 	t.Helper()
 	require.NoError(t, p.cmd.Process.Signal(sig))
@@ -239,8 +239,6 @@ func (e *env) runJSON(t *testing.T, v any, args ...string) {
 	require.NoError(t, json.Unmarshal([]byte(out), v), "stdout: %s", out)
 }
 
-// workload generates payments and appends them to the env's EventStoreDB,
-// each payment to stream "payment-<id>". It returns the events.
 // runServe is a worker (run) and a serve process, with their base URLs.
 type runServe struct {
 	run, serve         *process
@@ -269,6 +267,8 @@ func (rs runServe) stop(t *testing.T) {
 	rs.serve.stop(t)
 }
 
+// workload generates payments and appends them to the env's EventStoreDB,
+// each payment to stream "payment-<id>". It returns the events.
 func (e *env) workload(t *testing.T, seed uint64, offset, payments, versions int) []aggregate.Event {
 	t.Helper()
 	events := ledger.Generate(rand.New(rand.NewPCG(seed, seed)), payments, versions)
