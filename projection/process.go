@@ -1,91 +1,20 @@
 package projection
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/puddle/v2"
 
-	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/internal/retry"
 )
 
-// This file holds Process: a batch's preparation and the policy that runs
-// its attempts (attempt.go) until one commits.
-
-// Batch is one transaction's worth of deliveries.
-type Batch struct {
-	// Events are the deliveries, in any order, duplicates allowed.
-	Events []aggregate.Event
-
-	// Source names where the events came from; it is recorded with rejected
-	// events.
-	Source string
-
-	// Rejects are deliveries the source already found invalid (content that
-	// is not JSON, say), each with its error. They are recorded in the
-	// rejected table in the batch's transaction, like invalid Events.
-	Rejects []Reject
-
-	// Checkpoint, if set, is the source position this batch takes its
-	// source to: it is stored (see Processor.SaveCheckpoint) in the batch's
-	// transaction, so the checkpoint and the work it covers commit or roll
-	// back together. Name and Position are used.
-	Checkpoint *Checkpoint
-
-	// Checkpoints are more positions stored like Checkpoint, for a source
-	// whose position has several parts — a Kafka partition each. All of
-	// them, with Checkpoint, are written in order of Name, so that batches
-	// committing at once lock the rows in the same order and never
-	// deadlock.
-	Checkpoints []Checkpoint
-
-	// BeforeCommit, if set, runs in the batch's transaction after the
-	// projections' writes and the checkpoint, before the commit. It may run
-	// more than once if the transaction is retried.
-	BeforeCommit func(ctx context.Context, tx pgx.Tx) error
-
-	// DryRun rolls the batch's transaction back instead of committing it:
-	// the results say what the batch would have done, and nothing changed
-	// (an operator's dry run: ActionOptions.DryRun). Its deliveries must not
-	// be acknowledged. Config.OnBatch and the processor's counts do not see
-	// it.
-	DryRun bool
-}
-
-// Reject is a delivery a source could not turn into a valid event. Err
-// should be an *aggregate.ValidationError, so its reason code is kept.
-type Reject struct {
-	Event aggregate.Event
-	Err   error
-}
-
-// BatchInfo describes one Process call, for Config.OnBatch.
-type BatchInfo struct {
-	// Source is the batch's Batch.Source ("rebuild:<projection>" for the
-	// batches of a rebuild).
-	Source string
-	// Projections names the projections the batch went through.
-	Projections []string
-	// Events is len(Batch.Events).
-	Events int
-	// Outcomes counts the deliveries by Result.Outcome (empty when the batch
-	// failed).
-	Outcomes map[Outcome]int
-	// Duration is the wall time of the call, retries and backoff included.
-	Duration time.Duration
-	// Attempts counts the transactions tried (1 when the first committed).
-	Attempts int
-	// Err is the error Process returned; nil when the batch committed.
-	Err error
-}
+// This file holds Process: the policy that runs a prepared batch's attempts
+// (attempt.go) until one commits.
 
 // Process runs one batch through the gate of every projection in a single
 // transaction and returns the outcome of each delivery, index-aligned with
@@ -136,58 +65,6 @@ func (p *Processor) Process(ctx context.Context, b Batch) (_ []Result, err error
 		return nil, err
 	}
 	return results, nil
-}
-
-// batch is a batch prepared for its attempts: validated, sorted, with the
-// rejections to record.
-type batch struct {
-	Batch
-	// valid holds the valid deliveries sorted by aggregate (byte order, as
-	// PostgreSQL's COLLATE "C"), version and batch position: a deterministic
-	// lock order, and contiguous runs.
-	valid    []delivery
-	aggs     []string // the distinct aggregates of valid, in order
-	runs     []run    // contiguousRuns(valid)
-	rejected []rejection
-	results  []Result
-	attempts int
-	// epoch is the generation epoch the batch's registrations were chosen
-	// in; its transactions check it first (0: no check). See generations.go.
-	epoch int64
-}
-
-// prepare validates and sorts b's deliveries.
-func (p *Processor) prepare(b Batch) *batch {
-	n := len(b.Events)
-	bt := &batch{Batch: b, results: make([]Result, n), valid: make([]delivery, 0, n)}
-	backing := make([]Outcome, n*len(p.projs))
-	for i, e := range b.Events {
-		bt.results[i].Projections = backing[i*len(p.projs) : (i+1)*len(p.projs)]
-		if err := e.Validate(p.limits()); err != nil {
-			bt.reject(i, err)
-			bt.rejected = append(bt.rejected, newRejection(b.Source, e, err))
-			continue
-		}
-		bt.valid = append(bt.valid, delivery{idx: i, ev: e, id: e.StableID(), hash: e.Hash()})
-	}
-	for _, r := range b.Rejects {
-		bt.rejected = append(bt.rejected, newRejection(b.Source, r.Event, r.Err))
-	}
-	slices.SortFunc(bt.valid, func(a, b delivery) int {
-		return cmp.Or(strings.Compare(a.ev.Aggregate, b.ev.Aggregate), cmp.Compare(a.ev.Version, b.ev.Version), cmp.Compare(a.idx, b.idx))
-	})
-	bt.rejected = dedupeRejections(bt.rejected)
-	bt.aggs = distinctAggregates(bt.valid)
-	bt.runs = contiguousRuns(bt.valid)
-	return bt
-}
-
-// reject marks delivery i rejected in every projection, with err.
-func (bt *batch) reject(i int, err error) {
-	bt.results[i].Err = err
-	for k := range bt.results[i].Projections {
-		bt.results[i].Projections[k] = Rejected
-	}
 }
 
 // run tries bt until an attempt commits, the retry budget is spent or a
@@ -366,27 +243,4 @@ func (p *Processor) committed(m txMode, out txResult, contended bool) {
 	for i, r := range p.projs {
 		r.stats.add(out.tally[i])
 	}
-}
-
-// summarize sets each result's Outcome from its projections' outcomes.
-func (bt *batch) summarize() {
-	for i := range bt.results {
-		o := Outcome(0)
-		for _, po := range bt.results[i].Projections {
-			if po.severity() > o.severity() {
-				o = po
-			}
-		}
-		bt.results[i].Outcome = o
-	}
-}
-
-func distinctAggregates(valid []delivery) []string {
-	var aggs []string
-	for i, d := range valid {
-		if i == 0 || d.ev.Aggregate != valid[i-1].ev.Aggregate {
-			aggs = append(aggs, d.ev.Aggregate)
-		}
-	}
-	return aggs
 }

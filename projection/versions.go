@@ -67,33 +67,6 @@ func scanStates(rows pgx.Rows, into map[string]aggState) error {
 	return rows.Err()
 }
 
-// run is the versions of one aggregate in a batch: first to last, every one
-// in between present; valid[lo:hi] are its deliveries.
-type run struct {
-	agg         string
-	first, last int64
-	lo, hi      int
-}
-
-// contiguousRuns returns the batch's runs, one per aggregate, or nil if an
-// aggregate's versions in the batch have a gap. valid is sorted by aggregate
-// and version.
-func contiguousRuns(valid []delivery) []run {
-	var runs []run
-	for i, d := range valid {
-		switch {
-		case i == 0 || d.ev.Aggregate != valid[i-1].ev.Aggregate:
-			runs = append(runs, run{agg: d.ev.Aggregate, first: d.ev.Version, last: d.ev.Version, lo: i})
-		case d.ev.Version == runs[len(runs)-1].last+1:
-			runs[len(runs)-1].last = d.ev.Version
-		case d.ev.Version != runs[len(runs)-1].last:
-			return nil
-		}
-		runs[len(runs)-1].hi = i + 1
-	}
-	return runs
-}
-
 // continues reports whether every run starts right after its aggregate's
 // version in every projection, with nothing parked or quarantined.
 func continues(runs []run, states []map[string]aggState) bool {
