@@ -1,10 +1,7 @@
 package projection
 
 import (
-	"cmp"
 	"context"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,8 +10,8 @@ import (
 )
 
 // This file holds the batch: what Process is handed (Batch), what it reports
-// of each (BatchInfo), and the batch prepared for its attempts: validated,
-// sorted, cut into runs, with the rejections to record.
+// of each (BatchInfo), its deliveries, and the batch prepared for its
+// attempts: validated, sorted, cut into runs, with the rejections to record.
 
 // Batch is one transaction's worth of deliveries.
 type Batch struct {
@@ -83,6 +80,14 @@ type BatchInfo struct {
 	Err error
 }
 
+// delivery is one valid event of a batch.
+type delivery struct {
+	idx  int // position in the batch
+	ev   aggregate.Event
+	id   string
+	hash []byte
+}
+
 // batch is a batch prepared for its attempts: validated, sorted, with the
 // rejections to record.
 type batch struct {
@@ -99,32 +104,6 @@ type batch struct {
 	// epoch is the generation epoch the batch's registrations were chosen
 	// in; its transactions check it first (0: no check). See generations.go.
 	epoch int64
-}
-
-// prepare validates and sorts b's deliveries.
-func (p *Processor) prepare(b Batch) *batch {
-	n := len(b.Events)
-	bt := &batch{Batch: b, results: make([]Result, n), valid: make([]delivery, 0, n)}
-	backing := make([]Outcome, n*len(p.projs))
-	for i, e := range b.Events {
-		bt.results[i].Projections = backing[i*len(p.projs) : (i+1)*len(p.projs)]
-		if err := e.Validate(p.limits()); err != nil {
-			bt.reject(i, err)
-			bt.rejected = append(bt.rejected, newRejection(b.Source, e, err))
-			continue
-		}
-		bt.valid = append(bt.valid, delivery{idx: i, ev: e, id: e.StableID(), hash: e.Hash()})
-	}
-	for _, r := range b.Rejects {
-		bt.rejected = append(bt.rejected, newRejection(b.Source, r.Event, r.Err))
-	}
-	slices.SortFunc(bt.valid, func(a, b delivery) int {
-		return cmp.Or(strings.Compare(a.ev.Aggregate, b.ev.Aggregate), cmp.Compare(a.ev.Version, b.ev.Version), cmp.Compare(a.idx, b.idx))
-	})
-	bt.rejected = dedupeRejections(bt.rejected)
-	bt.aggs = distinctAggregates(bt.valid)
-	bt.runs = contiguousRuns(bt.valid)
-	return bt
 }
 
 // reject marks delivery i rejected in every projection, with err.

@@ -13,14 +13,6 @@ import (
 // each projection, given its version row, its parked events, its
 // quarantined event and the applied log of its stale versions.
 
-// delivery is one valid event of a batch.
-type delivery struct {
-	idx  int // position in the batch
-	ev   aggregate.Event
-	id   string
-	hash []byte
-}
-
 // origin says where an event to apply comes from.
 type origin uint8
 

@@ -1,9 +1,12 @@
 package projection
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,8 +16,8 @@ import (
 	"github.com/inorder/inorder/internal/retry"
 )
 
-// This file holds Process: the policy that runs a prepared batch's attempts
-// (attempt.go) until one commits.
+// This file holds Process: a batch's preparation and the policy that runs
+// its attempts (attempt.go) until one commits.
 
 // Process runs one batch through the gate of every projection in a single
 // transaction and returns the outcome of each delivery, index-aligned with
@@ -65,6 +68,32 @@ func (p *Processor) Process(ctx context.Context, b Batch) (_ []Result, err error
 		return nil, err
 	}
 	return results, nil
+}
+
+// prepare validates and sorts b's deliveries.
+func (p *Processor) prepare(b Batch) *batch {
+	n := len(b.Events)
+	bt := &batch{Batch: b, results: make([]Result, n), valid: make([]delivery, 0, n)}
+	backing := make([]Outcome, n*len(p.projs))
+	for i, e := range b.Events {
+		bt.results[i].Projections = backing[i*len(p.projs) : (i+1)*len(p.projs)]
+		if err := e.Validate(p.limits()); err != nil {
+			bt.reject(i, err)
+			bt.rejected = append(bt.rejected, newRejection(b.Source, e, err))
+			continue
+		}
+		bt.valid = append(bt.valid, delivery{idx: i, ev: e, id: e.StableID(), hash: e.Hash()})
+	}
+	for _, r := range b.Rejects {
+		bt.rejected = append(bt.rejected, newRejection(b.Source, r.Event, r.Err))
+	}
+	slices.SortFunc(bt.valid, func(a, b delivery) int {
+		return cmp.Or(strings.Compare(a.ev.Aggregate, b.ev.Aggregate), cmp.Compare(a.ev.Version, b.ev.Version), cmp.Compare(a.idx, b.idx))
+	})
+	bt.rejected = dedupeRejections(bt.rejected)
+	bt.aggs = distinctAggregates(bt.valid)
+	bt.runs = contiguousRuns(bt.valid)
+	return bt
 }
 
 // run tries bt until an attempt commits, the retry budget is spent or a
