@@ -12,7 +12,8 @@ import (
 // This file holds how an attempt uses what a processor remembers of the
 // version rows its own commits left, between batches (issue 28, item 1;
 // statecache.go holds the cache): the gate's state in the worker's memory,
-// validated by every transaction, never trusted.
+// validated by every transaction, never trusted. It also holds the news an
+// attempt's plans give the cache of inline rows (inline_rows.go).
 //
 // An optimistic attempt (neither locked nor careful) of a projection with
 // version rows reads the version rows of its aggregates, the events parked
@@ -311,4 +312,41 @@ func (p *Processor) forgetting(aggs []string) stateNews {
 		}
 	}
 	return news
+}
+
+// rowUpdates returns the news of an attempt's plans for the row cache: per
+// aggregate, for each inline projection, the row its handler wrote (the
+// run it applied; Tx.QueueInline counted the row) or that it left
+// something parked or quarantined. Every projection plans the attempt's
+// aggregates in the same order (attempt.plan).
+func rowUpdates(p *Processor, plans [][]*aggPlan) rowNews {
+	n := len(p.projs)
+	var out rowNews
+	for _, r := range p.projs {
+		if r.inlineTable() == nil {
+			continue
+		}
+		ps := plans[r.index]
+		if out.aggs == nil {
+			out.aggs = make([]string, len(ps))
+			for k, pl := range ps {
+				out.aggs[k] = pl.agg
+			}
+			out.news = make([]rowNew, len(ps)*n)
+		}
+		for k, pl := range ps {
+			if k >= len(out.aggs) || out.aggs[k] != pl.agg {
+				return rowNews{} // not in the same order: tell nothing
+			}
+			after := pl.after()
+			dirty := after.parked > 0 || after.blocked
+			switch {
+			case pl.cut > 0:
+				out.news[k*n+r.index] = rowNew{kind: rowApplied, version: after.version, clean: !dirty}
+			case dirty || after != pl.before:
+				out.news[k*n+r.index] = rowNew{kind: rowDirty}
+			}
+		}
+	}
+	return out
 }

@@ -12,14 +12,6 @@ import (
 // with a compare-and-set, and speculation, which writes them without
 // reading them first.
 
-// aggState is an aggregate's version row.
-type aggState struct {
-	version int64
-	parked  int32
-	blocked bool
-	rev     int64
-}
-
 // queueReads queues the reads of the version rows of the batch's
 // aggregates, for every projection, into a.states; locked, it creates the
 // missing rows and locks them all, in aggregate order, with one statement
@@ -51,34 +43,6 @@ func (a *attempt) queueReads(b *pgx.Batch, locked bool) {
 			a.queueInlineLock(b, r, a.rowAggs(r))
 		}
 	}
-}
-
-// scanStates reads rows of (aggregate, version, parked, blocked, rev) into
-// states.
-func scanStates(rows pgx.Rows, into map[string]aggState) error {
-	var agg string
-	var st aggState
-	for rows.Next() {
-		if err := rows.Scan(&agg, &st.version, &st.parked, &st.blocked, &st.rev); err != nil {
-			return err
-		}
-		into[agg] = st
-	}
-	return rows.Err()
-}
-
-// continues reports whether every run starts right after its aggregate's
-// version in every projection, with nothing parked or quarantined.
-func continues(runs []run, states []map[string]aggState) bool {
-	for _, st := range states {
-		for _, ru := range runs {
-			s, ok := st[ru.agg]
-			if ok && (s.version != ru.first-1 || s.parked != 0 || s.blocked) || !ok && ru.first != 1 {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // queueSpeculation queues the write that moves every aggregate of the
