@@ -28,34 +28,6 @@ func codeVersion(p Projection) int {
 	return max(describe(p).Version, 1)
 }
 
-// Generation states (the generations table's state column; see
-// migrations/sql/005_generations.up.sql).
-const (
-	// StateBuilding: replayed from the start of the stream, in bulk, by
-	// one rebuilder; fed by nobody else.
-	StateBuilding = "building"
-	// StateCatchUp: built, then fed by the rebuilder up to the stream's end
-	// and by every processor of its code version; verified, then switched
-	// in.
-	StateCatchUp = "catchup"
-	// StateLive: the generation readers, the HTTP API and operator tools
-	// use; fed by the processors of its code version. Exactly one per
-	// projection.
-	StateLive = "live"
-	// StatePrevious: the live generation before the last switch or
-	// rollback: still fed, so that a rollback is instant and exact, until
-	// its retention ends.
-	StatePrevious = "previous"
-	// StateFailed: did not pass verification; kept for inspection, fed by
-	// nobody.
-	StateFailed = "failed"
-	// StateRetired: no longer fed (a previous generation past its
-	// retention); dropped by the next rebuild or by an operator.
-	StateRetired = "retired"
-	// StateDropped: its tables and gate rows are gone.
-	StateDropped = "dropped"
-)
-
 // errEpochChanged reports that the generations processors feed changed
 // since a batch's registrations were chosen: the batch starts again with
 // fresh ones.

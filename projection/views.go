@@ -451,3 +451,89 @@ type AppliedEntry struct {
 	// the event's id and hash: EventID and Hash are then empty.
 	Entry []byte `json:"entry,omitempty"`
 }
+
+// Generation is one generation of a projection, as operators see it.
+type Generation struct {
+	Projection string `json:"projection"`
+	// Generation numbers the projection's generations from 1.
+	Generation int `json:"generation"`
+	// CodeVersion is the projection's code version that builds and feeds
+	// it (see Description.Version).
+	CodeVersion int `json:"code_version"`
+	// Key is the projection column of its gate rows (the projection's name
+	// for generation 1, "<name>@<n>" after).
+	Key string `json:"key"`
+	// Schema holds its read-model tables; empty for generation 1, whose
+	// tables are in the connection's search_path.
+	Schema string `json:"schema,omitempty"`
+	// State is one of StateBuilding, StateCatchUp, StateLive,
+	// StatePrevious, StateFailed, StateRetired, StateDropped.
+	State string `json:"state"`
+	// Phase refines State while a rebuild works on it: PhaseReplay,
+	// PhaseFinalize, PhaseCatchUp, PhaseVerify, PhaseSwitch.
+	Phase string `json:"phase,omitempty"`
+	// Position is how far the rebuild read the stream (the source's
+	// position, opaque), PositionTime the source's time of the event
+	// there, Events how many events the rebuild read (0 for a generation
+	// no rebuild built: see Applied).
+	Position     Position  `json:"position,omitempty"`
+	PositionTime time.Time `json:"position_time,omitzero"`
+	Events       int64     `json:"events"`
+	// Applied is the events applied in the generation — the sum of its
+	// aggregates' versions, as ProjectionStatus.Events — whoever applied
+	// them (its rebuild or the workers). Status and Generations set it
+	// (nil for a dropped generation, or when its rows could not be read).
+	Applied *int64 `json:"applied,omitempty"`
+	// Lag is, while the generation is built, the age of the last event the
+	// rebuild read (now - PositionTime): how far behind the stream it is.
+	// Zero otherwise: the workers' lag is the source's to report.
+	Lag        time.Duration `json:"-"`
+	LagSeconds float64       `json:"lag_seconds"`
+	// Error says why verification failed (StateFailed).
+	Error string `json:"error,omitempty"`
+	// KeepUntil is when a previous generation stops being fed (retired).
+	KeepUntil time.Time `json:"keep_until,omitzero"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// LiveAt is when it was last switched in; EndedAt when it stopped being
+	// fed for good (failed, retired, dropped).
+	LiveAt  time.Time `json:"live_at,omitzero"`
+	EndedAt time.Time `json:"ended_at,omitzero"`
+}
+
+// setLag computes Lag as of now.
+func (g *Generation) setLag(now time.Time) {
+	g.Lag, g.LagSeconds = 0, 0
+	if (g.State == StateBuilding || g.State == StateCatchUp) && !g.PositionTime.IsZero() {
+		g.Lag = max(now.Sub(g.PositionTime), 0)
+		g.LagSeconds = g.Lag.Seconds()
+	}
+}
+
+// Generation states (the generations table's state column; see
+// migrations/sql/005_generations.up.sql).
+const (
+	// StateBuilding: replayed from the start of the stream, in bulk, by
+	// one rebuilder; fed by nobody else.
+	StateBuilding = "building"
+	// StateCatchUp: built, then fed by the rebuilder up to the stream's end
+	// and by every processor of its code version; verified, then switched
+	// in.
+	StateCatchUp = "catchup"
+	// StateLive: the generation readers, the HTTP API and operator tools
+	// use; fed by the processors of its code version. Exactly one per
+	// projection.
+	StateLive = "live"
+	// StatePrevious: the live generation before the last switch or
+	// rollback: still fed, so that a rollback is instant and exact, until
+	// its retention ends.
+	StatePrevious = "previous"
+	// StateFailed: did not pass verification; kept for inspection, fed by
+	// nobody.
+	StateFailed = "failed"
+	// StateRetired: no longer fed (a previous generation past its
+	// retention); dropped by the next rebuild or by an operator.
+	StateRetired = "retired"
+	// StateDropped: its tables and gate rows are gone.
+	StateDropped = "dropped"
+)
