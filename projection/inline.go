@@ -2,6 +2,7 @@ package projection
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -13,7 +14,9 @@ import (
 
 // This file holds the API of inline projections: projections whose own
 // row per aggregate carries the gate's state on the fast path (see
-// inline_gate.go for the gate's side, and docs/guarantees.md).
+// inline_gate.go for the gate's side, and docs/guarantees.md), and what a
+// registration keeps of its inline table: the table and the gate's
+// statements on it.
 
 // Inline is implemented by projections whose read model has exactly one row
 // per aggregate, written by every applied event, that keeps the aggregate's
@@ -153,6 +156,48 @@ func inlineEntry(agg string, version int64, id string, hash []byte) []byte {
 	return h.Sum(nil)[:inlineEntrySize]
 }
 
+// inlineSQL are the gate's statements on an inline projection's table.
+type inlineSQL struct {
+	lock, prepare, mark, exist string
+}
+
+func newInlineSQL(t *InlineTable) inlineSQL {
+	tbl := t.Table.Sanitize()
+	k, v, l := pgx.Identifier{t.Key}.Sanitize(), pgx.Identifier{t.Version}.Sanitize(), pgx.Identifier{t.Log}.Sanitize()
+	size := strconv.Itoa(inlineEntrySize)
+	// entries is a row's log without its mark.
+	entries := `substring(t.` + l + ` FOR octet_length(t.` + l + `) / ` + size + ` * ` + size + `)`
+	// gapBytes is the size of the zero entries of the versions a row
+	// catches up with (at most a log's worth).
+	gapBytes := size + ` * least(greatest(k.version - t.` + v + `, 0), ` + strconv.Itoa(t.logEntries()) + `)::int`
+	return inlineSQL{
+		// exist counts the rows of $1 that exist.
+		exist: `SELECT count(*) FROM ` + tbl + ` WHERE ` + k + ` = ANY($1::text[])`,
+		// lock locks the rows of $1 (sorted), one probe each, and returns
+		// their versions and logs — no log for a row at the version $2
+		// expects of it (a mixed attempt's fast aggregate, whose log is
+		// not read; -1 wants every log).
+		lock: `SELECT k.aggregate, t.version, CASE WHEN t.version = k.expect THEN NULL ELSE t.log END
+FROM unnest($1::text[], $2::bigint[]) AS k(aggregate, expect)
+CROSS JOIN LATERAL (SELECT ` + v + ` AS version, ` + l + ` AS log FROM ` + tbl + `
+  WHERE ` + k + ` = k.aggregate OFFSET 0 FOR UPDATE) t`,
+		// prepare readies rows the transaction holds for the handler to
+		// apply runs to: it clears their marks and moves them up to the
+		// versions of $2 (an operator's gap), logging a zero entry for each
+		// version skipped (inlineGap), the last LogEntries kept.
+		prepare: `UPDATE ` + tbl + ` AS t SET ` + v + ` = greatest(t.` + v + `, k.version),
+  ` + l + ` = substring(` + entries + ` || decode(repeat('00', ` + gapBytes + `), 'hex')
+    FROM greatest(octet_length(` + entries + `) + ` + gapBytes + ` - ` + strconv.Itoa(t.logEntries()*inlineEntrySize-1) + `, 1))
+FROM unnest($1::text[], $2::bigint[]) AS k(aggregate, version)
+WHERE t.` + k + ` = k.aggregate AND (t.` + v + ` < k.version OR octet_length(t.` + l + `) % ` + size + ` <> 0)`,
+		// mark sets the marks of the rows of $1 whose $2 is true and clears
+		// those of the others (rows the transaction holds, sorted).
+		mark: `UPDATE ` + tbl + ` AS t SET ` + l + ` = CASE WHEN k.mark THEN ` + entries + ` || '\x00'::bytea ELSE ` + entries + ` END
+FROM unnest($1::text[], $2::bool[]) AS k(aggregate, mark)
+WHERE t.` + k + ` = k.aggregate`,
+	}
+}
+
 // inlineState is an inline projection's table, as a registration reaches
 // it, and the gate's statements on it.
 type inlineState struct {
@@ -283,6 +328,10 @@ func inlineRuns(events []aggregate.Event, entries [][]byte, perBatch bool) []Inl
 	}
 	return runs
 }
+
+// errInlineMiss reports that an inline projection's fast path did not hold:
+// the attempt takes the general path.
+var errInlineMiss = errors.New("projection: inline fast path missed")
 
 // inlineShort returns an error if t's handler wrote fewer inline rows than
 // it applies aggregates (call it once the queued statements are sent).
