@@ -3,8 +3,7 @@ package projection
 import "github.com/jackc/pgx/v5"
 
 // This file holds what the gate knows of an aggregate's version row, as
-// read, locked or assumed, and whether a batch's runs all continue where
-// their rows stand.
+// read, locked or assumed.
 
 // aggState is an aggregate's version row.
 type aggState struct {
@@ -26,18 +25,4 @@ func scanStates(rows pgx.Rows, into map[string]aggState) error {
 		into[agg] = st
 	}
 	return rows.Err()
-}
-
-// continues reports whether every run starts right after its aggregate's
-// version in every projection, with nothing parked or quarantined.
-func continues(runs []run, states []map[string]aggState) bool {
-	for _, st := range states {
-		for _, ru := range runs {
-			s, ok := st[ru.agg]
-			if ok && (s.version != ru.first-1 || s.parked != 0 || s.blocked) || !ok && ru.first != 1 {
-				return false
-			}
-		}
-	}
-	return true
 }

@@ -163,3 +163,17 @@ func contiguousRuns(valid []delivery) []run {
 	}
 	return runs
 }
+
+// continues reports whether every run starts right after its aggregate's
+// version in every projection, with nothing parked or quarantined.
+func continues(runs []run, states []map[string]aggState) bool {
+	for _, st := range states {
+		for _, ru := range runs {
+			s, ok := st[ru.agg]
+			if ok && (s.version != ru.first-1 || s.parked != 0 || s.blocked) || !ok && ru.first != 1 {
+				return false
+			}
+		}
+	}
+	return true
+}

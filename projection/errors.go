@@ -166,3 +166,10 @@ func asDeadlock(err error) (deadlock, bool) {
 // relationName finds the relation in a deadlock's context or detail: by
 // name, or by OID.
 var relationName = regexp.MustCompile(`relation (?:"([^"]+)"|(\d+) of database)`)
+
+// connLost marks the error of an attempt whose connection closed under it:
+// transient, whatever the error itself says.
+type connLost struct{ err error }
+
+func (c *connLost) Error() string { return "connection lost: " + c.err.Error() }
+func (c *connLost) Unwrap() error { return c.err }

@@ -245,17 +245,6 @@ func inlineTableIn(p Projection, schema string) *InlineTable {
 	return &t
 }
 
-// inlineTx is the inline state of a handler's Tx.
-type inlineTx struct {
-	runs []InlineRun
-	// event is the run of the event an EventHandler's Apply is given (-1
-	// for a BatchHandler, which is given every run).
-	event int
-	// want is the rows the handler must write through QueueInline; got
-	// those it wrote (known once the queued statements are sent).
-	want, got int64
-}
-
 // InlineRuns returns, for an inline projection's handler, the run of each
 // aggregate of the events it is given, in their order; nil for other
 // projections.

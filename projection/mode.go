@@ -143,13 +143,6 @@ func (h *handlerFailure) Error() string {
 }
 func (h *handlerFailure) Unwrap() error { return h.err }
 
-// connLost marks the error of an attempt whose connection closed under it:
-// transient, whatever the error itself says.
-type connLost struct{ err error }
-
-func (c *connLost) Error() string { return "connection lost: " + c.err.Error() }
-func (c *connLost) Unwrap() error { return c.err }
-
 // isRefusal reports whether err is the database refusing a statement for a
 // reason of the data it was given (a value it cannot store, a key too long
 // for an index), as opposed to a transient failure or a bug: careful mode

@@ -150,6 +150,17 @@ type Tx struct {
 	deferred map[string]deferredSums
 }
 
+// inlineTx is the inline state of a handler's Tx.
+type inlineTx struct {
+	runs []InlineRun
+	// event is the run of the event an EventHandler's Apply is given (-1
+	// for a BatchHandler, which is given every run).
+	event int
+	// want is the rows the handler must write through QueueInline; got
+	// those it wrote (known once the queued statements are sent).
+	want, got int64
+}
+
 // deferredSums is a Sums[K] of any K.
 type deferredSums interface{ queueOn(*Tx) }
 
