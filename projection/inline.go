@@ -331,3 +331,14 @@ func (t *Tx) inlineShort(projection string) error {
 	return fmt.Errorf("%w: inline projection %s wrote %d of its %d rows (its upsert must go through InlineUpsert.Queue, or Tx.QueueInline with InlineTable.Condition)",
 		errInlineMiss, projection, t.inline.got, t.inline.want)
 }
+
+// inlineRow is an inline projection's row of an aggregate, as the general
+// path locked it.
+type inlineRow struct {
+	version int64
+	log     []byte
+	found   bool // lockInlineOne found the row
+}
+
+// marked reports whether the gate marked an inline row (see Inline).
+func (row inlineRow) marked() bool { return len(row.log)%inlineEntrySize != 0 }

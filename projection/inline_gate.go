@@ -64,17 +64,6 @@ import (
 // marks (a mark set since the pre-read makes the upsert miss); the others
 // are prepared and marked as on the general path.
 
-// inlineRow is an inline projection's row of an aggregate, as the general
-// path locked it.
-type inlineRow struct {
-	version int64
-	log     []byte
-	found   bool // lockInlineOne found the row
-}
-
-// marked reports whether the gate marked an inline row (see Inline).
-func (row inlineRow) marked() bool { return len(row.log)%inlineEntrySize != 0 }
-
 // queueInlineSpeculation queues the fast path's version-row work of inline
 // projection r (step 1 above) and fills the states the runs assume.
 // *written receives the runs taken as assumed so far: those of aggregates
