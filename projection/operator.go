@@ -439,27 +439,6 @@ func (p *Processor) DismissRejected(ctx context.Context, id int64, opts *ActionO
 	return rep, nil
 }
 
-// Action is an entry for the operator log (see Processor.LogAction).
-type Action struct {
-	// Action names what was done or found, e.g. "gap-missing-at-source".
-	Action     string
-	Projection string
-	// Generation is the projection's generation concerned (0: none, or
-	// not known).
-	Generation int
-	Aggregate  string
-	// From and To are the versions concerned, if any.
-	From, To *int64
-	Reason   string
-	// By names who acted (see ActionOptions.By); empty for a source's
-	// finding.
-	By string
-	// Once records the entry only if no entry with the same action,
-	// projection, generation, aggregate and versions exists: for findings a
-	// source makes again each time it looks.
-	Once bool
-}
-
 // LogAction records a into the operator log, where operators read every
 // decision and finding (Processor.OperatorLog). It reports whether an entry
 // was written (false when a.Once found one already).

@@ -14,7 +14,8 @@ import (
 
 // This file holds the one set of operator view types: what the processor's
 // listings return, what the CLI prints with --json and what the HTTP API
-// sends, unchanged. Their JSON field names are stable.
+// sends, unchanged. Their JSON field names are stable. Beside the operator
+// log's entry as read is the entry as written (Action).
 
 // Payload is an event's data or metadata as operators see it. Its JSON form
 // is the payload itself when it is valid JSON, and {"base64": "…"} (the
@@ -360,6 +361,27 @@ type RejectedEntry struct {
 	Resolution    string    `json:"resolution,omitempty"`
 	ResolvedBy    string    `json:"resolved_by,omitempty"`
 	ResolveReason string    `json:"resolve_reason,omitempty"`
+}
+
+// Action is an entry for the operator log (see Processor.LogAction).
+type Action struct {
+	// Action names what was done or found, e.g. "gap-missing-at-source".
+	Action     string
+	Projection string
+	// Generation is the projection's generation concerned (0: none, or
+	// not known).
+	Generation int
+	Aggregate  string
+	// From and To are the versions concerned, if any.
+	From, To *int64
+	Reason   string
+	// By names who acted (see ActionOptions.By); empty for a source's
+	// finding.
+	By string
+	// Once records the entry only if no entry with the same action,
+	// projection, generation, aggregate and versions exists: for findings a
+	// source makes again each time it looks.
+	Once bool
 }
 
 // OperatorLogEntry is one recorded operator decision or source finding.
