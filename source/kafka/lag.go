@@ -9,6 +9,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/inorder/inorder/source/internal/sourceutil"
 )
 
 // probeTimeout bounds how long a lag measurement waits for the first
@@ -96,14 +98,7 @@ func (s *Source) MeasureLag(ctx context.Context) (Lag, error) {
 
 func (s *Source) measure(ctx context.Context, adm *kadm.Client) (Lag, error) {
 	l, err := s.compute(ctx, adm)
-	s.lagMu.Lock()
-	defer s.lagMu.Unlock()
-	if err != nil {
-		s.lag.Err = err.Error()
-		return s.lag, err
-	}
-	s.lag = l
-	return l, nil
+	return sourceutil.Keep(&s.lagMu, &s.lag, l, err, func(last *Lag, err error) { last.Err = err.Error() }), err
 }
 
 func (s *Source) compute(ctx context.Context, adm *kadm.Client) (Lag, error) {

@@ -94,13 +94,7 @@ func (s *Source) Lag() Lag {
 // the last measurement is returned, with the error in Lag.Err.
 func (s *Source) MeasureLag(ctx context.Context) (Lag, error) {
 	p, err := s.measure(ctx)
-	s.lagMu.Lock()
-	if err != nil {
-		s.probe.err = err
-	} else {
-		s.probe = p
-	}
-	s.lagMu.Unlock()
+	sourceutil.Keep(&s.lagMu, &s.probe, p, err, func(last *lagProbe, err error) { last.err = err })
 	return s.Lag(), err
 }
 

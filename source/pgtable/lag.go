@@ -29,14 +29,7 @@ func (s *Source) Lag() source.Lag {
 // one). Counts above a million per partition are capped.
 func (s *Source) MeasureLag(ctx context.Context) (source.Lag, error) {
 	l, err := s.measure(ctx)
-	s.lagMu.Lock()
-	defer s.lagMu.Unlock()
-	if err != nil {
-		s.lag.Err = err.Error()
-		return s.lag, err
-	}
-	s.lag = l
-	return l, nil
+	return sourceutil.Keep(&s.lagMu, &s.lag, l, err, func(last *source.Lag, err error) { last.Err = err.Error() }), err
 }
 
 func (s *Source) measure(ctx context.Context) (source.Lag, error) {
