@@ -16,6 +16,7 @@ import (
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/internal/sourceutil"
 )
 
 // Defaults of Config.
@@ -312,10 +313,9 @@ func newConfig(cfg *Config, noProcessor bool) (*config, error) {
 		return nil, errors.New("esdb: negative Workers, BatchSize, MaxWait, ReadAhead, CheckpointEvery, Reconnect*, RepairEvery, RepairLimit or DrainTimeout")
 	}
 	c.Name = cmp.Or(c.Name, DefaultName)
-	c.Workers = cmp.Or(c.Workers, source.DefaultWorkers)
-	c.BatchSize = cmp.Or(c.BatchSize, source.DefaultBatchSize)
-	c.MaxWait = cmp.Or(c.MaxWait, source.DefaultMaxWait)
-	c.ReadAhead = cmp.Or(c.ReadAhead, source.DefaultWindow(c.Workers, c.BatchSize))
+	d := sourceutil.Dispatch{Workers: c.Workers, BatchSize: c.BatchSize, MaxWait: c.MaxWait, ReadAhead: c.ReadAhead, Logger: c.Logger}.Defaults()
+	c.Workers, c.BatchSize, c.MaxWait, c.ReadAhead, c.Logger = d.Workers, d.BatchSize, d.MaxWait, d.ReadAhead, d.Logger
+	c.dispCfg = d.Config(c.Processor, c.Name)
 	c.CheckpointEvery = cmp.Or(c.CheckpointEvery, DefaultCheckpointEvery)
 	c.ReconnectMin = cmp.Or(c.ReconnectMin, DefaultReconnectMin)
 	c.ReconnectMax = max(cmp.Or(c.ReconnectMax, DefaultReconnectMax), c.ReconnectMin)
@@ -324,9 +324,6 @@ func newConfig(cfg *Config, noProcessor bool) (*config, error) {
 	c.RepairLimit = cmp.Or(c.RepairLimit, DefaultRepairLimit)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultDrainTimeout)
 	c.LagEvery = cmp.Or(c.LagEvery, DefaultLagEvery)
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
 	if c.client.Logger == nil {
 		log := c.Logger
 		c.client.Logger = func(level esdbc.LogLevel, format string, args ...any) {
@@ -368,15 +365,6 @@ func newConfig(cfg *Config, noProcessor bool) (*config, error) {
 		c.filter = &esdbc.SubscriptionFilter{Type: esdbc.EventFilterType, Regex: c.TypeRegex}
 	default:
 		c.filter = esdbc.ExcludeSystemEventsFilter()
-	}
-	c.dispCfg = source.Config{
-		Processor:   c.Processor,
-		Source:      c.Name,
-		Workers:     c.Workers,
-		BatchSize:   c.BatchSize,
-		MaxWait:     c.MaxWait,
-		MaxInFlight: c.ReadAhead,
-		Logger:      c.Logger,
 	}
 	if c.Persistent != nil {
 		// The server sends at most BufferSize unacknowledged events: when

@@ -13,6 +13,7 @@ import (
 
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/internal/sourceutil"
 )
 
 // Defaults of Config.
@@ -157,30 +158,17 @@ func newConfig(cfg *Config, noProcessor bool) (*config, error) {
 	}
 	c.Name = cmp.Or(c.Name, DefaultName)
 	c.Group = cmp.Or(c.Group, DefaultGroup)
-	c.Workers = cmp.Or(c.Workers, source.DefaultWorkers)
-	c.BatchSize = cmp.Or(c.BatchSize, source.DefaultBatchSize)
-	c.MaxWait = cmp.Or(c.MaxWait, source.DefaultMaxWait)
-	c.ReadAhead = cmp.Or(c.ReadAhead, source.DefaultWindow(c.Workers, c.BatchSize))
+	d := sourceutil.Dispatch{Workers: c.Workers, BatchSize: c.BatchSize, MaxWait: c.MaxWait, ReadAhead: c.ReadAhead, Logger: c.Logger}.Defaults()
+	c.Workers, c.BatchSize, c.MaxWait, c.ReadAhead, c.Logger = d.Workers, d.BatchSize, d.MaxWait, d.ReadAhead, d.Logger
+	c.dispCfg = d.Config(c.Processor, c.Name)
 	c.CheckpointEvery = cmp.Or(c.CheckpointEvery, DefaultCheckpointEvery)
 	c.LagEvery = cmp.Or(c.LagEvery, DefaultLagEvery)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultDrainTimeout)
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
 	m, err := c.Mapping.parse()
 	if err != nil {
 		return nil, err
 	}
 	c.mapping = m
-	c.dispCfg = source.Config{
-		Processor:   c.Processor,
-		Source:      c.Name,
-		Workers:     c.Workers,
-		BatchSize:   c.BatchSize,
-		MaxWait:     c.MaxWait,
-		MaxInFlight: c.ReadAhead,
-		Logger:      c.Logger,
-	}
 	return c, nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/internal/sourceutil"
 )
 
 // Defaults of Config.
@@ -193,10 +194,9 @@ func newConfig(cfg *Config, noProcessor bool) (*config, error) {
 	c.mapping = m
 	c.Name = cmp.Or(c.Name, DefaultName)
 	c.Consumer = cmp.Or(c.Consumer, DefaultConsumer)
-	c.Workers = cmp.Or(c.Workers, source.DefaultWorkers)
-	c.BatchSize = cmp.Or(c.BatchSize, source.DefaultBatchSize)
-	c.MaxWait = cmp.Or(c.MaxWait, source.DefaultMaxWait)
-	c.ReadAhead = cmp.Or(c.ReadAhead, source.DefaultWindow(c.Workers, c.BatchSize))
+	d := sourceutil.Dispatch{Workers: c.Workers, BatchSize: c.BatchSize, MaxWait: c.MaxWait, ReadAhead: c.ReadAhead, Logger: c.Logger}.Defaults()
+	c.Workers, c.BatchSize, c.MaxWait, c.ReadAhead, c.Logger = d.Workers, d.BatchSize, d.MaxWait, d.ReadAhead, d.Logger
+	c.dispCfg = d.Config(c.Processor, c.Name)
 	c.PullBatch = cmp.Or(c.PullBatch, min(c.BatchSize, maxPullBatch))
 	c.MaxAckPending = cmp.Or(c.MaxAckPending, DefaultShare*(c.ReadAhead+c.PullBatch))
 	held := c.ReadAhead + c.PullBatch
@@ -210,20 +210,8 @@ func newConfig(cfg *Config, noProcessor bool) (*config, error) {
 	c.ReconnectMax = max(cmp.Or(c.ReconnectMax, DefaultReconnectMax), c.ReconnectMin)
 	c.LagEvery = cmp.Or(c.LagEvery, DefaultLagEvery)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultDrainTimeout)
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
 	nakPolicy := retryPolicy(c.NakDelay, c.NakDelayMax)
 	c.nak = func(delivered uint64) time.Duration { return nakPolicy.Delay(int(min(delivered, 64))) }
-	c.dispCfg = source.Config{
-		Processor:   c.Processor,
-		Source:      c.Name,
-		Workers:     c.Workers,
-		BatchSize:   c.BatchSize,
-		MaxWait:     c.MaxWait,
-		MaxInFlight: c.ReadAhead,
-		Logger:      c.Logger,
-	}
 	return c, nil
 }
 
