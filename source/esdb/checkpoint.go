@@ -78,13 +78,7 @@ func (s *Source) noteApplied(batch []*source.Delivery, results []projection.Resu
 	}
 	names := s.cfg.Processor.Projections()
 	top := make([]newest, len(names))
-	i := 0
-	for _, d := range batch {
-		if d.Reject != nil {
-			continue
-		}
-		r := results[i]
-		i++
+	for d, r := range sourceutil.Processed(batch, results) {
 		ev, _ := d.Handle.(*esdbc.ResolvedEvent)
 		if ev == nil {
 			continue

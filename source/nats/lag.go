@@ -194,13 +194,7 @@ func (s *Source) afterCommit(batch []*source.Delivery, results []projection.Resu
 	}
 	names := s.cfg.Processor.Projections()
 	top := make([]*held, len(names))
-	i := 0
-	for _, d := range batch {
-		if d.Reject != nil {
-			continue
-		}
-		r := results[i]
-		i++
+	for d, r := range sourceutil.Processed(batch, results) {
 		outcomes[r.Outcome]++
 		h := d.Handle.(*held)
 		for j, o := range r.Projections {
