@@ -39,16 +39,10 @@ func SetInlineRuns(t *Tx, events []aggregate.Event) {
 // handler's last call.
 func Finish(t *Tx) { t.finish() }
 
-// Solo returns the processor an in-place rebuild of projection runs its
-// replay through: the gate of its live generation alone (see
-// rebuildGate.On; here generation 1).
-func Solo(p *Processor, projection string) *Processor {
-	r := p.byName[projection]
-	return p.genProcessor(r, r.key, r.schema)
-}
-
-// GenProcessor returns the processor a side-by-side rebuild replays
-// generation 1 of projection through (see Processor.genProcessor).
+// GenProcessor returns the processor a rebuild replays generation 1 of
+// projection through (see Processor.genProcessor): a side-by-side rebuild's
+// first generation, and the live generation an in-place rebuild empties and
+// replays.
 func GenProcessor(p *Processor, projection string) *Processor {
 	r := p.byName[projection]
 	return p.genProcessor(r, r.key, r.schema)

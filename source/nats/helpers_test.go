@@ -33,8 +33,6 @@ type env struct {
 	subject string // prefix: events go to subject + "." + aggregate
 }
 
-// newEnv creates a stream of its own on the server(s) at url, with
-// replicas copies.
 // onServer starts a NATS server of the test's own and returns it with an
 // env on it (one replica) and a bundle.
 func onServer(t testing.TB) (*natstest.Server, *env, *bundle) {
@@ -43,6 +41,8 @@ func onServer(t testing.TB) (*natstest.Server, *env, *bundle) {
 	return srv, newEnv(t, srv.URL(), 1), setup(t)
 }
 
+// newEnv creates a stream of its own on the server(s) at url, with
+// replicas copies.
 func newEnv(t testing.TB, url string, replicas int) *env {
 	t.Helper()
 	e := &env{url: url, stream: "T" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]}
