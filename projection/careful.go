@@ -45,13 +45,9 @@ func (a *attempt) careful(ctx context.Context) error {
 			}
 		}
 	}
-	plans := make([][]*aggPlan, len(p.projs))
-	conflicts := make([][]conflict, len(p.projs))
-	for _, r := range p.projs {
-		var err error
-		if plans[r.index], conflicts[r.index], err = a.plan(ctx, r); err != nil {
-			return err
-		}
+	plans, conflicts, err := a.planAll(ctx)
+	if err != nil {
+		return err
 	}
 	for _, r := range p.projs {
 		out := a.outcome(r)

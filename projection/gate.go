@@ -83,13 +83,9 @@ func (a *attempt) gatePlanned(ctx context.Context, b *pgx.Batch) error {
 	if err := a.takeVersions(ctx, b); err != nil {
 		return err
 	}
-	plans := make([][]*aggPlan, len(p.projs))
-	conflicts := make([][]conflict, len(p.projs))
-	for _, r := range p.projs {
-		var err error
-		if plans[r.index], conflicts[r.index], err = a.plan(ctx, r); err != nil {
-			return err
-		}
+	plans, conflicts, err := a.planAll(ctx)
+	if err != nil {
+		return err
 	}
 	if err := a.writeVersions(ctx, plans); err != nil {
 		return err

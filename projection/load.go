@@ -14,6 +14,21 @@ import (
 // applied log of stale versions) before the planner (plan.go) classifies its
 // deliveries.
 
+// planAll plans every projection of the attempt (plan), in the order of
+// the processor's projections: their plans and the conflicts found, by
+// projection index.
+func (a *attempt) planAll(ctx context.Context) ([][]*aggPlan, [][]conflict, error) {
+	plans := make([][]*aggPlan, len(a.p.projs))
+	conflicts := make([][]conflict, len(a.p.projs))
+	for _, r := range a.p.projs {
+		var err error
+		if plans[r.index], conflicts[r.index], err = a.plan(ctx, r); err != nil {
+			return nil, nil, err
+		}
+	}
+	return plans, conflicts, nil
+}
+
 // plan loads what the version rows call for (parked events, quarantined
 // events, the applied log of stale versions) and classifies the attempt's
 // deliveries for projection r: one plan per aggregate, and the conflicts.
