@@ -45,6 +45,20 @@ type Batch struct {
 	// more than once if the transaction is retried.
 	BeforeCommit func(ctx context.Context, tx pgx.Tx) error
 
+	// Exclusive declares that no other batch holds the batch's aggregates
+	// while it runs: the source and its dispatcher deliver them to this
+	// worker only (a Kafka partition keyed by aggregate, a leased partition,
+	// the only consumer of a subscription; source.Config.Exclusive). The
+	// gate never trusts it for correctness — every write still checks the
+	// state it assumes — but it takes fewer locks: a mixed attempt of an
+	// inline projection leaves the rows of the aggregates it takes by the
+	// fast path to the handler's upsert instead of locking them first, in
+	// aggregate order, with the others. A wrong declaration (two consumers
+	// briefly holding one partition in a rebalance, an operator's action
+	// meanwhile) costs at worst a deadlock, which the processor retries and
+	// counts (Counts.Deadlocks); never a wrong read model.
+	Exclusive bool
+
 	// DryRun rolls the batch's transaction back instead of committing it:
 	// the results say what the batch would have done, and nothing changed
 	// (an operator's dry run: ActionOptions.DryRun). Its deliveries must not
@@ -69,6 +83,8 @@ type BatchInfo struct {
 	Projections []string
 	// Events is len(Batch.Events).
 	Events int
+	// Exclusive is Batch.Exclusive.
+	Exclusive bool
 	// Outcomes counts the deliveries by Result.Outcome (empty when the batch
 	// failed).
 	Outcomes map[Outcome]int

@@ -42,6 +42,7 @@ type hotVariant struct {
 	kind        string // setbased, unordered (set-based, natural UPDATE), copy, gate-rows, gate-inline
 	workers     int
 	partitioned bool
+	exclusive   bool // the batches say so (projection.Batch.Exclusive)
 	deliveries  []aggregate.Event
 }
 
@@ -77,8 +78,10 @@ type hotVariant struct {
 //     gate-inline-*: the aggregate's row carries the gate's state;
 //     -ordered: in order, 1 connection; -partitioned: in order, 4
 //     partitioned; -jittered-partitioned: each delivery displaced by up to
-//     two batches plus 5% copies, 4 partitioned; -shuffled: the stream
-//     shuffled plus 20% redeliveries, 1 connection.
+//     two batches plus 5% copies, 4 partitioned (-exclusive: the batches
+//     declare that their worker is the only one with their aggregates,
+//     projection.Batch.Exclusive); -shuffled: the stream shuffled plus 20%
+//     redeliveries, 1 connection.
 //
 //     flock /work/coord/bench.lock go test -run '^$' -bench BenchmarkHotRows -benchtime=1x -v ./projection/ -hotrows.rounds=5
 func BenchmarkHotRows(b *testing.B) {
@@ -101,6 +104,7 @@ func BenchmarkHotRows(b *testing.B) {
 		{name: "gate-inline-ordered", kind: "gate-inline", workers: 1, deliveries: events},
 		{name: "gate-inline-partitioned", kind: "gate-inline", workers: 4, partitioned: true, deliveries: events},
 		{name: "gate-inline-jittered-partitioned", kind: "gate-inline", workers: 4, partitioned: true, deliveries: jittered},
+		{name: "gate-inline-jittered-partitioned-exclusive", kind: "gate-inline", workers: 4, partitioned: true, exclusive: true, deliveries: jittered},
 		{name: "gate-rows-shuffled", kind: "gate-rows", workers: 1, deliveries: shuffled},
 		{name: "gate-inline-shuffled", kind: "gate-inline", workers: 1, deliveries: shuffled},
 	}
@@ -144,6 +148,9 @@ func BenchmarkHotRows(b *testing.B) {
 				{"gate-inline-ordered / setbased", last("gate-inline-ordered") / last("setbased")},
 				{"gate-inline-jittered-partitioned / setbased-partitioned", last("gate-inline-jittered-partitioned") / last("setbased-partitioned")},
 				{"gate-inline-jittered-partitioned (unique) / setbased-partitioned", unique("gate-inline-jittered-partitioned") / last("setbased-partitioned")},
+				{"gate-inline-jittered-partitioned-exclusive / setbased-partitioned", last("gate-inline-jittered-partitioned-exclusive") / last("setbased-partitioned")},
+				{"gate-inline-jittered-partitioned-exclusive / setbased+parking+state-jittered-partitioned", last("gate-inline-jittered-partitioned-exclusive") / last("setbased+parking+state-jittered-partitioned")},
+				{"gate-inline-jittered-partitioned-exclusive / gate-inline-jittered-partitioned", last("gate-inline-jittered-partitioned-exclusive") / last("gate-inline-jittered-partitioned")},
 				{"gate-inline-shuffled / setbased", last("gate-inline-shuffled") / last("setbased")},
 				{"gate-inline-shuffled (unique) / setbased", unique("gate-inline-shuffled") / last("setbased")},
 				{"gate-inline-shuffled (unique) / copy", unique("gate-inline-shuffled") / last("copy")},
@@ -307,7 +314,7 @@ ON CONFLICT (aggregate) DO UPDATE SET version = EXCLUDED.version, log = v.log ||
 				return err
 			})
 		default:
-			_, err := proc.Process(ctx, projection.Batch{Events: es, Source: "bench"})
+			_, err := proc.Process(ctx, projection.Batch{Events: es, Source: "bench", Exclusive: v.exclusive})
 			return err
 		}
 	})

@@ -102,7 +102,9 @@ const (
 //     projection.Inline); inorder-inline-jittered-partitioned: the stream
 //     with each delivery displaced by up to two batches and 5% copies near
 //     their originals (what competing consumers of an ordered stream
-//     deliver), partitioned.
+//     deliver), partitioned; -exclusive: the same, the batches declaring
+//     that their worker is the only one with their aggregates
+//     (projection.Batch.Exclusive, as a keyed broker's partitions are).
 //   - inorder-ordered+effects, inorder-shuffled+effects: inorder-ordered
 //     and inorder-shuffled with one effect intent per event: the ledger's
 //     handler also records, in its transaction, an intent (package effects:
@@ -153,6 +155,7 @@ func BenchmarkLedger(b *testing.B) {
 		{name: "inorder-inline-ordered", kind: benchKindInline, workers: []int{1}, deliveries: events, want: all},
 		{name: "inorder-inline-ordered-partitioned", kind: benchKindInline, workers: []int{4}, partitioned: true, deliveries: events, want: all},
 		{name: "inorder-inline-jittered-partitioned", kind: benchKindInline, workers: []int{4}, partitioned: true, deliveries: jittered, want: all},
+		{name: "inorder-inline-jittered-partitioned-exclusive", kind: benchKindInline, workers: []int{4}, partitioned: true, exclusive: true, deliveries: jittered, want: all},
 		{name: "inorder-inline-shuffled", kind: benchKindInline, workers: []int{1}, deliveries: shuffled, want: all},
 		{name: "inorder-ordered", kind: benchKindInorder, workers: []int{1, 4}, deliveries: events, want: all},
 		{name: "inorder-ordered+effects", kind: benchKindInorderEffects, workers: []int{1, 4}, deliveries: events, want: all},
@@ -296,6 +299,7 @@ type benchWorkload struct {
 	kind        benchKind
 	workers     []int
 	partitioned bool              // each worker owns a hash partition of the aggregates
+	exclusive   bool              // the batches say so (projection.Batch.Exclusive)
 	deliveries  []aggregate.Event // in delivery order, duplicates included
 	want        *benchExpectation
 }
@@ -701,7 +705,7 @@ func (w *benchWorkload) run(ctx context.Context, env *benchEnv, workers int) err
 		})
 	default:
 		return benchFanOut(ctx, w.deliveries, benchBatch, workers, w.partitioned, func(ctx context.Context, es []aggregate.Event) error {
-			_, err := env.proc.Process(ctx, projection.Batch{Events: es, Source: "bench"})
+			_, err := env.proc.Process(ctx, projection.Batch{Events: es, Source: "bench", Exclusive: w.exclusive})
 			return err
 		})
 	}

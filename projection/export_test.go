@@ -25,6 +25,10 @@ func Speculation(p *Processor) (speculated, misspeculated int64) {
 // of taking them as written by its own commits.
 func RowsCounted(p *Processor) int64 { return p.rowsCounted.Load() }
 
+// RowsLocked returns how many inline rows p's attempts locked before their
+// handlers ran.
+func RowsLocked(p *Processor) int64 { return p.rowsLocked.Load() }
+
 // SetInlineRuns gives t the inline runs of events (sorted by aggregate and
 // version) as the gate does for an inline BatchHandler, so that a benchmark
 // can call an inline handler without the gate (BenchmarkLedger's

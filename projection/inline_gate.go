@@ -161,6 +161,7 @@ func (a *attempt) queueInlineLock(b *pgx.Batch, r *registered, aggs []string) {
 	}
 	rows := make(map[string]inlineRow, len(aggs))
 	a.inline[r.index] = rows
+	a.p.rowsLocked.Add(int64(len(aggs)))
 	states := a.states[r.index]
 	// The fast aggregates' logs are read only if their rows moved on
 	// (checkFresh): their runs, then partly stale, are checked against them.
@@ -387,7 +388,12 @@ func (a *attempt) assumeFast(r *registered) {
 // but its new fast ones (which have none). A mixed attempt locks the rows of
 // its fast aggregates too, with the others, in one pass in aggregate order:
 // its handler writes them all, and a row locked out of that order could
-// deadlock with another transaction.
+// deadlock with another transaction. An exclusive batch (Batch.Exclusive)
+// has no other transaction to deadlock with: it locks none of its fast
+// aggregates' rows, and leaves them to the handler's upsert, which checks
+// each (InlineTable.Condition) as on the fast path — a row that moved or
+// was marked meanwhile makes it miss, and the attempt takes the general
+// path.
 func (a *attempt) rowAggs(r *registered) []string {
 	fast := a.fastAggs(r)
 	if len(fast) == 0 {
@@ -395,7 +401,7 @@ func (a *attempt) rowAggs(r *registered) []string {
 	}
 	out := make([]string, 0, len(a.bt.aggs))
 	for _, agg := range a.bt.aggs {
-		if e, ok := fast[agg]; !ok || e > 0 {
+		if e, ok := fast[agg]; !ok || e > 0 && !a.bt.Exclusive {
 			out = append(out, agg)
 		}
 	}
@@ -409,7 +415,8 @@ func (a *attempt) rowAggs(r *registered) []string {
 // meanwhile: competing consumers): they are held now, so their aggregates
 // stay on the fast path from where the rows stand — the versions the
 // others applied are stale here, checked against the rows' logs — and their
-// rows' marks cover their version rows as before.
+// rows' marks cover their version rows as before. An exclusive batch did
+// not take them (see rowAggs): the upsert checks them.
 func (a *attempt) checkFresh() error {
 	for i, fast := range a.fast {
 		rows := a.inlineRows(a.p.projs[i])
@@ -417,7 +424,8 @@ func (a *attempt) checkFresh() error {
 			if e == 0 && a.states[i][agg] != (aggState{}) {
 				return fmt.Errorf("%w: aggregate %s is not new any more", errInlineMiss, agg)
 			}
-			if v := rows[agg].version; e > 0 && v != e {
+			row, held := rows[agg]
+			if v := row.version; held && e > 0 && v != e {
 				if v < e { // rows never move back: not the row read
 					return fmt.Errorf("%w: aggregate %s's row is at %d, not %d", errInlineMiss, agg, v, e)
 				}

@@ -51,7 +51,7 @@ func (p *Processor) Process(ctx context.Context, b Batch) (_ []Result, err error
 	if p.cfg.OnBatch != nil && !b.DryRun {
 		start := time.Now()
 		defer func() {
-			info := BatchInfo{Source: b.Source, Projections: p.Projections(), Events: len(b.Events),
+			info := BatchInfo{Source: b.Source, Projections: p.Projections(), Events: len(b.Events), Exclusive: b.Exclusive,
 				Duration: time.Since(start), Attempts: attempts, Err: err}
 			if err == nil {
 				info.Outcomes = map[Outcome]int{}

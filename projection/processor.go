@@ -145,6 +145,9 @@ type Processor struct {
 	// rowsCounted counts the inline rows speculation counted rather than
 	// took from rows (tests read it).
 	rowsCounted atomic.Int64
+	// rowsLocked counts the inline rows attempts locked before their
+	// handlers ran (queueInlineLock).
+	rowsLocked atomic.Int64
 	// gens caches the generations the processor feeds (generations.go);
 	// nil in the processors that feed a fixed set (views, rebuilds).
 	gens *genCache

@@ -90,6 +90,21 @@ type Config struct {
 	// (transaction). Default 500.
 	BatchSize int
 
+	// Exclusive declares that no other process delivers this dispatcher's
+	// aggregates while it runs — the source gives each process its own
+	// part of the aggregate space: a Kafka partition whose records are
+	// keyed by aggregate, a leased partition of an events table — and that
+	// every delivery's Key is its aggregate (the default) or a function of
+	// it. Each worker's batches then hold aggregates that no other batch
+	// holds at the same time, and the dispatcher says so to the processor
+	// (projection.Batch.Exclusive), which takes fewer locks. A wrong
+	// declaration (two processes briefly holding one partition in a
+	// rebalance) costs at worst a deadlock, retried; never a wrong read
+	// model. Sources set it for their users where it holds (package
+	// pgtable always; package kafka when the aggregate is the record's
+	// key).
+	Exclusive bool
+
 	// MaxWait is how long a worker waits for a batch to fill after its
 	// first delivery arrived, unless the window is full (see MaxInFlight).
 	// Default 50 ms.

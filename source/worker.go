@@ -147,7 +147,7 @@ func (w *worker) process(ctx context.Context, pending []*Delivery, reason int) [
 		reason = CloseRetry
 	}
 
-	b := projection.Batch{Source: d.cfg.Source}
+	b := projection.Batch{Source: d.cfg.Source, Exclusive: d.cfg.Exclusive}
 	for _, del := range batch {
 		if del.Reject != nil {
 			b.Rejects = append(b.Rejects, projection.Reject{Event: del.Event, Err: del.Reject})

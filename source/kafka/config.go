@@ -13,6 +13,7 @@ import (
 
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source"
+	"github.com/inorder/inorder/source/internal/envelope"
 	"github.com/inorder/inorder/source/internal/sourceutil"
 )
 
@@ -169,6 +170,11 @@ func newConfig(cfg *Config, noProcessor bool) (*config, error) {
 		return nil, err
 	}
 	c.mapping = m
+	// Kafka puts the records of one key in one partition, which one member
+	// of the group consumes at a time: with the aggregate read from the
+	// key, no other process delivers this one's aggregates
+	// (source.Config.Exclusive).
+	c.dispCfg.Exclusive = m.Aggregate.Kind == envelope.Key
 	return c, nil
 }
 

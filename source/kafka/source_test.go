@@ -1,8 +1,10 @@
 package kafka_test
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -101,5 +103,42 @@ func TestRejected(t *testing.T) {
 	}
 	for _, reason := range []string{aggregate.Reason(aggregate.ErrEmptyAggregate), aggregate.Reason(aggregate.ErrBadVersion), aggregate.Reason(aggregate.ErrInvalidJSON), aggregate.Reason(aggregate.ErrPayloadTooLarge)} {
 		require.Positive(t, reasons[reason], "reason %s in %v", reason, reasons)
+	}
+}
+
+// TestExclusive: with the aggregate read from the record's key (the default
+// mapping), no other member of the group holds a batch's aggregates, and
+// the source says so to the processor (source.Config.Exclusive); with the
+// aggregate read from a header, records of one aggregate may sit in any
+// partition, and it does not.
+func TestExclusive(t *testing.T) {
+	t.Parallel()
+	for _, m := range []kafka.Mapping{{}, {Aggregate: "header:" + kafka.HeaderAggregate}} {
+		t.Run(cmp.Or(m.Aggregate, "key"), func(t *testing.T) {
+			t.Parallel()
+			c := newCluster(t)
+			b := setup(t)
+			var said, batches atomic.Int64
+			var err error
+			b.Proc, err = projection.New(b.DB.Pool, &projection.Config{Schema: b.DB.Schema, OnBatch: func(info projection.BatchInfo) {
+				batches.Add(1)
+				if info.Exclusive {
+					said.Add(1)
+				}
+			}}, b.Ledger)
+			require.NoError(t, err)
+			events := ledger.Generate(rand.New(rand.NewPCG(3, 1)), 50, 4)
+			produce(t, producer(t, c), events)
+			r := start(t, c, b, kafka.Config{Mapping: m})
+			requireCaughtUp(t, r.src)
+			b.RequireFold(t, events)
+			require.NoError(t, r.stop())
+			require.Positive(t, batches.Load())
+			if m.Aggregate == "" {
+				require.Equal(t, batches.Load(), said.Load(), "batches not marked exclusive")
+			} else {
+				require.Zero(t, said.Load(), "batches marked exclusive")
+			}
+		})
 	}
 }

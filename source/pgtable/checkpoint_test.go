@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/ledgertest"
+	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/pgtable"
 )
 
@@ -104,4 +106,30 @@ FROM (SELECT mod(hashtext(aggregate) & 2147483647, $1) AS p, txid, seq FROM even
 	stop()
 	require.Equal(t, last, saved())
 	b.RequireFold(t, events)
+}
+
+// Every batch says it is exclusive (projection.Batch.Exclusive): a
+// partition is a part of the aggregate space that one process reads at a
+// time.
+func TestBatchesAreExclusive(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var said, batches atomic.Int64
+	proc, err := projection.New(b.DB.Pool, &projection.Config{Schema: b.DB.Schema, OnBatch: func(info projection.BatchInfo) {
+		batches.Add(1)
+		if info.Exclusive {
+			said.Add(1)
+		}
+	}}, b.Ledger)
+	require.NoError(t, err)
+	events := ledger.Generate(rand.New(rand.NewPCG(1, 3)), 40, 4)
+	require.NoError(t, b.w.Append(t.Context(), b.DB.Pool, events...))
+	s, err := pgtable.New(&pgtable.Config{Pool: b.DB.Pool, Processor: proc, Workers: 2, BatchSize: 10, MaxWait: time.Millisecond})
+	require.NoError(t, err)
+	stop := run(t, s)
+	waitFor(t, "every event applied", func() bool { return b.AppliedVersions(t) == len(events) })
+	stop()
+	b.RequireFold(t, events)
+	require.Positive(t, batches.Load())
+	require.Equal(t, batches.Load(), said.Load(), "batches not marked exclusive")
 }

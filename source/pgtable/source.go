@@ -79,6 +79,9 @@ func New(cfg *Config) (*Source, error) {
 	s.disp, err = source.NewDispatcher(&source.Config{
 		Processor: c.Processor, Source: c.Name, Workers: c.Workers, BatchSize: c.BatchSize, MaxWait: c.MaxWait,
 		MaxInFlight: c.MaxInFlight, Logger: c.Logger, Checkpoints: s.checkpoints, AfterCommit: s.afterCommit,
+		// A partition is a part of the aggregate space that one process
+		// reads at a time (its lease).
+		Exclusive: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pgtable: %w", err)
