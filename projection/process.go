@@ -73,8 +73,17 @@ func (p *Processor) Process(ctx context.Context, b Batch) (_ []Result, err error
 // prepare validates and sorts b's deliveries.
 func (p *Processor) prepare(b Batch) *batch {
 	n := len(b.Events)
-	bt := &batch{Batch: b, results: make([]Result, n), valid: make([]delivery, 0, n)}
+	bt := &batch{Batch: b, results: make([]Result, n)}
 	backing := make([]Outcome, n*len(p.projs))
+	// The valid deliveries' sort keys, sorted before the deliveries are
+	// made: a delivery is large (its event by value), and a sort moving
+	// them would spend more time copying than comparing.
+	type key struct {
+		agg     string
+		version int64
+		idx     int
+	}
+	keys := make([]key, 0, n)
 	for i, e := range b.Events {
 		bt.results[i].Projections = backing[i*len(p.projs) : (i+1)*len(p.projs)]
 		if err := e.Validate(p.limits()); err != nil {
@@ -82,14 +91,22 @@ func (p *Processor) prepare(b Batch) *batch {
 			bt.rejected = append(bt.rejected, newRejection(b.Source, e, err))
 			continue
 		}
-		bt.valid = append(bt.valid, delivery{idx: i, ev: e, id: e.StableID(), hash: e.Hash()})
+		keys = append(keys, key{e.Aggregate, e.Version, i})
 	}
 	for _, r := range b.Rejects {
 		bt.rejected = append(bt.rejected, newRejection(b.Source, r.Event, r.Err))
 	}
-	slices.SortFunc(bt.valid, func(a, b delivery) int {
-		return cmp.Or(strings.Compare(a.ev.Aggregate, b.ev.Aggregate), cmp.Compare(a.ev.Version, b.ev.Version), cmp.Compare(a.idx, b.idx))
-	})
+	byKey := func(a, b key) int {
+		return cmp.Or(strings.Compare(a.agg, b.agg), cmp.Compare(a.version, b.version), cmp.Compare(a.idx, b.idx))
+	}
+	if !slices.IsSortedFunc(keys, byKey) {
+		slices.SortFunc(keys, byKey)
+	}
+	bt.valid = make([]delivery, len(keys))
+	for j, k := range keys {
+		e := b.Events[k.idx]
+		bt.valid[j] = delivery{idx: k.idx, ev: e, id: e.StableID(), hash: e.Hash()}
+	}
 	bt.rejected = dedupeRejections(bt.rejected)
 	bt.aggs = distinctAggregates(bt.valid)
 	bt.runs = contiguousRuns(bt.valid)
