@@ -55,8 +55,9 @@ type Batch struct {
 	// fast path to the handler's upsert instead of locking them first, in
 	// aggregate order, with the others. A wrong declaration (two consumers
 	// briefly holding one partition in a rebalance, an operator's action
-	// meanwhile) costs at worst a deadlock, which the processor retries and
-	// counts (Counts.Deadlocks); never a wrong read model.
+	// meanwhile) costs at worst a deadlock, which the processor counts
+	// (Counts.Deadlocks) and logs with the batch's mark, and retries
+	// without the mark; never a wrong read model.
 	Exclusive bool
 
 	// DryRun rolls the batch's transaction back instead of committing it:

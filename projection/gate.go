@@ -61,7 +61,11 @@ func (a *attempt) gate(ctx context.Context) error {
 	}
 	// An inline projection's fast path did not hold (or its handler failed
 	// there): undo everything since the speculation began and take the
-	// general path, in the same transaction.
+	// general path, in the same transaction. A deadlock there is counted
+	// and logged like one that fails an attempt.
+	if d, ok := asDeadlock(err); ok {
+		p.deadlocked(ctx, a.bt, d, err, "deadlock on the fast path, taking the general path")
+	}
 	p.misspeculated.Add(1)
 	a.out.misspeculated, a.out.continues = true, false
 	a.mode.speculative, a.mode.mixed = false, false

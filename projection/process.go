@@ -113,6 +113,21 @@ func (p *Processor) prepare(b Batch) *batch {
 	return bt
 }
 
+// deadlocked counts and logs a deadlock that broke one of bt's attempts
+// (or, on a fast path, the statement the attempt then redid by the general
+// path), with what args add. A batch marked exclusive met another writer of
+// its aggregates after all (a rebalance's overlap, an operator's action): its
+// next attempts take every lock.
+func (p *Processor) deadlocked(ctx context.Context, bt *batch, d deadlock, err error, msg string, args ...any) {
+	for _, r := range p.projs {
+		r.stats.deadlocks.Add(1)
+	}
+	p.log.WarnContext(ctx, msg, append([]any{"table", d.table, "statement", d.statement,
+		"detail", d.detail, "error", err, "exclusive", bt.Exclusive}, args...)...)
+	retried(ctx, "deadlock", err)
+	bt.Exclusive = false
+}
+
 // run tries bt until an attempt commits, the retry budget is spent or a
 // failure cannot be retried.
 //
@@ -213,12 +228,7 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 					transient-1, backoff.Elapsed().Round(time.Millisecond), err)
 			}
 			if d, ok := asDeadlock(err); ok {
-				for _, r := range p.projs {
-					r.stats.deadlocks.Add(1)
-				}
-				p.log.WarnContext(ctx, "deadlock, retrying batch", "table", d.table, "statement", d.statement,
-					"detail", d.detail, "error", err, "retry", transient)
-				retried(ctx, "deadlock", err)
+				p.deadlocked(ctx, bt, d, err, "deadlock, retrying batch", "retry", transient)
 				continue
 			}
 			p.log.WarnContext(ctx, "transient failure, retrying batch", "error", err, "retry", transient)
