@@ -90,8 +90,9 @@ type Config struct {
 	// (transaction). Default 500.
 	BatchSize int
 
-	// Exclusive declares that no other process delivers this dispatcher's
-	// aggregates while it runs — the source gives each process its own
+	// Exclusive declares that no other dispatcher, in this process or
+	// another, delivers this one's aggregates while it runs to a processor
+	// of the same projections — the source gives each process its own
 	// part of the aggregate space: a Kafka partition whose records are
 	// keyed by aggregate, a leased partition of an events table — and that
 	// every delivery's Key is its aggregate (the default) or a function of
