@@ -27,9 +27,16 @@ import (
 func (a *attempt) apply(ctx context.Context, r *registered, plans []*aggPlan, conflicts []conflict) error {
 	ht := newTx(a.tx, r.name)
 	r.enterSchema(ht)
-	var events []aggregate.Event
+	n := 0
+	for _, pl := range plans {
+		n += len(pl.run)
+	}
+	events := make([]aggregate.Event, 0, n)
 	var entries [][]byte
 	it := r.inlineTable()
+	if it != nil {
+		entries = make([][]byte, 0, n)
+	}
 	for _, pl := range plans {
 		for _, c := range pl.run {
 			events = append(events, c.ev)
