@@ -146,6 +146,9 @@ func (bt *batch) summarize() {
 
 func distinctAggregates(valid []delivery) []string {
 	var aggs []string
+	if len(valid) > 0 {
+		aggs = make([]string, 0, len(valid))
+	}
 	for i, d := range valid {
 		if i == 0 || d.ev.Aggregate != valid[i-1].ev.Aggregate {
 			aggs = append(aggs, d.ev.Aggregate)
@@ -162,11 +165,14 @@ type run struct {
 	lo, hi      int
 }
 
-// contiguousRuns returns the batch's runs, one per aggregate, or nil if an
-// aggregate's versions in the batch have a gap. valid is sorted by aggregate
-// and version.
-func contiguousRuns(valid []delivery) []run {
-	var runs []run
+// contiguousRuns returns the batch's runs, one per aggregate (of aggs), or
+// nil if an aggregate's versions in the batch have a gap. valid is sorted
+// by aggregate and version.
+func contiguousRuns(valid []delivery, aggs int) []run {
+	if len(valid) == 0 {
+		return nil
+	}
+	runs := make([]run, 0, aggs)
 	for i, d := range valid {
 		switch {
 		case i == 0 || d.ev.Aggregate != valid[i-1].ev.Aggregate:

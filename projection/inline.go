@@ -288,7 +288,10 @@ func (t *Tx) setInline(r *registered, events []aggregate.Event, entries [][]byte
 // whose log entries are entries (nil: computed from the events): one per
 // aggregate for a BatchHandler (perBatch), else one per event.
 func inlineRuns(events []aggregate.Event, entries [][]byte, perBatch bool) []InlineRun {
-	var runs []InlineRun
+	if len(events) == 0 {
+		return nil
+	}
+	runs := make([]InlineRun, 0, len(events))
 	// Every run's log is a piece of one buffer, capped so that appending
 	// to one cannot reach the next.
 	logs := make([]byte, 0, len(events)*inlineEntrySize)

@@ -256,7 +256,11 @@ func (a *attempt) stateNews(plans [][]*aggPlan) stateNews {
 	if p.cfg.RowCache < 0 || a.bt.epoch == 0 || !p.pauseLock {
 		return stateNews{}
 	}
-	var news stateNews
+	n := 0
+	for _, ps := range plans {
+		n += len(ps)
+	}
+	news := stateNews{set: make([]stateNew, 0, n)}
 	now := time.Now()
 	for _, r := range p.projs {
 		var mem map[string]aggMemory

@@ -109,7 +109,7 @@ func (p *Processor) prepare(b Batch) *batch {
 	}
 	bt.rejected = dedupeRejections(bt.rejected)
 	bt.aggs = distinctAggregates(bt.valid)
-	bt.runs = contiguousRuns(bt.valid)
+	bt.runs = contiguousRuns(bt.valid, len(bt.aggs))
 	return bt
 }
 
