@@ -220,14 +220,7 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 		b := setup(t)
 		events := ledger.Generate(rand.New(rand.NewPCG(1, 3)), 50, 4)
 		for _, exclusive := range []bool{false, true} {
-			var said, batches atomic.Int64
-			proc, err := projection.New(b.DB.Pool, &projection.Config{Schema: b.DB.Schema, OnBatch: func(info projection.BatchInfo) {
-				batches.Add(1)
-				if info.Exclusive {
-					said.Add(1)
-				}
-			}}, b.Ledger)
-			require.NoError(t, err)
+			proc, marks := b.MarkedProcessor(t)
 			d, err := source.NewDispatcher(&source.Config{Processor: proc, Workers: 2, BatchSize: 20, MaxWait: time.Millisecond, Exclusive: exclusive})
 			require.NoError(t, err)
 			stop := run(t, d)
@@ -237,12 +230,7 @@ JOIN ledger_payments p ON p.payment_id = k.aggregate AND p.version >= k.version`
 			}
 			waitFor(t, a.signal, func() bool { n, _ := a.counts(); return n == len(events) }, "every delivery acked")
 			stop()
-			require.Positive(t, batches.Load())
-			if exclusive {
-				require.Equal(t, batches.Load(), said.Load(), "batches not marked exclusive")
-			} else {
-				require.Zero(t, said.Load(), "batches marked exclusive")
-			}
+			marks.RequireMarked(t, exclusive)
 		}
 		b.RequireFold(t, events)
 	})

@@ -3,6 +3,7 @@ package ledgertest
 import (
 	"context"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -79,4 +80,37 @@ func (l V2) Describe() projection.Description {
 	d := l.Projection.Describe()
 	d.Version = 2
 	return d
+}
+
+// Marks counts the batches a processor went through (Config.OnBatch) and
+// those marked exclusive (projection.BatchInfo.Exclusive).
+type Marks struct{ batches, exclusive atomic.Int64 }
+
+// MarkedProcessor returns another processor of the ledger on the bundle's
+// schema (NewProcessor) that counts its batches' marks in the Marks it
+// returns.
+func (b *Bundle) MarkedProcessor(tb testing.TB) (*projection.Processor, *Marks) {
+	tb.Helper()
+	m := &Marks{}
+	p, err := projection.New(b.DB.Pool, &projection.Config{Schema: b.DB.Schema, OnBatch: func(info projection.BatchInfo) {
+		m.batches.Add(1)
+		if info.Exclusive {
+			m.exclusive.Add(1)
+		}
+	}}, b.Ledger)
+	require.NoError(tb, err)
+	return p, m
+}
+
+// RequireMarked requires batches, every one of them marked exclusive, or
+// none.
+func (m *Marks) RequireMarked(tb testing.TB, exclusive bool) {
+	tb.Helper()
+	n, marked := m.batches.Load(), m.exclusive.Load()
+	require.Positive(tb, n, "no batch")
+	if exclusive {
+		require.Equal(tb, n, marked, "batches not marked exclusive")
+	} else {
+		require.Zero(tb, marked, "batches marked exclusive")
+	}
 }

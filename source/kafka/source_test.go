@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"math/rand/v2"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/inorder/inorder/aggregate"
 	"github.com/inorder/inorder/examples/ledger"
+	"github.com/inorder/inorder/internal/ledgertest"
 	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/kafka"
 )
@@ -118,27 +118,15 @@ func TestExclusive(t *testing.T) {
 			t.Parallel()
 			c := newCluster(t)
 			b := setup(t)
-			var said, batches atomic.Int64
-			var err error
-			b.Proc, err = projection.New(b.DB.Pool, &projection.Config{Schema: b.DB.Schema, OnBatch: func(info projection.BatchInfo) {
-				batches.Add(1)
-				if info.Exclusive {
-					said.Add(1)
-				}
-			}}, b.Ledger)
-			require.NoError(t, err)
+			var marks *ledgertest.Marks
+			b.Proc, marks = b.MarkedProcessor(t)
 			events := ledger.Generate(rand.New(rand.NewPCG(3, 1)), 50, 4)
 			produce(t, producer(t, c), events)
 			r := start(t, c, b, kafka.Config{Mapping: m})
 			requireCaughtUp(t, r.src)
 			b.RequireFold(t, events)
 			require.NoError(t, r.stop())
-			require.Positive(t, batches.Load())
-			if m.Aggregate == "" {
-				require.Equal(t, batches.Load(), said.Load(), "batches not marked exclusive")
-			} else {
-				require.Zero(t, said.Load(), "batches marked exclusive")
-			}
+			marks.RequireMarked(t, m.Aggregate == "")
 		})
 	}
 }

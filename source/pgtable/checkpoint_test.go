@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 
 	"github.com/inorder/inorder/examples/ledger"
 	"github.com/inorder/inorder/internal/ledgertest"
-	"github.com/inorder/inorder/projection"
 	"github.com/inorder/inorder/source/pgtable"
 )
 
@@ -114,14 +112,7 @@ FROM (SELECT mod(hashtext(aggregate) & 2147483647, $1) AS p, txid, seq FROM even
 func TestBatchesAreExclusive(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	var said, batches atomic.Int64
-	proc, err := projection.New(b.DB.Pool, &projection.Config{Schema: b.DB.Schema, OnBatch: func(info projection.BatchInfo) {
-		batches.Add(1)
-		if info.Exclusive {
-			said.Add(1)
-		}
-	}}, b.Ledger)
-	require.NoError(t, err)
+	proc, marks := b.MarkedProcessor(t)
 	events := ledger.Generate(rand.New(rand.NewPCG(1, 3)), 40, 4)
 	require.NoError(t, b.w.Append(t.Context(), b.DB.Pool, events...))
 	s, err := pgtable.New(&pgtable.Config{Pool: b.DB.Pool, Processor: proc, Workers: 2, BatchSize: 10, MaxWait: time.Millisecond})
@@ -130,6 +121,5 @@ func TestBatchesAreExclusive(t *testing.T) {
 	waitFor(t, "every event applied", func() bool { return b.AppliedVersions(t) == len(events) })
 	stop()
 	b.RequireFold(t, events)
-	require.Positive(t, batches.Load())
-	require.Equal(t, batches.Load(), said.Load(), "batches not marked exclusive")
+	marks.RequireMarked(t, true)
 }
