@@ -120,10 +120,12 @@ func (c *stateCache) update(epoch int64, news stateNews, bound int) {
 		c.m = keep
 	}
 	for _, nw := range news.set {
-		if old, ok := c.m[nw.k]; ok && old.st.rev > nw.mem.st.rev {
-			continue // a later commit's news came first
+		if old, ok := c.m[nw.k]; ok {
+			if old.st.rev > nw.mem.st.rev {
+				continue // a later commit's news came first
+			}
+			c.parked -= len(old.parked) // overwritten below
 		}
-		c.drop(nw.k)
 		m := nw.mem
 		if c.parked+len(m.parked) > maxParkedRemembered {
 			m.parked, m.whole = nil, false
