@@ -53,7 +53,12 @@
 // a field is mapped from it) is recorded as rejected, with its reason, in
 // the batch's transaction, and its partition moves on; a tombstone (a record
 // without a value) is passed. Records of aborted transactions are never read
-// (isolation level read_committed).
+// (isolation level read_committed). With the aggregate read from the key,
+// one member of the group holds an aggregate's records at a time, and the
+// source marks its batches exclusive ([source.Config.Exclusive],
+// [projection.Batch.Exclusive]): the gate takes fewer locks. A producer
+// whose partitioner spreads a key over partitions should have the
+// aggregate read from a header instead, which leaves the batches unmarked.
 //
 // # Lag
 //

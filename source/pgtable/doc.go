@@ -56,7 +56,11 @@
 // others take its partitions at their next balancing, from the partition's
 // checkpoint — the events it had read and not committed are read again,
 // and those it committed after the checkpoint are absorbed by the gate as
-// duplicates.
+// duplicates. Since a partition is one process's at a time, the source
+// marks its batches exclusive ([source.Config.Exclusive],
+// [projection.Batch.Exclusive]): the gate takes fewer locks, and a process
+// that still commits a partition another has taken costs at worst a
+// deadlock, retried.
 //
 // # Checkpoints in the projection's transaction
 //
