@@ -43,6 +43,7 @@ type hotVariant struct {
 	workers     int
 	partitioned bool
 	exclusive   bool // the batches say so (projection.Batch.Exclusive)
+	foldEvery   int64
 	deliveries  []aggregate.Event
 }
 
@@ -73,6 +74,9 @@ type hotVariant struct {
 //     setbased+parking+state, any gate that parks durably with its state in
 //     tables (shuffled, 1 connection; -jittered-partitioned: the jittered
 //     stream, 4 partitioned), decisions taken in memory;
+//     setbased+marks, a fenced owner's marks of whole batches folded into
+//     version rows at the end (-fold8: every 8 batches), and
+//     setbased+parking+marks, the same with parking (bench_marks_test.go);
 //
 //   - gate-rows-*: the gate with version rows (the general path);
 //     gate-inline-*: the aggregate's row carries the gate's state;
@@ -98,8 +102,12 @@ func BenchmarkHotRows(b *testing.B) {
 		{name: "copy", kind: "copy", workers: 1, deliveries: events},
 		{name: "setbased+version-rows", kind: "setbased-rows", workers: 1, deliveries: events},
 		{name: "setbased+inline", kind: "setbased-inline", workers: 1, deliveries: events},
+		{name: "setbased+marks", kind: "setbased-marks", workers: 1, deliveries: events},
+		{name: "setbased+marks-fold8", kind: "setbased-marks", foldEvery: 8, workers: 1, deliveries: events},
 		{name: "setbased+parking+state", kind: "setbased-parking-state", workers: 1, deliveries: shuffled},
 		{name: "setbased+parking+state-jittered-partitioned", kind: "setbased-parking-state", workers: 4, partitioned: true, deliveries: jittered},
+		{name: "setbased+parking+marks", kind: "setbased-parking-marks", workers: 1, deliveries: shuffled},
+		{name: "setbased+parking+marks-jittered-partitioned", kind: "setbased-parking-marks", workers: 4, partitioned: true, deliveries: jittered},
 		{name: "gate-rows-ordered", kind: "gate-rows", workers: 1, deliveries: events},
 		{name: "gate-inline-ordered", kind: "gate-inline", workers: 1, deliveries: events},
 		{name: "gate-inline-partitioned", kind: "gate-inline", workers: 4, partitioned: true, deliveries: events},
@@ -162,9 +170,14 @@ func BenchmarkHotRows(b *testing.B) {
 				{"unordered-partitioned / setbased", last("unordered-partitioned") / last("setbased")},
 				{"copy / setbased", last("copy") / last("setbased")},
 				{"setbased+version-rows / setbased", last("setbased+version-rows") / last("setbased")},
+				{"setbased+marks / setbased", last("setbased+marks") / last("setbased")},
+				{"setbased+marks-fold8 / setbased", last("setbased+marks-fold8") / last("setbased")},
 				{"gate-rows-ordered / setbased+version-rows", last("gate-rows-ordered") / last("setbased+version-rows")},
 				{"setbased+inline / setbased", last("setbased+inline") / last("setbased")},
 				{"setbased+parking+state / setbased", last("setbased+parking+state") / last("setbased")},
+				{"setbased+parking+marks / setbased", last("setbased+parking+marks") / last("setbased")},
+				{"setbased+parking+marks-jittered-partitioned / setbased-partitioned", last("setbased+parking+marks-jittered-partitioned") / last("setbased-partitioned")},
+				{"setbased+parking+marks (unique) / copy", unique("setbased+parking+marks") / last("copy")},
 				{"gate-rows-shuffled / setbased+parking+state", last("gate-rows-shuffled") / last("setbased+parking+state")},
 				{"gate-inline-shuffled / setbased+parking+state", last("gate-inline-shuffled") / last("setbased+parking+state")},
 				{"setbased+parking+state-jittered-partitioned / setbased-partitioned", last("setbased+parking+state-jittered-partitioned") / last("setbased-partitioned")},
@@ -253,7 +266,7 @@ func hotRun(b *testing.B, v hotVariant, want *hotModel, unique int) (time.Durati
 			}
 			_, err := tx.Exec(ctx, `CREATE TABLE hr_copy (id text NOT NULL, version bigint NOT NULL, data jsonb NOT NULL, PRIMARY KEY (id, version));
 CREATE TABLE hr_versions (aggregate text PRIMARY KEY, version bigint NOT NULL, log bytea NOT NULL, updated_at timestamptz NOT NULL DEFAULT now());
-`+benchFloorStateDDL)
+`+benchFloorStateDDL+";\n"+benchMarksDDL)
 			return err
 		}))
 	}
@@ -263,6 +276,7 @@ CREATE TABLE hr_versions (aggregate text PRIMARY KEY, version bigint NOT NULL, l
 	var retried atomic.Int64
 	buf := buffer.New(db.Schema)
 	parked := &benchParkState{applied: map[string]int64{}, parked: map[string]map[int64]aggregate.Event{}}
+	marks := &benchMarks{projection: h.name, foldEvery: v.foldEvery}
 	began := time.Now()
 	err = benchFanOut(ctx, v.deliveries, benchBatch, v.workers, v.partitioned, func(ctx context.Context, es []aggregate.Event) error {
 		switch v.kind {
@@ -302,8 +316,27 @@ ON CONFLICT (aggregate) DO UPDATE SET version = EXCLUDED.version, log = v.log ||
 			}
 		case "setbased-inline":
 			return hotInlineApply(ctx, pool, h, es)
+		case "setbased-marks":
+			events, _ := benchInOrder(es)
+			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				t := projection.NewTx(tx)
+				if err := h.ApplyBatch(ctx, t, events); err != nil {
+					return err
+				}
+				projection.Finish(t)
+				marks.queue(t, events)
+				return t.Flush(ctx)
+			}); err != nil {
+				return err
+			}
+			return marks.committed(ctx, pool)
 		case "setbased-parking-state":
-			return benchParkApply(ctx, pool, buf, h, parked, es, true)
+			return benchParkApply(ctx, pool, buf, h, parked, es, true, nil)
+		case "setbased-parking-marks":
+			if err := benchParkApply(ctx, pool, buf, h, parked, es, false, marks); err != nil {
+				return err
+			}
+			return marks.committed(ctx, pool)
 		case "copy":
 			rows := make([][]any, len(es))
 			for i, e := range es {
@@ -318,8 +351,16 @@ ON CONFLICT (aggregate) DO UPDATE SET version = EXCLUDED.version, log = v.log ||
 			return err
 		}
 	})
+	if err == nil && (v.kind == "setbased-marks" || v.kind == "setbased-parking-marks") {
+		err = marks.finish(ctx, pool)
+	}
 	took := time.Since(began)
 	require.NoError(b, err, v.name)
+	if v.kind == "setbased-marks" || v.kind == "setbased-parking-marks" {
+		var n, sum int64
+		require.NoError(b, pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(version), 0) FROM floor_mark_versions`).Scan(&n, &sum))
+		require.Equal(b, [2]int64{int64(*hotAggregates), int64(*hotAggregates * hotBenchVersions)}, [2]int64{n, sum}, "%s: folded versions", v.name)
+	}
 	if *ledgerPGLog != "" {
 		b.Logf("%s: server time per statement\n%s", v.name, benchStatementReport(b, *ledgerPGLog, logFrom, pids.set(), took, v.workers))
 	}

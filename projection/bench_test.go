@@ -146,10 +146,14 @@ func BenchmarkLedger(b *testing.B) {
 		{name: "naive", kind: benchKindNaive, workers: []int{1, 4}, partitioned: true, deliveries: subset, want: first},
 		{name: "setbased", kind: benchKindSetBased, workers: []int{1, 4}, partitioned: true, deliveries: events, want: all},
 		{name: "setbased+version-rows", kind: benchKindFloor, workers: []int{1, 4}, partitioned: true, deliveries: events, want: all},
+		{name: "setbased+marks", kind: benchKindMarksFloor, workers: []int{1}, deliveries: events, want: all},
+		{name: "setbased+marks-fold8", kind: benchKindMarksFloor, foldEvery: 8, workers: []int{1}, deliveries: events, want: all},
 		{name: "copy-only", kind: benchKindCopy, workers: []int{1, 4}, partitioned: true, deliveries: events, want: all},
 		{name: "setbased+inline", kind: benchKindInlineFloor, workers: []int{1, 4}, partitioned: true, deliveries: events, want: all},
 		{name: "setbased+parking", kind: benchKindParkFloor, workers: []int{1}, deliveries: shuffled, want: all},
 		{name: "setbased+parking+state", kind: benchKindParkStateFloor, workers: []int{1}, deliveries: shuffled, want: all},
+		{name: "setbased+parking+marks", kind: benchKindParkFloor, marks: true, workers: []int{1}, deliveries: shuffled, want: all},
+		{name: "setbased+parking+marks-jittered-partitioned", kind: benchKindParkFloor, marks: true, workers: []int{4}, partitioned: true, deliveries: jittered, want: all},
 		{name: "setbased+parking-jittered-partitioned", kind: benchKindParkFloor, workers: []int{4}, partitioned: true, deliveries: jittered, want: all},
 		{name: "setbased+parking+state-jittered-partitioned", kind: benchKindParkStateFloor, workers: []int{4}, partitioned: true, deliveries: jittered, want: all},
 		{name: "inorder-inline-ordered", kind: benchKindInline, workers: []int{1}, deliveries: events, want: all},
@@ -234,6 +238,11 @@ const (
 	// on the gate, not a gate; correct only for in-order, partitioned
 	// delivery.
 	benchKindInlineFloor
+	// benchKindMarksFloor bounds a fenced owner that marks each batch as a
+	// whole (bench_marks_test.go): setbased plus one mark row per batch, and
+	// a fold of the marks into version rows every foldEvery batches, and
+	// once at the end of the run.
+	benchKindMarksFloor
 )
 
 // benchJitterDuplicates is the share of exact copies in the jittered stream.
@@ -300,6 +309,8 @@ type benchWorkload struct {
 	workers     []int
 	partitioned bool              // each worker owns a hash partition of the aggregates
 	exclusive   bool              // the batches say so (projection.Batch.Exclusive)
+	marks       bool              // benchKindParkFloor: with a fenced owner's marks (bench_marks_test.go)
+	foldEvery   int64             // benchKindMarksFloor, marks: batches between folds (0: at the end only)
 	deliveries  []aggregate.Event // in delivery order, duplicates included
 	want        *benchExpectation
 }
@@ -421,8 +432,9 @@ type benchParkState struct {
 }
 
 // benchParkApply is benchKindParkFloor: one transaction, one round trip;
-// with state, benchKindParkStateFloor.
-func benchParkApply(ctx context.Context, pool *pgxpool.Pool, buf *buffer.Buffer, h projection.BatchHandler, st *benchParkState, chunk []aggregate.Event, state bool) error {
+// with state, benchKindParkStateFloor; with marks, a fenced owner's mark of
+// the events it applies (bench_marks_test.go; the caller folds).
+func benchParkApply(ctx context.Context, pool *pgxpool.Pool, buf *buffer.Buffer, h projection.BatchHandler, st *benchParkState, chunk []aggregate.Event, state bool, marks *benchMarks) error {
 	events := slices.Clone(chunk)
 	slices.SortStableFunc(events, func(a, b aggregate.Event) int {
 		return cmp.Or(strings.Compare(a.Aggregate, b.Aggregate), cmp.Compare(a.Version, b.Version))
@@ -531,6 +543,9 @@ ON CONFLICT (projection, aggregate) DO UPDATE SET version = EXCLUDED.version, pa
 			}
 		}
 		projection.Finish(t) // the handler's Sums (TxSums)
+		if marks != nil && len(apply) > 0 {
+			marks.queue(t, apply)
+		}
 		return t.Flush(ctx)
 	})
 }
@@ -653,6 +668,9 @@ CREATE TABLE copy_balances (account text, delta bigint)`)
 		case benchKindParkStateFloor:
 			_, err := env.pool.Exec(ctx, benchFloorStateDDL)
 			require.NoError(b, err)
+		case benchKindMarksFloor, benchKindParkFloor:
+			_, err := env.pool.Exec(ctx, benchMarksDDL)
+			require.NoError(b, err)
 		case benchKindFloor:
 			// The shape of inorder's versions table, key included.
 			_, err := env.pool.Exec(ctx, `CREATE TABLE floor_versions (projection text, aggregate text, version bigint NOT NULL DEFAULT 0,
@@ -692,6 +710,27 @@ func (w *benchWorkload) run(ctx context.Context, env *benchEnv, workers int) err
 		return benchFanOut(ctx, w.deliveries, benchBatch, workers, w.partitioned, func(ctx context.Context, es []aggregate.Event) error {
 			return benchInlineApply(ctx, env.pool, env.ledger, es)
 		})
+	case benchKindMarksFloor:
+		marks := &benchMarks{projection: benchProjection, foldEvery: w.foldEvery}
+		err := benchFanOut(ctx, w.deliveries, benchBatch, workers, w.partitioned, func(ctx context.Context, es []aggregate.Event) error {
+			events, _ := benchInOrder(es)
+			if err := pgx.BeginFunc(ctx, env.pool, func(tx pgx.Tx) error {
+				t := projection.NewTx(tx)
+				if err := env.ledger.ApplyBatch(ctx, t, events); err != nil {
+					return err
+				}
+				projection.Finish(t) // the ledger's balances (TxSums)
+				marks.queue(t, events)
+				return t.Flush(ctx)
+			}); err != nil {
+				return err
+			}
+			return marks.committed(ctx, env.pool)
+		})
+		if err != nil {
+			return err
+		}
+		return marks.finish(ctx, env.pool)
 	case benchKindCopy:
 		return benchFanOut(ctx, w.deliveries, benchBatch, workers, w.partitioned, func(ctx context.Context, es []aggregate.Event) error {
 			return benchCopyApply(ctx, env.pool, env.copied, es)
@@ -700,9 +739,22 @@ func (w *benchWorkload) run(ctx context.Context, env *benchEnv, workers int) err
 		if workers != 1 && !w.partitioned {
 			return errors.New("setbased+parking: one writer per aggregate only")
 		}
-		return benchFanOut(ctx, w.deliveries, benchBatch, workers, w.partitioned, func(ctx context.Context, es []aggregate.Event) error {
-			return benchParkApply(ctx, env.pool, buffer.New(env.db.Schema), env.ledger, env.parked, es, w.kind == benchKindParkStateFloor)
+		if !w.marks {
+			return benchFanOut(ctx, w.deliveries, benchBatch, workers, w.partitioned, func(ctx context.Context, es []aggregate.Event) error {
+				return benchParkApply(ctx, env.pool, buffer.New(env.db.Schema), env.ledger, env.parked, es, w.kind == benchKindParkStateFloor, nil)
+			})
+		}
+		marks := &benchMarks{projection: benchProjection, foldEvery: w.foldEvery}
+		err := benchFanOut(ctx, w.deliveries, benchBatch, workers, w.partitioned, func(ctx context.Context, es []aggregate.Event) error {
+			if err := benchParkApply(ctx, env.pool, buffer.New(env.db.Schema), env.ledger, env.parked, es, false, marks); err != nil {
+				return err
+			}
+			return marks.committed(ctx, env.pool)
 		})
+		if err != nil {
+			return err
+		}
+		return marks.finish(ctx, env.pool)
 	default:
 		return benchFanOut(ctx, w.deliveries, benchBatch, workers, w.partitioned, func(ctx context.Context, es []aggregate.Event) error {
 			_, err := env.proc.Process(ctx, projection.Batch{Events: es, Source: "bench", Exclusive: w.exclusive})
@@ -915,12 +967,17 @@ func (w *benchWorkload) verify(b *testing.B, env *benchEnv) {
 		versionsSQL = `SELECT payment_id, version FROM ledger_payments`
 	case benchKindFloor:
 		versionsSQL = `SELECT aggregate, version FROM floor_versions`
+	case benchKindMarksFloor:
+		versionsSQL = `SELECT aggregate, version FROM floor_mark_versions`
 	}
 	if w.kind == benchKindParkFloor || w.kind == benchKindParkStateFloor {
 		var parked int
 		require.NoError(b, env.pool.QueryRow(ctx, `SELECT count(*) FROM parked`).Scan(&parked))
 		require.Zero(b, parked, "events left parked")
-		return
+		if !w.marks {
+			return
+		}
+		versionsSQL = `SELECT aggregate, version FROM floor_mark_versions`
 	}
 	if w.kind != benchKindSetBased {
 		rows, err := env.pool.Query(ctx, versionsSQL)
