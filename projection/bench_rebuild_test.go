@@ -78,7 +78,7 @@ func BenchmarkRebuild(b *testing.B) {
 		{"setbased", func(b *testing.B, env *rbBenchEnv, batch int) (time.Duration, map[string]float64) {
 			return env.timed(b, func(ctx context.Context) error {
 				for chunk := range slices.Chunk(events, batch) {
-					if err := benchSetBasedApply(ctx, env.pool, env.ledger, chunk, false); err != nil {
+					if err := benchSetBasedApply(ctx, env.pool, env.ledger, chunk, false, false); err != nil {
 						return err
 					}
 				}

@@ -146,6 +146,7 @@ func BenchmarkLedger(b *testing.B) {
 		{name: "naive", kind: benchKindNaive, workers: []int{1, 4}, partitioned: true, deliveries: subset, want: first},
 		{name: "setbased", kind: benchKindSetBased, workers: []int{1, 4}, partitioned: true, deliveries: events, want: all},
 		{name: "setbased+version-rows", kind: benchKindFloor, workers: []int{1, 4}, partitioned: true, deliveries: events, want: all},
+		{name: "setbased+version-rows+log", kind: benchKindFloorLog, workers: []int{1}, deliveries: events, want: all},
 		{name: "setbased+marks", kind: benchKindMarksFloor, workers: []int{1}, deliveries: events, want: all},
 		{name: "setbased+marks-fold8", kind: benchKindMarksFloor, foldEvery: 8, workers: []int{1}, deliveries: events, want: all},
 		{name: "copy-only", kind: benchKindCopy, workers: []int{1, 4}, partitioned: true, deliveries: events, want: all},
@@ -238,6 +239,11 @@ const (
 	// on the gate, not a gate; correct only for in-order, partitioned
 	// delivery.
 	benchKindInlineFloor
+	// benchKindFloorLog is benchKindFloor with each version row's applied
+	// log, as the gate keeps it for conflict detection: a 16-byte hash of
+	// each version appended (BenchmarkHotRows' setbased+version-rows has it
+	// too).
+	benchKindFloorLog
 	// benchKindMarksFloor bounds a fenced owner that marks each batch as a
 	// whole (bench_marks_test.go): setbased plus one mark row per batch, and
 	// a fold of the marks into version rows every foldEvery batches, and
@@ -671,10 +677,10 @@ CREATE TABLE copy_balances (account text, delta bigint)`)
 		case benchKindMarksFloor, benchKindParkFloor:
 			_, err := env.pool.Exec(ctx, benchMarksDDL)
 			require.NoError(b, err)
-		case benchKindFloor:
+		case benchKindFloor, benchKindFloorLog:
 			// The shape of inorder's versions table, key included.
 			_, err := env.pool.Exec(ctx, `CREATE TABLE floor_versions (projection text, aggregate text, version bigint NOT NULL DEFAULT 0,
-  updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (projection, aggregate))`)
+  updated_at timestamptz NOT NULL DEFAULT now(), log bytea NOT NULL DEFAULT '', PRIMARY KEY (projection, aggregate))`)
 			require.NoError(b, err)
 		}
 	}
@@ -700,11 +706,15 @@ func (w *benchWorkload) run(ctx context.Context, env *benchEnv, workers int) err
 		})
 	case benchKindSetBased:
 		return benchFanOut(ctx, w.deliveries, benchBatch, workers, w.partitioned, func(ctx context.Context, es []aggregate.Event) error {
-			return benchSetBasedApply(ctx, env.pool, env.ledger, es, false)
+			return benchSetBasedApply(ctx, env.pool, env.ledger, es, false, false)
 		})
 	case benchKindFloor:
 		return benchFanOut(ctx, w.deliveries, benchBatch, workers, w.partitioned, func(ctx context.Context, es []aggregate.Event) error {
-			return benchSetBasedApply(ctx, env.pool, env.ledger, es, true)
+			return benchSetBasedApply(ctx, env.pool, env.ledger, es, true, false)
+		})
+	case benchKindFloorLog:
+		return benchFanOut(ctx, w.deliveries, benchBatch, workers, w.partitioned, func(ctx context.Context, es []aggregate.Event) error {
+			return benchSetBasedApply(ctx, env.pool, env.ledger, es, true, true)
 		})
 	case benchKindInlineFloor:
 		return benchFanOut(ctx, w.deliveries, benchBatch, workers, w.partitioned, func(ctx context.Context, es []aggregate.Event) error {
@@ -821,8 +831,9 @@ func benchPartition(events []aggregate.Event, n int) [][]aggregate.Event {
 // benchSetBasedApply is the hand-written baseline: the ledger's set-based handler
 // in a plain transaction, no gate. The handler wants each aggregate's events
 // together, in version order. With versionRows (benchKindFloor), the same
-// pipeline also upserts each aggregate's last version into floor_versions.
-func benchSetBasedApply(ctx context.Context, pool *pgxpool.Pool, l *ledger.Projection, chunk []aggregate.Event, versionRows bool) error {
+// pipeline also upserts each aggregate's last version into floor_versions;
+// with log (benchKindFloorLog), and appends its versions' 16-byte hashes.
+func benchSetBasedApply(ctx context.Context, pool *pgxpool.Pool, l *ledger.Projection, chunk []aggregate.Event, versionRows, log bool) error {
 	events := slices.Clone(chunk)
 	slices.SortStableFunc(events, func(a, b aggregate.Event) int {
 		return cmp.Or(strings.Compare(a.Aggregate, b.Aggregate), cmp.Compare(a.Version, b.Version))
@@ -833,7 +844,22 @@ func benchSetBasedApply(ctx context.Context, pool *pgxpool.Pool, l *ledger.Proje
 			return err
 		}
 		projection.Finish(t) // the ledger's balances (TxSums)
-		if versionRows {
+		switch {
+		case versionRows && log:
+			var aggs []string
+			var vers []int64
+			var logs [][]byte
+			for i, e := range events {
+				if i == 0 || events[i-1].Aggregate != e.Aggregate {
+					aggs, vers, logs = append(aggs, e.Aggregate), append(vers, 0), append(logs, nil)
+				}
+				h := e.Hash()
+				vers[len(vers)-1], logs[len(logs)-1] = e.Version, append(logs[len(logs)-1], h[:16]...)
+			}
+			t.Queue(`INSERT INTO floor_versions AS v (projection, aggregate, version, log)
+SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::bytea[])
+ON CONFLICT (projection, aggregate) DO UPDATE SET version = EXCLUDED.version, log = v.log || EXCLUDED.log, updated_at = now()`, benchProjection, aggs, vers, logs)
+		case versionRows:
 			var aggs []string
 			var vers []int64
 			for i, e := range events {
@@ -965,7 +991,7 @@ func (w *benchWorkload) verify(b *testing.B, env *benchEnv) {
 	case benchKindInline, benchKindInlineFloor:
 		// The payment rows carry the versions.
 		versionsSQL = `SELECT payment_id, version FROM ledger_payments`
-	case benchKindFloor:
+	case benchKindFloor, benchKindFloorLog:
 		versionsSQL = `SELECT aggregate, version FROM floor_versions`
 	case benchKindMarksFloor:
 		versionsSQL = `SELECT aggregate, version FROM floor_mark_versions`
