@@ -49,6 +49,12 @@ import (
 //
 // InlineTable may return false to keep the gate's state in inorder's version
 // rows instead (the general path for every batch).
+//
+// What it buys (docs/performance.md): on a stream mostly in order an inline
+// projection runs close to a hand-written consumer of the same tables (0.95×
+// on the ledger example, against 0.74× with version rows); on a heavily
+// shuffled one, where most aggregates leave the fast path, it pays for its
+// row and the version row both and falls behind version rows.
 type Inline interface {
 	Projection
 	InlineTable() (InlineTable, bool)
