@@ -1,7 +1,6 @@
 package projection_test
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -291,20 +290,8 @@ CREATE TABLE hr_versions (aggregate text PRIMARY KEY, version bigint NOT NULL, l
 					}
 					// The least the general path adds: each aggregate's
 					// version row, with a 16-byte log entry per version.
-					sorted := slices.Clone(es)
-					slices.SortStableFunc(sorted, func(a, b aggregate.Event) int {
-						return cmp.Or(strings.Compare(a.Aggregate, b.Aggregate), cmp.Compare(a.Version, b.Version))
-					})
-					var aggs []string
-					var vers []int64
-					var logs [][]byte
-					for i, e := range sorted {
-						if i == 0 || sorted[i-1].Aggregate != e.Aggregate {
-							aggs, vers, logs = append(aggs, e.Aggregate), append(vers, 0), append(logs, nil)
-						}
-						h := e.Hash()
-						vers[len(vers)-1], logs[len(logs)-1] = e.Version, append(logs[len(logs)-1], h[:16]...)
-					}
+					sorted, _ := benchInOrder(es)
+					aggs, vers, logs := benchLogEntries(sorted)
 					_, err := tx.Exec(ctx, `INSERT INTO hr_versions AS v (aggregate, version, log)
 SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])
 ON CONFLICT (aggregate) DO UPDATE SET version = EXCLUDED.version, log = v.log || EXCLUDED.log, updated_at = now()`, aggs, vers, logs)

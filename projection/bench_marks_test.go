@@ -40,9 +40,15 @@ type benchMarks struct {
 
 // queue queues the mark of events (sorted by aggregate and version) on t.
 func (m *benchMarks) queue(t *projection.Tx, events []aggregate.Event) {
-	var aggs []string
-	var vers []int64
-	var logs [][]byte
+	aggs, vers, logs := benchLogEntries(events)
+	t.Queue(`INSERT INTO floor_marks (projection, aggs, versions, logs) VALUES ($1, $2, $3, $4)`, m.projection, aggs, vers, logs)
+}
+
+// benchLogEntries returns, for events sorted by aggregate and version, each
+// aggregate, its last version and its versions' applied-log entries (the
+// first 16 bytes of each event's hash, concatenated), as the bounds that
+// keep the gate's log write them.
+func benchLogEntries(events []aggregate.Event) (aggs []string, vers []int64, logs [][]byte) {
 	for i, e := range events {
 		if i == 0 || events[i-1].Aggregate != e.Aggregate {
 			aggs, vers, logs = append(aggs, e.Aggregate), append(vers, 0), append(logs, nil)
@@ -50,7 +56,7 @@ func (m *benchMarks) queue(t *projection.Tx, events []aggregate.Event) {
 		h := e.Hash()
 		vers[len(vers)-1], logs[len(logs)-1] = e.Version, append(logs[len(logs)-1], h[:16]...)
 	}
-	t.Queue(`INSERT INTO floor_marks (projection, aggs, versions, logs) VALUES ($1, $2, $3, $4)`, m.projection, aggs, vers, logs)
+	return aggs, vers, logs
 }
 
 // committed counts a committed batch and folds when one is due.

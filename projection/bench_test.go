@@ -846,16 +846,7 @@ func benchSetBasedApply(ctx context.Context, pool *pgxpool.Pool, l *ledger.Proje
 		projection.Finish(t) // the ledger's balances (TxSums)
 		switch {
 		case versionRows && log:
-			var aggs []string
-			var vers []int64
-			var logs [][]byte
-			for i, e := range events {
-				if i == 0 || events[i-1].Aggregate != e.Aggregate {
-					aggs, vers, logs = append(aggs, e.Aggregate), append(vers, 0), append(logs, nil)
-				}
-				h := e.Hash()
-				vers[len(vers)-1], logs[len(logs)-1] = e.Version, append(logs[len(logs)-1], h[:16]...)
-			}
+			aggs, vers, logs := benchLogEntries(events)
 			t.Queue(`INSERT INTO floor_versions AS v (projection, aggregate, version, log)
 SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::bytea[])
 ON CONFLICT (projection, aggregate) DO UPDATE SET version = EXCLUDED.version, log = v.log || EXCLUDED.log, updated_at = now()`, benchProjection, aggs, vers, logs)
