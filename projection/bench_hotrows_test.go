@@ -344,7 +344,7 @@ ON CONFLICT (aggregate) DO UPDATE SET version = EXCLUDED.version, log = v.log ||
 		}
 	})
 	if err == nil && (v.kind == "setbased-marks" || v.kind == "setbased-parking-marks") {
-		err = marks.finish(ctx, pool)
+		err = marks.fold(ctx, pool) // what is left, as an owner handing over
 	}
 	took := time.Since(began)
 	require.NoError(b, err, v.name)

@@ -85,8 +85,3 @@ ON CONFLICT (projection, aggregate) DO UPDATE SET version = EXCLUDED.version, lo
 		return err
 	})
 }
-
-// finish folds what is left, as an owner handing over does.
-func (m *benchMarks) finish(ctx context.Context, pool *pgxpool.Pool) error {
-	return m.fold(ctx, pool)
-}

@@ -740,7 +740,7 @@ func (w *benchWorkload) run(ctx context.Context, env *benchEnv, workers int) err
 		if err != nil {
 			return err
 		}
-		return marks.finish(ctx, env.pool)
+		return marks.fold(ctx, env.pool) // what is left, as an owner handing over
 	case benchKindCopy:
 		return benchFanOut(ctx, w.deliveries, benchBatch, workers, w.partitioned, func(ctx context.Context, es []aggregate.Event) error {
 			return benchCopyApply(ctx, env.pool, env.copied, es)
@@ -764,7 +764,7 @@ func (w *benchWorkload) run(ctx context.Context, env *benchEnv, workers int) err
 		if err != nil {
 			return err
 		}
-		return marks.finish(ctx, env.pool)
+		return marks.fold(ctx, env.pool) // what is left, as an owner handing over
 	default:
 		return benchFanOut(ctx, w.deliveries, benchBatch, workers, w.partitioned, func(ctx context.Context, es []aggregate.Event) error {
 			_, err := env.proc.Process(ctx, projection.Batch{Events: es, Source: "bench", Exclusive: w.exclusive})
