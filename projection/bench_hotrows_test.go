@@ -74,7 +74,9 @@ type hotVariant struct {
 //     tables (shuffled, 1 connection; -jittered-partitioned: the jittered
 //     stream, 4 partitioned), decisions taken in memory;
 //     setbased+inline-unguarded, the same without the guard (a fenced
-//     owner's); setbased+marks, a fenced owner's marks of whole batches folded into
+//     owner's), setbased+inline-advisory with advisory locks instead
+//     (bench_guard_test.go; -partitioned: 4 workers, as
+//     setbased+inline-partitioned); setbased+marks, a fenced owner's marks of whole batches folded into
 //     version rows at the end (-fold8: every 8 batches), and
 //     setbased+parking+marks, the same with parking (bench_marks_test.go);
 //
@@ -103,6 +105,9 @@ func BenchmarkHotRows(b *testing.B) {
 		{name: "setbased+version-rows", kind: "setbased-rows", workers: 1, deliveries: events},
 		{name: "setbased+inline", kind: "setbased-inline", workers: 1, deliveries: events},
 		{name: "setbased+inline-unguarded", kind: "setbased-inline-unguarded", workers: 1, deliveries: events},
+		{name: "setbased+inline-advisory", kind: "setbased-inline-advisory", workers: 1, deliveries: events},
+		{name: "setbased+inline-advisory-partitioned", kind: "setbased-inline-advisory", workers: 4, partitioned: true, deliveries: events},
+		{name: "setbased+inline-partitioned", kind: "setbased-inline", workers: 4, partitioned: true, deliveries: events},
 		{name: "setbased+marks", kind: "setbased-marks", workers: 1, deliveries: events},
 		{name: "setbased+marks-fold8", kind: "setbased-marks", foldEvery: 8, workers: 1, deliveries: events},
 		{name: "setbased+parking+state", kind: "setbased-parking-state", workers: 1, deliveries: shuffled},
@@ -176,6 +181,9 @@ func BenchmarkHotRows(b *testing.B) {
 				{"gate-rows-ordered / setbased+version-rows", last("gate-rows-ordered") / last("setbased+version-rows")},
 				{"setbased+inline / setbased", last("setbased+inline") / last("setbased")},
 				{"setbased+inline-unguarded / setbased", last("setbased+inline-unguarded") / last("setbased")},
+				{"setbased+inline-advisory / setbased", last("setbased+inline-advisory") / last("setbased")},
+				{"setbased+inline-advisory-partitioned / setbased-partitioned", last("setbased+inline-advisory-partitioned") / last("setbased-partitioned")},
+				{"setbased+inline-partitioned / setbased-partitioned", last("setbased+inline-partitioned") / last("setbased-partitioned")},
 				{"setbased+parking+state / setbased", last("setbased+parking+state") / last("setbased")},
 				{"setbased+parking+marks / setbased", last("setbased+parking+marks") / last("setbased")},
 				{"setbased+parking+marks-jittered-partitioned / setbased-partitioned", last("setbased+parking+marks-jittered-partitioned") / last("setbased-partitioned")},
@@ -305,9 +313,11 @@ ON CONFLICT (aggregate) DO UPDATE SET version = EXCLUDED.version, log = v.log ||
 				return err
 			}
 		case "setbased-inline":
-			return hotInlineApply(ctx, pool, h, es, true)
+			return hotInlineApply(ctx, pool, h, es, guardRows)
 		case "setbased-inline-unguarded":
-			return hotInlineApply(ctx, pool, h, es, false)
+			return hotInlineApply(ctx, pool, h, es, guardNone)
+		case "setbased-inline-advisory":
+			return hotInlineApply(ctx, pool, h, es, guardAdvisory)
 		case "setbased-marks":
 			events, _ := benchInOrder(es)
 			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -380,13 +390,11 @@ ON CONFLICT (aggregate) DO UPDATE SET version = EXCLUDED.version, log = v.log ||
 // a gate; correct only for in-order, partitioned delivery. Unguarded, it
 // leaves the new aggregates' version rows out: the bound of a fenced owner,
 // which needs no guard against a concurrent creator of the same aggregate.
-func hotInlineApply(ctx context.Context, pool *pgxpool.Pool, h *hotRows, chunk []aggregate.Event, guard bool) error {
+func hotInlineApply(ctx context.Context, pool *pgxpool.Pool, h *hotRows, chunk []aggregate.Event, guard benchGuard) error {
 	events, fresh := benchInOrder(chunk)
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		t := projection.NewTx(tx)
-		if guard && len(fresh) > 0 {
-			t.Queue(`INSERT INTO versions (projection, aggregate) SELECT $1, * FROM unnest($2::text[]) ON CONFLICT DO NOTHING`, h.name, fresh)
-		}
+		queueInlineGuard(t, h.name, fresh, guard)
 		projection.SetInlineRuns(t, events)
 		if err := h.ApplyBatch(ctx, t, events); err != nil {
 			return err

@@ -151,6 +151,8 @@ func BenchmarkLedger(b *testing.B) {
 		{name: "setbased+marks-fold8", kind: benchKindMarksFloor, foldEvery: 8, workers: []int{1}, deliveries: events, want: all},
 		{name: "copy-only", kind: benchKindCopy, workers: []int{1, 4}, partitioned: true, deliveries: events, want: all},
 		{name: "setbased+inline", kind: benchKindInlineFloor, workers: []int{1, 4}, partitioned: true, deliveries: events, want: all},
+		{name: "setbased+inline-unguarded", kind: benchKindInlineFloor, guard: guardNone, workers: []int{1}, deliveries: events, want: all},
+		{name: "setbased+inline-advisory", kind: benchKindInlineFloor, guard: guardAdvisory, workers: []int{1, 4}, partitioned: true, deliveries: events, want: all},
 		{name: "setbased+parking", kind: benchKindParkFloor, workers: []int{1}, deliveries: shuffled, want: all},
 		{name: "setbased+parking+state", kind: benchKindParkStateFloor, workers: []int{1}, deliveries: shuffled, want: all},
 		{name: "setbased+parking+marks", kind: benchKindParkFloor, marks: true, workers: []int{1}, deliveries: shuffled, want: all},
@@ -235,9 +237,10 @@ const (
 	// run's log entries (each event's payload hashed, as conflict detection
 	// needs), and, in the same pipeline, one insert of the empty state rows
 	// of the aggregates that start at version 1 (the fast path's guard of
-	// new aggregates). No validation, no read, no plan, no outcome: a bound
-	// on the gate, not a gate; correct only for in-order, partitioned
-	// delivery.
+	// new aggregates; benchWorkload.guard replaces it: none, a fenced
+	// owner's bound, or advisory locks). No validation, no read, no plan,
+	// no outcome: a bound on the gate, not a gate; correct only for
+	// in-order, partitioned delivery.
 	benchKindInlineFloor
 	// benchKindFloorLog is benchKindFloor with each version row's applied
 	// log, as the gate keeps it for conflict detection: a 16-byte hash of
@@ -317,6 +320,7 @@ type benchWorkload struct {
 	exclusive   bool              // the batches say so (projection.Batch.Exclusive)
 	marks       bool              // benchKindParkFloor: with a fenced owner's marks (bench_marks_test.go)
 	foldEvery   int64             // benchKindMarksFloor, marks: batches between folds (0: at the end only)
+	guard       benchGuard        // benchKindInlineFloor: how new aggregates are guarded (bench_guard_test.go)
 	deliveries  []aggregate.Event // in delivery order, duplicates included
 	want        *benchExpectation
 }
@@ -718,7 +722,7 @@ func (w *benchWorkload) run(ctx context.Context, env *benchEnv, workers int) err
 		})
 	case benchKindInlineFloor:
 		return benchFanOut(ctx, w.deliveries, benchBatch, workers, w.partitioned, func(ctx context.Context, es []aggregate.Event) error {
-			return benchInlineApply(ctx, env.pool, env.ledger, es)
+			return benchInlineApply(ctx, env.pool, env.ledger, es, w.guard)
 		})
 	case benchKindMarksFloor:
 		marks := &benchMarks{projection: benchProjection, foldEvery: w.foldEvery}
@@ -867,15 +871,13 @@ ON CONFLICT (projection, aggregate) DO UPDATE SET version = EXCLUDED.version, up
 }
 
 // benchInlineApply is benchKindInlineFloor: the inline ledger's handler with
-// the runs' log entries, and the new aggregates' empty state rows, in one
-// pipeline.
-func benchInlineApply(ctx context.Context, pool *pgxpool.Pool, l *ledger.Projection, chunk []aggregate.Event) error {
+// the runs' log entries, and the new aggregates' guard (empty state rows,
+// unless the workload's guard says otherwise), in one pipeline.
+func benchInlineApply(ctx context.Context, pool *pgxpool.Pool, l *ledger.Projection, chunk []aggregate.Event, guard benchGuard) error {
 	events, fresh := benchInOrder(chunk)
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		t := projection.NewTx(tx)
-		if len(fresh) > 0 {
-			t.Queue(`INSERT INTO versions (projection, aggregate) SELECT $1, * FROM unnest($2::text[]) ON CONFLICT DO NOTHING`, benchProjection, fresh)
-		}
+		queueInlineGuard(t, benchProjection, fresh, guard)
 		projection.SetInlineRuns(t, events)
 		if err := l.ApplyBatch(ctx, t, events); err != nil {
 			return err
