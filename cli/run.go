@@ -43,6 +43,7 @@ type runOptions struct {
 	ReadyMaxLag  time.Duration
 	Migrate      bool
 	Build        bool
+	Owner        bool
 	// fx are the --effects-* flags; Workers 0 records intents without
 	// performing them (an 'effects work' process does).
 	fx effectsFlags
@@ -149,6 +150,7 @@ it creates, leases on partitions). It calls the effects' other sides.`,
 			fs.DurationVar(&o.ReadyMaxLag, "ready-max-lag", 0, "/readyz fails while the source's lag (the age of the oldest event not committed yet) exceeds this `duration`; 0: lag does not affect readiness")
 			fs.BoolVar(&o.Migrate, "migrate", false, "apply pending migrations and create the read-model tables before starting")
 			fs.BoolVar(&o.Build, "build", true, "rebuild side by side a projection whose code version no live generation has (one process builds, the others wait)")
+			fs.BoolVar(&o.Owner, "owner", false, "own the inline projections' gate keys while this process runs (one process at a time; the others write fenced): no guard rows for new aggregates (docs/owner.md); only once every process runs this release")
 			bindEffects(fs, &o.fx, c.a.cfg.EffectsConfig, "effects performed at once by this process (0: only record them, for 'effects work' processes)")
 			return o
 		}, c.Run)
@@ -252,6 +254,7 @@ func (c *runCmd) open(ctx context.Context, o *runOptions, logger *slog.Logger) (
 		return w, err
 	}
 	pc := c.a.cfg.Processor
+	pc.Owner = pc.Owner || o.Owner
 	if pc.TracerProvider == nil {
 		pc.TracerProvider = w.tracing.Provider // a span per batch, with the HTTP API's exporter
 	}
@@ -259,7 +262,15 @@ func (c *runCmd) open(ctx context.Context, o *runOptions, logger *slog.Logger) (
 	if w.proc, w.m, closeMetrics, err = clikit.InstrumentedProcessor(ctx, w.pool, &o.db, pc, c.a.cfg.Projections, c.a.version(), true, logger); err != nil {
 		return w, err
 	}
-	w.closers = append(w.closers, closeMetrics)
+	w.closers = append(w.closers, closeMetrics, func() {
+		// The leases of --owner: their rows go, so other writers stop
+		// waiting on them.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := w.proc.Close(ctx); err != nil {
+			logger.Warn("end the leases", "error", err)
+		}
+	})
 	if w.fx != nil {
 		if err := w.fx.RegisterMetrics(w.m.Registry()); err != nil {
 			return w, fmt.Errorf("effects metrics: %w", err)

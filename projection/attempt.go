@@ -41,7 +41,10 @@ type attempt struct {
 	// read or assumed, are as remembered: their parked events are the
 	// remembered ones (knownParked).
 	known []map[string]aggMemory
-	out   txResult
+	// own is what the batch owns (owner.go): nil, or the leases it checks
+	// and may drop guards under.
+	own *ownership
+	out txResult
 }
 
 // outcome returns the function that records the outcome of delivery idx for

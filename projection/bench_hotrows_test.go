@@ -42,6 +42,7 @@ type hotVariant struct {
 	workers     int
 	partitioned bool
 	exclusive   bool // the batches say so (projection.Batch.Exclusive)
+	owner       bool // projection.Config.Owner
 	foldEvery   int64
 	deliveries  []aggregate.Event
 }
@@ -119,6 +120,9 @@ func BenchmarkHotRows(b *testing.B) {
 		{name: "gate-inline-partitioned", kind: "gate-inline", workers: 4, partitioned: true, deliveries: events},
 		{name: "gate-inline-jittered-partitioned", kind: "gate-inline", workers: 4, partitioned: true, deliveries: jittered},
 		{name: "gate-inline-jittered-partitioned-exclusive", kind: "gate-inline", workers: 4, partitioned: true, exclusive: true, deliveries: jittered},
+		{name: "gate-inline-jittered-partitioned-exclusive-owner", kind: "gate-inline", workers: 4, partitioned: true, exclusive: true, owner: true, deliveries: jittered},
+		{name: "gate-inline-ordered-owner", kind: "gate-inline", workers: 1, owner: true, deliveries: events},
+		{name: "gate-inline-shuffled-owner", kind: "gate-inline", workers: 1, owner: true, deliveries: shuffled},
 		{name: "gate-rows-shuffled", kind: "gate-rows", workers: 1, deliveries: shuffled},
 		{name: "gate-inline-shuffled", kind: "gate-inline", workers: 1, deliveries: shuffled},
 	}
@@ -160,6 +164,10 @@ func BenchmarkHotRows(b *testing.B) {
 			}{
 				{"gate-rows-ordered / setbased", last("gate-rows-ordered") / last("setbased")},
 				{"gate-inline-ordered / setbased", last("gate-inline-ordered") / last("setbased")},
+				{"gate-inline-ordered-owner / setbased", last("gate-inline-ordered-owner") / last("setbased")},
+				{"gate-inline-ordered-owner / setbased+inline-unguarded", last("gate-inline-ordered-owner") / last("setbased+inline-unguarded")},
+				{"gate-inline-jittered-partitioned-exclusive-owner / setbased-partitioned", last("gate-inline-jittered-partitioned-exclusive-owner") / last("setbased-partitioned")},
+				{"gate-inline-shuffled-owner / setbased", last("gate-inline-shuffled-owner") / last("setbased")},
 				{"gate-inline-jittered-partitioned / setbased-partitioned", last("gate-inline-jittered-partitioned") / last("setbased-partitioned")},
 				{"gate-inline-jittered-partitioned (unique) / setbased-partitioned", unique("gate-inline-jittered-partitioned") / last("setbased-partitioned")},
 				{"gate-inline-jittered-partitioned-exclusive / setbased-partitioned", last("gate-inline-jittered-partitioned-exclusive") / last("setbased-partitioned")},
@@ -266,8 +274,9 @@ func hotRun(b *testing.B, v hotVariant, want *hotModel, unique int) (time.Durati
 	h := &hotRows{name: "hot", inline: v.kind == "gate-inline" || strings.HasPrefix(v.kind, "setbased-inline"), unordered: v.kind == "unordered"}
 	var proc *projection.Processor
 	if strings.HasPrefix(v.kind, "gate") {
-		proc, err = projection.New(pool, &projection.Config{Schema: db.Schema}, h)
+		proc, err = projection.New(pool, &projection.Config{Schema: db.Schema, Owner: v.owner}, h)
 		require.NoError(b, err)
+		defer func() { require.NoError(b, proc.Close(context.Background())) }()
 		require.NoError(b, proc.Setup(ctx))
 	} else {
 		require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {

@@ -163,6 +163,9 @@ func BenchmarkLedger(b *testing.B) {
 		{name: "inorder-inline-ordered-partitioned", kind: benchKindInline, workers: []int{4}, partitioned: true, deliveries: events, want: all},
 		{name: "inorder-inline-jittered-partitioned", kind: benchKindInline, workers: []int{4}, partitioned: true, deliveries: jittered, want: all},
 		{name: "inorder-inline-jittered-partitioned-exclusive", kind: benchKindInline, workers: []int{4}, partitioned: true, exclusive: true, deliveries: jittered, want: all},
+		{name: "inorder-inline-jittered-partitioned-exclusive-owner", kind: benchKindInline, workers: []int{4}, partitioned: true, exclusive: true, owner: true, deliveries: jittered, want: all},
+		{name: "inorder-inline-ordered-owner", kind: benchKindInline, workers: []int{1}, owner: true, deliveries: events, want: all},
+		{name: "inorder-inline-shuffled-owner", kind: benchKindInline, workers: []int{1}, owner: true, deliveries: shuffled, want: all},
 		{name: "inorder-inline-shuffled", kind: benchKindInline, workers: []int{1}, deliveries: shuffled, want: all},
 		{name: "inorder-ordered", kind: benchKindInorder, workers: []int{1, 4}, deliveries: events, want: all},
 		{name: "inorder-ordered+effects", kind: benchKindInorderEffects, workers: []int{1, 4}, deliveries: events, want: all},
@@ -318,6 +321,7 @@ type benchWorkload struct {
 	workers     []int
 	partitioned bool              // each worker owns a hash partition of the aggregates
 	exclusive   bool              // the batches say so (projection.Batch.Exclusive)
+	owner       bool              // benchKindInline: projection.Config.Owner
 	marks       bool              // benchKindParkFloor: with a fenced owner's marks (bench_marks_test.go)
 	foldEvery   int64             // benchKindMarksFloor, marks: batches between folds (0: at the end only)
 	guard       benchGuard        // benchKindInlineFloor: how new aggregates are guarded (bench_guard_test.go)
@@ -358,7 +362,7 @@ func (w *benchWorkload) bench(b *testing.B, workers int, results *benchResults) 
 	var elapsed, clientCPU, pgCPU, machineBusy time.Duration
 	pgCPUKnown, machineCPUKnown := true, true
 	for range b.N {
-		env := newBenchEnv(b, w.kind, workers)
+		env := newBenchEnv(b, w.kind, workers, w.owner)
 		ctx := b.Context()
 		var logFrom int64
 		if *ledgerPGLog != "" {
@@ -619,7 +623,7 @@ func benchCopyApply(ctx context.Context, pool *pgxpool.Pool, cs *benchCopyState,
 	})
 }
 
-func newBenchEnv(b *testing.B, kind benchKind, workers int) *benchEnv {
+func newBenchEnv(b *testing.B, kind benchKind, workers int, owner bool) *benchEnv {
 	b.Helper()
 	ctx := b.Context()
 	db := pgtest.NewMigrated(b)
@@ -660,8 +664,9 @@ func newBenchEnv(b *testing.B, kind benchKind, workers int) *benchEnv {
 			require.NoError(b, err)
 			p = benchEffectsLedger{Projection: env.ledger, fx: fx}
 		}
-		env.proc, err = projection.New(env.pool, &projection.Config{Schema: db.Schema, Logger: slog.New(env.warns)}, p)
+		env.proc, err = projection.New(env.pool, &projection.Config{Schema: db.Schema, Logger: slog.New(env.warns), Owner: owner}, p)
 		require.NoError(b, err)
+		b.Cleanup(func() { require.NoError(b, env.proc.Close(context.Background())) })
 		require.NoError(b, env.proc.Setup(ctx))
 	default:
 		require.NoError(b, pgx.BeginFunc(ctx, env.pool, func(tx pgx.Tx) error { return env.ledger.Setup(ctx, tx) }))

@@ -1,6 +1,7 @@
 package projection_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -25,9 +26,20 @@ import (
 // exactly the in-order fold of its payment at the version it reports (a
 // read mixing generations, or a partial one, is not), no read may fail,
 // and no payment's version may go back; at the end both generations equal
-// the in-order fold of everything appended.
+// the in-order fold of everything appended. With owners, every worker asks
+// to own the gate keys it feeds (Config.Owner): one owns the live key, then
+// the new generation's too, and after the switch its key.
 func TestBuildUnderLiveTraffic(t *testing.T) {
 	t.Parallel()
+	for _, owners := range []bool{false, true} {
+		t.Run(map[bool]string{false: "competing", true: "owners"}[owners], func(t *testing.T) {
+			t.Parallel()
+			testBuildUnderLiveTraffic(t, owners)
+		})
+	}
+}
+
+func testBuildUnderLiveTraffic(t *testing.T, owners bool) {
 	ctx := t.Context()
 	b := genSetup(t)
 	all := ledger.Generate(rand.New(rand.NewPCG(31, 32)), 250, 8)
@@ -81,7 +93,14 @@ func TestBuildUnderLiveTraffic(t *testing.T) {
 	})
 	for w := range 3 {
 		proc := b.proc
-		if w > 0 {
+		switch {
+		case owners:
+			var err error
+			proc, err = projection.New(b.db.Pool, &projection.Config{Schema: b.db.Schema, MaxAttempts: 2, RetryBackoff: time.Millisecond, Owner: true},
+				ledger.New(nil))
+			require.NoError(t, err)
+			t.Cleanup(func() { require.NoError(t, proc.Close(context.Background())) })
+		case w > 0:
 			proc = genProcessor(t, b.db, ledger.New(nil))
 		}
 		g.Go(func() error {
@@ -136,6 +155,11 @@ func TestBuildUnderLiveTraffic(t *testing.T) {
 	t.Logf("%d deliveries, %d reads (%d after the switch), appends by phase %v", delivered.Load(), readers.reads.Load(), readers.afterSwitch.Load(), phases)
 
 	genRequireBothFolds(t, b, all)
+	if owners {
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM owners o JOIN generations g ON g.key = o.gate_key AND g.state = 'live'`).Scan(&n))
+		require.Equal(t, 1, n, "no worker owns the live generation's key after the switch")
+	}
 }
 
 // TestBuildCatchUpWindow is the window between the rebuild's last read of

@@ -109,7 +109,10 @@
 // path goes through the steps above, in the same transaction. Batches after
 // one that left it read the rows first and split their aggregates between
 // the two paths. docs/guarantees.md states the checks and the projection's
-// obligations.
+// obligations. A processor with [Config].Owner holds a fenced lease on its
+// inline projections' gate keys and skips the empty version row the fast
+// path otherwise inserts for each new aggregate (docs/owner.md); call
+// [Processor.Close] when done.
 //
 // Only then does Process return each delivery's [Outcome], so a source
 // acknowledges after the commit and never before. Any delivery order, any

@@ -62,3 +62,15 @@ func Memory(p *Processor) (hits, misses int64, remembered int) {
 // ParkedRemembered returns how many times an attempt of p took an
 // aggregate's parked events from its memory instead of the database.
 func ParkedRemembered(p *Processor) int64 { return p.parkedRemembered.Load() }
+
+// Owns reports whether p holds the lease of projection's gate key
+// (Config.Owner).
+func Owns(p *Processor, projection string) bool {
+	if p.owner == nil {
+		return false
+	}
+	p.owner.mu.Lock()
+	defer p.owner.mu.Unlock()
+	_, ok := p.owner.leases[p.byName[projection].key]
+	return ok
+}

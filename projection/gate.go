@@ -45,6 +45,8 @@ func (a *attempt) gate(ctx context.Context) error {
 	// First the check that the generations the batch feeds are still the
 	// ones its registrations were chosen for (generations.go).
 	p.queueFedCheck(b, a.bt.epoch)
+	// Then the lease's check, or another writer's fence (owner.go).
+	a.queueFence(b)
 	// Plans made for one batch's arrays (often while the tables were still
 	// empty) must not be reused for the next: a cached generic plan turns
 	// index probes into scans as tables grow.

@@ -348,6 +348,7 @@ func (p *Processor) buildView(epoch int64, rows []genRow) *genView {
 	slices.SortFunc(targets, func(a, b *registered) int { return strings.Compare(a.key, b.key) })
 	v := p.derive(targets...)
 	v.pauseLock = p.pauseLock
+	v.owner = p.owner // it owns the generations it feeds (owner.go)
 	for i, t := range targets {
 		t.index = i
 		base := p.byName[t.name]

@@ -85,6 +85,8 @@ func (a *attempt) queueInlineSpeculation(b *pgx.Batch, r *registered, written *i
 		for _, ru := range a.bt.runs {
 			states[ru.agg] = aggState{version: ru.first - 1}
 			switch {
+			case ru.first == 1 && a.unguarded(r, ru.agg):
+				vouched++ // an owner's: no guard (owner.go)
 			case ru.first == 1:
 				fresh = append(fresh, ru.agg)
 			case rows.has(ru.agg, r.index):
@@ -367,7 +369,7 @@ func (a *attempt) slowAggs(r *registered) []string {
 	}
 	out := make([]string, 0, len(a.bt.aggs))
 	for _, agg := range a.bt.aggs {
-		if e, ok := fast[agg]; !ok || e == 0 {
+		if e, ok := fast[agg]; !ok || e == 0 && !a.unguarded(r, agg) {
 			out = append(out, agg)
 		}
 	}

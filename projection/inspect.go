@@ -165,18 +165,19 @@ func (p *Processor) Status(ctx context.Context, opts *StatusOptions) (Status, er
 			return rows.Err()
 		})
 		// Inline projections' rows hold the versions their fast path
-		// applied (inline_views.go).
+		// applied (inline_views.go), and an owner's aggregates have no
+		// version row (owner.go).
 		for i, name := range p.Projections() {
 			t := inline[i]
 			if t == nil || opts.NoTotals {
 				continue
 			}
 			p.store.Versions.QueueAppliedSum(b, p.store.Generations.LiveKey(1), refOf(t), name, int64(math.MaxInt64)).QueryRow(func(row pgx.Row) error {
-				var n *int64
-				if err := row.Scan(&n); err != nil || n == nil || i >= len(st.Projections) {
+				var aggs, n int64
+				if err := row.Scan(&aggs, &n); err != nil || i >= len(st.Projections) {
 					return err
 				}
-				st.Projections[i].Events = *n
+				st.Projections[i].Aggregates, st.Projections[i].Events = aggs, n
 				return nil
 			})
 		}

@@ -175,6 +175,12 @@ func (op *operation) lock(ctx context.Context, tx pgx.Tx) (st aggState, row inli
 			return st, row, nil, fmt.Errorf("pause lock: %w", err)
 		}
 	}
+	if r.inlineTable() != nil {
+		// Another writer than the key's owner, if it has one (owner.go).
+		if err := p.fenceForeign(ctx, tx, key); err != nil {
+			return st, row, nil, err
+		}
+	}
 	if err := p.store.Versions.LockOne(ctx, tx, key, agg).Scan(&st.version, &st.parked, &st.blocked); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return st, row, nil, fmt.Errorf("%w: aggregate %q has no state", ErrNotFound, agg)

@@ -147,14 +147,18 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 		stale           bool // a check found the memory of a version row stale
 		backoff         = p.policy.Start()
 		transient       int
+		committed       bool
+		news            rowNews
 	)
+	own := p.owner.begin(ctx, p, bt)
+	defer func() { p.owner.end(own, committed, news) }()
 	for {
 		bt.attempts++
 		m := p.mode(bt, handlerFailures, contended, refused)
 		var out txResult
 		var began, committing bool
 		err := p.transaction(ctx, bt.attempts, m, &began, func(ctx context.Context, tx pgx.Tx) error {
-			a := &attempt{p: p, tx: tx, bt: bt, mode: m, noMemory: stale}
+			a := &attempt{p: p, tx: tx, bt: bt, mode: m, noMemory: stale, own: own}
 			err := a.run(ctx)
 			if err != nil && tx.Conn().IsClosed() {
 				// The connection went away: whatever the error says (a
@@ -181,6 +185,7 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 			err = &connLost{err}
 		}
 		if err == nil {
+			committed, news = true, out.rows
 			p.committed(m, out, contended)
 			if p.hasInline() {
 				p.rows.update(bt.epoch, bt.aggs, out.rows, len(p.projs), p.cfg.RowCache)
@@ -209,6 +214,13 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 			p.states.update(bt.epoch, p.forgetting(bt.aggs), p.cfg.RowCache)
 			p.memOff.Store(memoryOffBatches)
 			stale = true
+			continue
+		case errors.Is(err, errOwnership):
+			// The lease moved under the batch (owner.go): begin again with
+			// what the owner holds now, at once.
+			retried(ctx, "lease moved", err)
+			p.owner.end(own, false, rowNews{})
+			own = p.owner.begin(ctx, p, bt)
 			continue
 		case errors.Is(err, errContended) && !m.locked:
 			// Writers are competing for the same aggregates: lock up front

@@ -31,7 +31,7 @@ import (
 // The multi-process tests re-execute the test binary, running only
 // TestHelperProcess, with these variables naming what the helper does.
 const (
-	envHelperMode   = "INORDER_HELPER_MODE" // "stream", "same", "crash", "retry" or "contend"
+	envHelperMode   = "INORDER_HELPER_MODE" // "stream", "same", "crash", "retry" or "contend" ("-owner": Config.Owner)
 	envHelperURL    = "INORDER_HELPER_DB_URL"
 	envHelperSchema = "INORDER_HELPER_SCHEMA"
 	envHelperSeed   = "INORDER_HELPER_SEED"
@@ -89,16 +89,28 @@ func sumTallies(t *testing.T, helpers []*helperProc, kind string) tally {
 }
 
 // TestProcessesSameStream runs the same shuffled stream with duplicates
-// through several processes at once, each with several goroutines.
+// through several processes at once, each with several goroutines: with
+// processors of no owner, and with processors that all ask to own the
+// inline ledger's gate key (Config.Owner: one does, the others write as
+// other writers, and the owner's own goroutines overlap on aggregates).
 func TestProcessesSameStream(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []string{"stream", "stream-owner"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testProcessesSameStream(t, mode)
+		})
+	}
+}
+
+func testProcessesSameStream(t *testing.T, mode string) {
 	b := setup(t, nil)
 	const seed = 11
 	events, deliveries := streamDeliveries(seed, streamAggregates, streamVersions)
 
 	helpers := make([]*helperProc, streamProcs)
 	for w := range helpers {
-		helpers[w] = startHelper(t, "stream", b.db, seed, w)
+		helpers[w] = startHelper(t, mode, b.db, seed, w)
 	}
 	for _, h := range helpers {
 		h.expect(t, "READY")
@@ -178,9 +190,20 @@ func TestProcessesSameEvent(t *testing.T) {
 // TestProcessCrash kills a worker process with SIGKILL at random points of a
 // stream, restarts it from the beginning of its delivery list each time
 // (at-least-once redelivery), and lets a last run finish: the read model is
-// the fold, nothing is left parked.
+// the fold, nothing is left parked. With crash-owner the worker owns the
+// inline ledger's gate key (Config.Owner): each new run takes the lease the
+// killed one held, with the versions it parked.
 func TestProcessCrash(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []string{"crash", "crash-owner"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testProcessCrash(t, mode)
+		})
+	}
+}
+
+func testProcessCrash(t *testing.T, mode string) {
 	b := setup(t, nil)
 	const seed = 13
 	events, deliveries := streamDeliveries(seed, crashAggregates, crashVersions)
@@ -198,7 +221,7 @@ func TestProcessCrash(t *testing.T) {
 	var last int64
 	var kills []int64
 	for run := range crashKills {
-		h := startHelper(t, "crash", b.db, seed, run)
+		h := startHelper(t, mode, b.db, seed, run)
 		// Kill points spread over the first two thirds of the stream, each
 		// past the previous one: every restart must get further.
 		step := distinct / (crashKills + 2)
@@ -229,11 +252,18 @@ func TestProcessCrash(t *testing.T) {
 		h.kill(t)
 		last = progress()
 		kills = append(kills, last)
+		if mode == "crash-owner" {
+			// The killed worker held the lease; its row stays for the next
+			// to take over.
+			var n int
+			require.NoError(t, b.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM owners`).Scan(&n))
+			require.Equal(t, 1, n, "run %d: the worker owned no lease", run)
+		}
 	}
 	require.GreaterOrEqual(t, len(kills), crashKills-1, "the worker must be killed mid-stream")
 	require.Less(t, kills[0], distinct, "the first kill must come before the end of the stream")
 
-	h := startHelper(t, "crash", b.db, seed, crashKills)
+	h := startHelper(t, mode, b.db, seed, crashKills)
 	h.expect(t, "DONE")
 	h.requireExit(t)
 	t.Logf("%d deliveries; killed at %v applied events of %d; redelivered to the end in %v",
@@ -266,6 +296,8 @@ func TestHelperProcess(t *testing.T) {
 		cfg, p = opConfig(), retryFixedLedger() // the parent's faulty ledger, fixed
 	case "contend", "contend-tallied":
 		cfg.Logger, cfg.RetryBackoff = slog.New(deadlocks), 5*time.Millisecond
+	case "stream-owner", "crash-owner":
+		cfg.Owner = true
 	}
 	cfg.Schema = os.Getenv(envHelperSchema)
 	projs := []projection.Projection{p}
@@ -274,14 +306,15 @@ func TestHelperProcess(t *testing.T) {
 	}
 	proc, err := projection.New(pool, cfg, projs...)
 	require.NoError(t, err)
+	defer func() { require.NoError(t, proc.Close(context.Background())) }() // a killed helper never gets here
 
 	h := &helper{proc: proc, seed: seed, worker: worker, in: bufio.NewReader(os.Stdin)}
 	switch mode {
-	case "stream":
+	case "stream", "stream-owner":
 		err = h.stream(ctx)
 	case "same":
 		err = h.same(ctx)
-	case "crash":
+	case "crash", "crash-owner":
 		err = h.crash(ctx)
 	case "retry":
 		err = h.retry(ctx)

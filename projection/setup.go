@@ -89,7 +89,18 @@ func New(pool *pgxpool.Pool, cfg *Config, projections ...Projection) (*Processor
 	for i, r := range p.projs {
 		r.index = i
 	}
+	if c.Owner {
+		p.owner = newOwner(p)
+	}
 	return p, nil
+}
+
+// Close ends the leases of a processor with Config.Owner (their rows
+// deleted, so that other writers stop waiting on them) and closes their
+// connection; it does nothing for the others. Call it once the last
+// Process call returned; batches after it run unowned.
+func (p *Processor) Close(ctx context.Context) error {
+	return p.owner.close(ctx)
 }
 
 // Ping checks that the processor's database answers.

@@ -142,7 +142,7 @@ func TestNewMigrated(t *testing.T) {
 	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Equal(t, []string{
-		"applied", "applied_log", "checkpoints", "conflicts", "effects", "events", "generation_epoch", "generations", "operator_log", "parked",
+		"applied", "applied_log", "checkpoints", "conflicts", "effects", "events", "generation_epoch", "generations", "operator_log", "owners", "parked",
 		"quarantine", "rejected", "schema_migrations", "sources", "versions",
 	}, tables)
 

@@ -35,6 +35,8 @@ type Store struct {
 	// Status is the status view's reads across the gate tables
 	// (status.go).
 	Status Status
+	// Owners is the owners table (owners.go).
+	Owners Owners
 }
 
 // New returns the statements on the gate tables of schema.
@@ -53,5 +55,6 @@ func New(schema string) *Store {
 		Generations: newGenerations(t),
 		Sources:     newSources(t),
 		Status:      newStatus(t),
+		Owners:      newOwners(t),
 	}
 }

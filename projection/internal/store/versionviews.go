@@ -11,31 +11,45 @@ import (
 // This file holds the reads of aggregates' versions that the operator views
 // and a rebuild's verification make. An inline projection's versions are
 // the later of its version rows' and its own rows' (its fast path writes
-// only the row), so these statements take the projection's inline table
-// (nil when it has none).
+// only the row), and an aggregate may have either without the other (only
+// parked events: no row yet; created by a fenced owner: no version row), so
+// these statements take the projection's inline table (nil when it has
+// none).
 
-// versionJoin returns, for the versions table aliased v, the expression of
-// an aggregate's version and the join that it needs: for an inline
-// projection (t not nil), the later of v's and its row's.
-func versionJoin(t *InlineRef) (expr, join string) {
-	if t == nil {
-		return "v.version", ""
+// aggregatesOf returns a subquery of the aggregates of the projection whose
+// gate key is the SQL expression keySQL, with t its inline table (nil if it
+// has none): rows of (aggregate, version, parked, blocked). filter, if not
+// empty, is a condition on an aggregate column named aggregate, applied to
+// each side before an inline projection's join.
+func (v *Versions) aggregatesOf(keySQL string, t *InlineRef, filter string) string {
+	where := ""
+	if filter != "" {
+		where = " AND " + filter
 	}
-	return "greatest(v.version, coalesce(i." + t.Version + ", 0))",
-		" LEFT JOIN " + t.Table + " i ON i." + t.Key + " = v.aggregate"
+	rows := `SELECT aggregate, version, parked, blocked FROM ` + v.table + ` WHERE projection = ` + keySQL + where
+	if t == nil {
+		return `(` + rows + `)`
+	}
+	inline := `SELECT ` + t.Key + ` AS aggregate, ` + t.Version + ` AS version FROM ` + t.Table
+	if filter != "" {
+		inline = `SELECT * FROM (` + inline + `) i WHERE ` + filter
+	}
+	return `(SELECT coalesce(v.aggregate, i.aggregate) AS aggregate,
+    greatest(coalesce(v.version, 0), coalesce(i.version, 0)) AS version,
+    coalesce(v.parked, 0) AS parked, coalesce(v.blocked, false) AS blocked
+  FROM (` + rows + `) v FULL JOIN (` + inline + `) i ON i.aggregate = v.aggregate)`
 }
 
-// appliedSum is the statement of the sum of the versions of the projection
-// whose gate key is the SQL expression keySQL, at most $2.
+// appliedSum is the statement of the count of the aggregates of the
+// projection whose gate key is the SQL expression keySQL and the sum of
+// their versions, at most $2.
 func (v *Versions) appliedSum(keySQL string, t *InlineRef) string {
-	expr, join := versionJoin(t)
-	return `SELECT least(coalesce(sum(` + expr + `::numeric), 0), $2::numeric)::bigint FROM ` + v.table + ` v` + join + `
-WHERE v.projection = ` + keySQL
+	return `SELECT count(*), least(coalesce(sum(a.version::numeric), 0), $2::numeric)::bigint FROM ` + v.aggregatesOf(keySQL, t, "") + ` a`
 }
 
-// QueueAppliedSum queues the sum of the versions of the projection whose
-// gate key is keySQL (an SQL expression of the parameter $1), at most max:
-// one row of a bigint, NULL when the sum is 0.
+// QueueAppliedSum queues the count of the aggregates of the projection
+// whose gate key is keySQL (an SQL expression of the parameter $1) and the
+// sum of their versions, at most max: one row of two bigints.
 func (v *Versions) QueueAppliedSum(b *pgx.Batch, keySQL string, t *InlineRef, arg1 any, max int64) *pgx.QueuedQuery {
 	return b.Queue(v.appliedSum(keySQL, t), arg1, max)
 }
@@ -43,32 +57,34 @@ func (v *Versions) QueueAppliedSum(b *pgx.Batch, keySQL string, t *InlineRef, ar
 // AppliedSum returns the sum of the versions of the projection with gate
 // key key, at most max.
 func (v *Versions) AppliedSum(ctx context.Context, q querier, key string, t *InlineRef, max int64) (int64, error) {
-	var n int64
-	err := q.QueryRow(ctx, v.appliedSum("$1", t), key, max).Scan(&n)
-	return n, err
+	var n, sum int64
+	err := q.QueryRow(ctx, v.appliedSum("$1", t), key, max).Scan(&n, &sum)
+	return sum, err
 }
 
 // Compare counts the aggregates that the projection with gate key key (its
 // inline table t) has behind, and ahead of, the one with gate key other
 // (its inline table ot).
 func (v *Versions) Compare(ctx context.Context, q querier, key string, t *InlineRef, other string, ot *InlineRef) (behind, ahead int64, err error) {
-	nExpr, nJoin := versionJoin(t)
-	oExpr, oJoin := versionJoin(ot)
 	err = q.QueryRow(ctx, `SELECT count(*) FILTER (WHERE coalesce(n.version, 0) < coalesce(o.version, 0)),
   count(*) FILTER (WHERE coalesce(n.version, 0) > coalesce(o.version, 0)) FROM
-  (SELECT v.aggregate, `+nExpr+` AS version FROM `+v.table+` v`+nJoin+` WHERE v.projection = $1) n
-  FULL JOIN (SELECT v.aggregate, `+oExpr+` AS version FROM `+v.table+` v`+oJoin+` WHERE v.projection = $2) o USING (aggregate)`,
+  `+v.aggregatesOf("$1", t, "")+` n
+  FULL JOIN `+v.aggregatesOf("$2", ot, "")+` o USING (aggregate)`,
 		key, other).Scan(&behind, &ahead)
 	return behind, ahead, err
 }
 
-// List lists the version rows of key by aggregate in byte order: rows of
+// List lists the aggregates of key by aggregate in byte order: rows of
 // (aggregate, version, parked, blocked).
 func (v *Versions) List(ctx context.Context, q querier, key string, t *InlineRef, p Page) (pgx.Rows, error) {
-	expr, join := versionJoin(t)
-	return q.Query(ctx, `SELECT v.aggregate, `+expr+`, v.parked, v.blocked FROM `+v.table+` v`+join+`
-WHERE v.projection = $1 AND ($2 = '' OR v.aggregate = $2) AND v.aggregate COLLATE "C" > $3
-ORDER BY v.aggregate COLLATE "C" LIMIT $4`, key, p.Aggregate, p.After, p.Limit)
+	// Each side ordered and limited before an inline projection's join: the
+	// first $4 of the union are among the first $4 of each.
+	filter := `($2 = '' OR aggregate = $2) AND aggregate COLLATE "C" > $3`
+	if t != nil {
+		filter += ` ORDER BY aggregate COLLATE "C" LIMIT $4`
+	}
+	return q.Query(ctx, `SELECT a.aggregate, a.version, a.parked, a.blocked FROM `+v.aggregatesOf("$1", t, filter)+` a
+ORDER BY a.aggregate COLLATE "C" LIMIT $4`, key, p.Aggregate, p.After, p.Limit)
 }
 
 // VersionOf returns a query of the version of aggregate $2 in the

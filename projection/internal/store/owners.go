@@ -1,0 +1,86 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Owners is the owners table: the leases of fenced owners (see
+// projection's owner.go and docs/owner.md).
+type Owners struct {
+	table string
+	take  string
+	check string
+	bump  string
+	drop  string
+}
+
+func newOwners(t qualify) Owners {
+	owners := t("owners")
+	return Owners{
+		table: owners,
+		take: `INSERT INTO ` + owners + ` AS o (gate_key, token, holder) VALUES ($1, 1, $2)
+ON CONFLICT (gate_key) DO UPDATE SET token = o.token + 1, holder = EXCLUDED.holder, taken_at = now()
+RETURNING o.token, o.foreign_n`,
+		check: `SELECT token, foreign_n FROM ` + owners + ` WHERE gate_key = $1 FOR SHARE`,
+		// bump takes the fence ($1) shared first, even when no row
+		// matches: the condition on the lock is evaluated once, before the
+		// scan (a one-time filter).
+		bump: `WITH f AS (SELECT pg_advisory_xact_lock_shared($1))
+UPDATE ` + owners + ` SET foreign_n = foreign_n + 1 WHERE (SELECT true FROM f) AND gate_key = $2`,
+		drop: `DELETE FROM ` + owners + ` WHERE gate_key = $1 AND token = $2`,
+	}
+}
+
+// Take takes the lease of gate key key for holder, fencing the previous
+// holder's: it waits for the transactions that hold the row (FOR SHARE or
+// a bump), and returns the lease's new token and the other writers' count.
+// The caller holds the key's fence exclusively (Locks.Exclusive) first.
+func (o Owners) Take(ctx context.Context, q querier, key, holder string) (token, foreign int64, err error) {
+	err = q.QueryRow(ctx, o.take, key, holder).Scan(&token, &foreign)
+	return token, foreign, err
+}
+
+// QueueCheck queues the read of key's lease, FOR SHARE: rows of (token,
+// foreign_n), none when no one owns the key.
+func (o Owners) QueueCheck(b *pgx.Batch, key string) *pgx.QueuedQuery {
+	return b.Queue(o.check, key)
+}
+
+// Check reads key's lease as QueueCheck does: pgx.ErrNoRows when no one
+// owns the key.
+func (o Owners) Check(ctx context.Context, q querier, key string) (token, foreign int64, err error) {
+	err = q.QueryRow(ctx, o.check, key).Scan(&token, &foreign)
+	return token, foreign, err
+}
+
+// QueueBump queues, for a writer of key's gate state that is not its
+// owner, the taking of key's fence (the advisory lock fence) shared and the
+// bump of the other writers' count of key's lease (no row, no change):
+// every such writer runs it in its transaction before its writes.
+func (o Owners) QueueBump(b *pgx.Batch, fence int64, key string) *pgx.QueuedQuery {
+	return b.Queue(o.bump, fence, key)
+}
+
+// Bump runs QueueBump's statement.
+func (o Owners) Bump(ctx context.Context, q querier, fence int64, key string) error {
+	_, err := q.Exec(ctx, o.bump, fence, key)
+	return err
+}
+
+// Drop ends key's lease if its token is still token.
+func (o Owners) Drop(ctx context.Context, q querier, key string, token int64) error {
+	_, err := q.Exec(ctx, o.drop, key, token)
+	return err
+}
+
+// PendingInline lists the aggregates of the inline projection with gate key
+// key (its rows in t) that have no row and a version row that holds
+// something: parked versions, a quarantined one, or a version (an
+// operator's gap). An owner must guard those when they come new.
+func (v *Versions) PendingInline(ctx context.Context, q querier, key string, t InlineRef) (pgx.Rows, error) {
+	return q.Query(ctx, `SELECT v.aggregate FROM `+v.table+` v
+WHERE v.projection = $1 AND (v.parked > 0 OR v.blocked OR v.version > 0)
+  AND NOT EXISTS (SELECT 1 FROM `+t.Table+` t WHERE t.`+t.Key+` = v.aggregate)`, key)
+}

@@ -1,0 +1,192 @@
+package projection_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/inorder/inorder/aggregate"
+	"github.com/inorder/inorder/internal/pgtest"
+	"github.com/inorder/inorder/projection"
+	"github.com/inorder/inorder/projection/projectiontest"
+)
+
+// TestOwner runs the hot-rows projection, inline, through processors with
+// Config.Owner (a fenced owner: owner.go), alone and beside other writers,
+// and checks each time that the read model is the in-order fold, every
+// event applied once and nothing left parked.
+func TestOwner(t *testing.T) {
+	t.Parallel()
+	const aggregates, batch = 600, 150
+	events := hotGenerate(rand.New(rand.NewPCG(11, 1)), aggregates, hotBenchVersions)
+	jittered := benchJitter(rand.New(rand.NewPCG(11, 2)), events, 2*batch, 0.05)
+	want, err := hotFold(events)
+	require.NoError(t, err)
+
+	type env struct {
+		db *pgtest.DB
+	}
+	newEnv := func(t *testing.T) env {
+		db := pgtest.NewMigrated(t)
+		return env{db: db}
+	}
+	newProc := func(t *testing.T, e env, owner bool) *projection.Processor {
+		t.Helper()
+		proc, err := projection.New(e.db.Pool, &projection.Config{Schema: e.db.Schema, Owner: owner}, &hotRows{name: "hot", inline: true})
+		require.NoError(t, err)
+		require.NoError(t, proc.Setup(t.Context()))
+		t.Cleanup(func() { require.NoError(t, proc.Close(context.Background())) })
+		return proc
+	}
+	check := func(t *testing.T, e env, procs ...*projection.Processor) {
+		t.Helper()
+		got, err := hotLoad(t.Context(), e.db.Pool)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "the read model is not the in-order fold")
+		projectiontest.RequireSettled(t, procs[0], events)
+		var applied int64
+		for _, p := range procs {
+			applied += p.Counts()["hot"].Applied()
+		}
+		require.Equal(t, int64(len(events)), applied, "every event applied once")
+	}
+	versionRows := func(t *testing.T, e env) int {
+		t.Helper()
+		var n int
+		require.NoError(t, e.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM versions WHERE projection = 'hot'`).Scan(&n))
+		return n
+	}
+	deliver := func(procs ...*projection.Processor) func(ctx context.Context, es []aggregate.Event, workers int, partitioned, exclusive bool) error {
+		return func(ctx context.Context, es []aggregate.Event, workers int, partitioned, exclusive bool) error {
+			g, ctx := errgroup.WithContext(ctx)
+			for _, p := range procs {
+				g.Go(func() error {
+					return benchFanOut(ctx, es, batch, workers, partitioned, func(ctx context.Context, es []aggregate.Event) error {
+						_, err := p.Process(ctx, projection.Batch{Events: es, Exclusive: exclusive})
+						return err
+					})
+				})
+			}
+			return g.Wait()
+		}
+	}
+
+	t.Run("in order: no guard rows", func(t *testing.T) {
+		// Without an owner every aggregate gets its (empty) version row;
+		// with one, none does.
+		for _, owner := range []bool{false, true} {
+			e := newEnv(t)
+			proc := newProc(t, e, owner)
+			require.NoError(t, deliver(proc)(t.Context(), events, 4, true, true))
+			check(t, e, proc)
+			if owner {
+				require.True(t, projection.Owns(proc, "hot"), "the processor took no lease")
+				require.Zero(t, versionRows(t, e), "an owner inserted guard rows")
+			} else {
+				require.Equal(t, aggregates, versionRows(t, e), "the guard rows this test counts on")
+			}
+		}
+	})
+
+	t.Run("beside other writers", func(t *testing.T) {
+		// The owner's batches from 4 partitioned workers and 2 more taking
+		// batches from a shared queue (in-process overlaps: they cannot
+		// claim their aggregates), and another processor's 2 workers,
+		// all at once, on the jittered stream delivered three times.
+		e := newEnv(t)
+		owner, other := newProc(t, e, true), newProc(t, e, false)
+		g, ctx := errgroup.WithContext(t.Context())
+		g.Go(func() error { return deliver(owner)(ctx, jittered, 4, true, true) })
+		g.Go(func() error { return deliver(owner)(ctx, jittered, 2, false, false) })
+		g.Go(func() error { return deliver(other)(ctx, jittered, 2, false, false) })
+		require.NoError(t, g.Wait())
+		check(t, e, owner, other)
+	})
+
+	t.Run("two owners", func(t *testing.T) {
+		// One takes the lease; the other writes as another writer would.
+		e := newEnv(t)
+		a, b := newProc(t, e, true), newProc(t, e, true)
+		require.NoError(t, deliver(a, b)(t.Context(), jittered, 2, true, true))
+		check(t, e, a, b)
+		require.NotEqual(t, projection.Owns(a, "hot"), projection.Owns(b, "hot"), "exactly one owns the key")
+	})
+
+	t.Run("parked before and during the lease", func(t *testing.T) {
+		// Another processor parks later versions of two aggregates that
+		// have no row: one before the owner takes its lease, one after.
+		// The owner then gets their first versions, as new aggregates: it
+		// must see what parked (the guard's job) and drain it.
+		e := newEnv(t)
+		first, second := "agg-000000", "agg-000001"
+		var early, late, rest []aggregate.Event
+		for _, ev := range events {
+			switch {
+			case ev.Aggregate == first && ev.Version > 1:
+				early = append(early, ev)
+			case ev.Aggregate == second && ev.Version > 1:
+				late = append(late, ev)
+			default:
+				rest = append(rest, ev)
+			}
+		}
+		other := newProc(t, e, false)
+		_, err := other.Process(t.Context(), projection.Batch{Events: early})
+		require.NoError(t, err)
+		owner := newProc(t, e, true)
+		// A first batch without the two aggregates takes the lease.
+		var without, with []aggregate.Event
+		for _, ev := range rest {
+			if ev.Aggregate == first || ev.Aggregate == second {
+				with = append(with, ev)
+			} else {
+				without = append(without, ev)
+			}
+		}
+		_, err = owner.Process(t.Context(), projection.Batch{Events: without[:batch]})
+		require.NoError(t, err)
+		require.True(t, projection.Owns(owner, "hot"))
+		_, err = other.Process(t.Context(), projection.Batch{Events: late})
+		require.NoError(t, err)
+		// The other writer's batch moved the lease's count: the owner's next
+		// batch is retried, guarded, and its memory read again.
+		for chunk := range slices.Chunk(append(with, without[batch:]...), batch) {
+			_, err := owner.Process(t.Context(), projection.Batch{Events: chunk, Exclusive: true})
+			require.NoError(t, err)
+		}
+		check(t, e, owner, other)
+	})
+
+	t.Run("lease taken over", func(t *testing.T) {
+		// A new token (another owner's take) while the owner works: its
+		// next batch finds it, retries unowned, and it takes the lease
+		// again later; nothing is lost or applied twice.
+		e := newEnv(t)
+		owner := newProc(t, e, true)
+		half := len(jittered) / 2
+		require.NoError(t, deliver(owner)(t.Context(), jittered[:half], 2, true, true))
+		require.True(t, projection.Owns(owner, "hot"))
+		_, err := e.db.Pool.Exec(t.Context(), `UPDATE owners SET token = token + 1`)
+		require.NoError(t, err)
+		require.NoError(t, deliver(owner)(t.Context(), jittered[half:], 2, true, true))
+		check(t, e, owner)
+	})
+
+	t.Run("close ends the lease", func(t *testing.T) {
+		e := newEnv(t)
+		owner := newProc(t, e, true)
+		_, err := owner.Process(t.Context(), projection.Batch{Events: events[:batch]})
+		require.NoError(t, err)
+		var n int
+		require.NoError(t, e.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM owners`).Scan(&n))
+		require.Equal(t, 1, n)
+		require.NoError(t, owner.Close(t.Context()))
+		require.NoError(t, e.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM owners`).Scan(&n))
+		require.Zero(t, n, "the lease's row stayed")
+		require.False(t, projection.Owns(owner, "hot"))
+	})
+}
