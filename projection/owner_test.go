@@ -161,6 +161,66 @@ func TestOwner(t *testing.T) {
 		check(t, e, owner, other)
 	})
 
+	t.Run("an operator's action under the owner", func(t *testing.T) {
+		// Versions 2 and 3 of an aggregate without a row park (another
+		// processor's batch), and an operator declares version 1 missing:
+		// the action drains them, fenced as another writer. The owner then
+		// gets the aggregate's later versions and the rest of the stream.
+		e := newEnv(t)
+		gapped := "agg-000002"
+		var parked, after, rest []aggregate.Event
+		for _, ev := range events {
+			switch {
+			case ev.Aggregate == gapped && ev.Version == 1:
+			case ev.Aggregate == gapped && ev.Version <= 3:
+				parked = append(parked, ev)
+			case ev.Aggregate == gapped:
+				after = append(after, ev)
+			default:
+				rest = append(rest, ev)
+			}
+		}
+		owner, other := newProc(t, e, true), newProc(t, e, false)
+		_, err := owner.Process(t.Context(), projection.Batch{Events: rest[:batch]})
+		require.NoError(t, err)
+		require.True(t, projection.Owns(owner, "hot"))
+		_, err = other.Process(t.Context(), projection.Batch{Events: parked})
+		require.NoError(t, err)
+		rep, err := other.DeclareGap(t.Context(), "hot", gapped, 1, &projection.ActionOptions{By: "test", Reason: "version 1 is gone"})
+		require.NoError(t, err)
+		require.Equal(t, int64(2), rep.Drained, "the action drains the parked versions")
+		var foreign int64
+		require.NoError(t, e.db.Pool.QueryRow(t.Context(), `SELECT foreign_n FROM owners`).Scan(&foreign))
+		require.Equal(t, int64(2), foreign, "the batch and the action each fenced as another writer")
+		for chunk := range slices.Chunk(append(after, rest[batch:]...), batch) {
+			_, err := owner.Process(t.Context(), projection.Batch{Events: chunk, Exclusive: true})
+			require.NoError(t, err)
+		}
+		// The fold without version 1: hotFold wants versions from 1, so the
+		// aggregate's are shifted down one, and its version put back.
+		var without []aggregate.Event
+		for _, ev := range events {
+			switch {
+			case ev.Aggregate != gapped:
+				without = append(without, ev)
+			case ev.Version > 1:
+				ev.Version--
+				without = append(without, ev)
+			}
+		}
+		gappedWant, err := hotFold(without)
+		require.NoError(t, err)
+		a := gappedWant.Aggs[gapped]
+		a[0]++
+		gappedWant.Aggs[gapped] = a
+		got, err := hotLoad(t.Context(), e.db.Pool)
+		require.NoError(t, err)
+		require.Equal(t, gappedWant, got, "the read model is not the fold without the missing version")
+		st, err := owner.Status(t.Context(), nil)
+		require.NoError(t, err)
+		require.Zero(t, st.Projections[0].Parked, "parked leftovers")
+	})
+
 	t.Run("lease taken over", func(t *testing.T) {
 		// A new token (another owner's take) while the owner works: its
 		// next batch finds it, retries unowned, and it takes the lease

@@ -97,7 +97,8 @@ type Config struct {
 	// while it holds it no other writer changes the key's gate state
 	// without its knowing (docs/owner.md). An owner inserts no guard rows
 	// for the aggregates its batches create: about a tenth of a cheap
-	// inline projection's time (docs/benchmarks.md, "The fenced owner").
+	// inline projection's time (docs/benchmarks.md, "The fenced owner,
+	// built").
 	// One process owns a key at a time; the others, and every processor
 	// without Owner, write as before and pay a lock and an update of
 	// nothing per transaction. Correctness never depends on it: a batch
