@@ -2,7 +2,6 @@ package projection_test
 
 import (
 	"context"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,10 +32,7 @@ import (
 func TestExclusiveBatches(t *testing.T) {
 	t.Parallel()
 	const aggregates, batch = 1000, 200
-	events := hotGenerate(rand.New(rand.NewPCG(7, 1)), aggregates, hotBenchVersions)
-	jittered := benchJitter(rand.New(rand.NewPCG(7, 2)), events, 2*batch, 0.05)
-	want, err := hotFold(events)
-	require.NoError(t, err)
+	events, jittered, want := hotJittered(t, 7, aggregates, batch)
 
 	run := func(t *testing.T, deliver func(ctx context.Context, proc *projection.Processor) error) *projection.Processor {
 		t.Helper()

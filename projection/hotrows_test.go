@@ -307,3 +307,15 @@ SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::b
 	require.Equal(t, explain(inline, ids, one, one, one, one, log), explain(hotAggs.SQL(true), ids, one, one, one, one, log))
 	require.Equal(t, explain(plain, ids, one, one, one, one), explain(hotAggs.SQL(false), ids, one, one, one, one))
 }
+
+// hotJittered is a hot-rows stream of seed (aggregates × hotBenchVersions),
+// the same jittered for batches of batch (each delivery displaced by up to
+// two batches, 5% copies), and the stream's in-order fold.
+func hotJittered(t *testing.T, seed uint64, aggregates, batch int) (events, jittered []aggregate.Event, want *hotModel) {
+	t.Helper()
+	events = hotGenerate(rand.New(rand.NewPCG(seed, 1)), aggregates, hotBenchVersions)
+	jittered = benchJitter(rand.New(rand.NewPCG(seed, 2)), events, 2*batch, 0.05)
+	want, err := hotFold(events)
+	require.NoError(t, err)
+	return events, jittered, want
+}

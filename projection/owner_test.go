@@ -2,7 +2,6 @@ package projection_test
 
 import (
 	"context"
-	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -22,29 +21,19 @@ import (
 func TestOwner(t *testing.T) {
 	t.Parallel()
 	const aggregates, batch = 600, 150
-	events := hotGenerate(rand.New(rand.NewPCG(11, 1)), aggregates, hotBenchVersions)
-	jittered := benchJitter(rand.New(rand.NewPCG(11, 2)), events, 2*batch, 0.05)
-	want, err := hotFold(events)
-	require.NoError(t, err)
+	events, jittered, want := hotJittered(t, 11, aggregates, batch)
 
-	type env struct {
-		db *pgtest.DB
-	}
-	newEnv := func(t *testing.T) env {
-		db := pgtest.NewMigrated(t)
-		return env{db: db}
-	}
-	newProc := func(t *testing.T, e env, owner bool) *projection.Processor {
+	newProc := func(t *testing.T, db *pgtest.DB, owner bool) *projection.Processor {
 		t.Helper()
-		proc, err := projection.New(e.db.Pool, &projection.Config{Schema: e.db.Schema, Owner: owner}, &hotRows{name: "hot", inline: true})
+		proc, err := projection.New(db.Pool, &projection.Config{Schema: db.Schema, Owner: owner}, &hotRows{name: "hot", inline: true})
 		require.NoError(t, err)
 		require.NoError(t, proc.Setup(t.Context()))
 		t.Cleanup(func() { require.NoError(t, proc.Close(context.Background())) })
 		return proc
 	}
-	check := func(t *testing.T, e env, procs ...*projection.Processor) {
+	check := func(t *testing.T, db *pgtest.DB, procs ...*projection.Processor) {
 		t.Helper()
-		got, err := hotLoad(t.Context(), e.db.Pool)
+		got, err := hotLoad(t.Context(), db.Pool)
 		require.NoError(t, err)
 		require.Equal(t, want, got, "the read model is not the in-order fold")
 		projectiontest.RequireSettled(t, procs[0], events)
@@ -54,10 +43,10 @@ func TestOwner(t *testing.T) {
 		}
 		require.Equal(t, int64(len(events)), applied, "every event applied once")
 	}
-	versionRows := func(t *testing.T, e env) int {
+	versionRows := func(t *testing.T, db *pgtest.DB) int {
 		t.Helper()
 		var n int
-		require.NoError(t, e.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM versions WHERE projection = 'hot'`).Scan(&n))
+		require.NoError(t, db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM versions WHERE projection = 'hot'`).Scan(&n))
 		return n
 	}
 	deliver := func(procs ...*projection.Processor) func(ctx context.Context, es []aggregate.Event, workers int, partitioned, exclusive bool) error {
@@ -79,7 +68,7 @@ func TestOwner(t *testing.T) {
 		// Without an owner every aggregate gets its (empty) version row;
 		// with one, none does.
 		for _, owner := range []bool{false, true} {
-			e := newEnv(t)
+			e := pgtest.NewMigrated(t)
 			proc := newProc(t, e, owner)
 			require.NoError(t, deliver(proc)(t.Context(), events, 4, true, true))
 			check(t, e, proc)
@@ -97,7 +86,7 @@ func TestOwner(t *testing.T) {
 		// batches from a shared queue (in-process overlaps: they cannot
 		// claim their aggregates), and another processor's 2 workers,
 		// all at once, on the jittered stream delivered three times.
-		e := newEnv(t)
+		e := pgtest.NewMigrated(t)
 		owner, other := newProc(t, e, true), newProc(t, e, false)
 		g, ctx := errgroup.WithContext(t.Context())
 		g.Go(func() error { return deliver(owner)(ctx, jittered, 4, true, true) })
@@ -109,7 +98,7 @@ func TestOwner(t *testing.T) {
 
 	t.Run("two owners", func(t *testing.T) {
 		// One takes the lease; the other writes as another writer would.
-		e := newEnv(t)
+		e := pgtest.NewMigrated(t)
 		a, b := newProc(t, e, true), newProc(t, e, true)
 		require.NoError(t, deliver(a, b)(t.Context(), jittered, 2, true, true))
 		check(t, e, a, b)
@@ -121,7 +110,7 @@ func TestOwner(t *testing.T) {
 		// have no row: one before the owner takes its lease, one after.
 		// The owner then gets their first versions, as new aggregates: it
 		// must see what parked (the guard's job) and drain it.
-		e := newEnv(t)
+		e := pgtest.NewMigrated(t)
 		first, second := "agg-000000", "agg-000001"
 		var early, late, rest []aggregate.Event
 		for _, ev := range events {
@@ -166,7 +155,7 @@ func TestOwner(t *testing.T) {
 		// processor's batch), and an operator declares version 1 missing:
 		// the action drains them, fenced as another writer. The owner then
 		// gets the aggregate's later versions and the rest of the stream.
-		e := newEnv(t)
+		e := pgtest.NewMigrated(t)
 		gapped := "agg-000002"
 		var parked, after, rest []aggregate.Event
 		for _, ev := range events {
@@ -190,7 +179,7 @@ func TestOwner(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, int64(2), rep.Drained, "the action drains the parked versions")
 		var foreign int64
-		require.NoError(t, e.db.Pool.QueryRow(t.Context(), `SELECT foreign_n FROM owners`).Scan(&foreign))
+		require.NoError(t, e.Pool.QueryRow(t.Context(), `SELECT foreign_n FROM owners`).Scan(&foreign))
 		require.Equal(t, int64(2), foreign, "the batch and the action each fenced as another writer")
 		for chunk := range slices.Chunk(append(after, rest[batch:]...), batch) {
 			_, err := owner.Process(t.Context(), projection.Batch{Events: chunk, Exclusive: true})
@@ -213,7 +202,7 @@ func TestOwner(t *testing.T) {
 		a := gappedWant.Aggs[gapped]
 		a[0]++
 		gappedWant.Aggs[gapped] = a
-		got, err := hotLoad(t.Context(), e.db.Pool)
+		got, err := hotLoad(t.Context(), e.Pool)
 		require.NoError(t, err)
 		require.Equal(t, gappedWant, got, "the read model is not the fold without the missing version")
 		st, err := owner.Status(t.Context(), nil)
@@ -225,27 +214,27 @@ func TestOwner(t *testing.T) {
 		// A new token (another owner's take) while the owner works: its
 		// next batch finds it, retries unowned, and it takes the lease
 		// again later; nothing is lost or applied twice.
-		e := newEnv(t)
+		e := pgtest.NewMigrated(t)
 		owner := newProc(t, e, true)
 		half := len(jittered) / 2
 		require.NoError(t, deliver(owner)(t.Context(), jittered[:half], 2, true, true))
 		require.True(t, projection.Owns(owner, "hot"))
-		_, err := e.db.Pool.Exec(t.Context(), `UPDATE owners SET token = token + 1`)
+		_, err := e.Pool.Exec(t.Context(), `UPDATE owners SET token = token + 1`)
 		require.NoError(t, err)
 		require.NoError(t, deliver(owner)(t.Context(), jittered[half:], 2, true, true))
 		check(t, e, owner)
 	})
 
 	t.Run("close ends the lease", func(t *testing.T) {
-		e := newEnv(t)
+		e := pgtest.NewMigrated(t)
 		owner := newProc(t, e, true)
 		_, err := owner.Process(t.Context(), projection.Batch{Events: events[:batch]})
 		require.NoError(t, err)
 		var n int
-		require.NoError(t, e.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM owners`).Scan(&n))
+		require.NoError(t, e.Pool.QueryRow(t.Context(), `SELECT count(*) FROM owners`).Scan(&n))
 		require.Equal(t, 1, n)
 		require.NoError(t, owner.Close(t.Context()))
-		require.NoError(t, e.db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM owners`).Scan(&n))
+		require.NoError(t, e.Pool.QueryRow(t.Context(), `SELECT count(*) FROM owners`).Scan(&n))
 		require.Zero(t, n, "the lease's row stayed")
 		require.False(t, projection.Owns(owner, "hot"))
 	})
