@@ -88,7 +88,8 @@ type hotVariant struct {
 //     two batches plus 5% copies, 4 partitioned (-exclusive: the batches
 //     declare that their worker is the only one with their aggregates,
 //     projection.Batch.Exclusive); -shuffled: the stream shuffled plus 20%
-//     redeliveries, 1 connection.
+//     redeliveries, 1 connection; -owner: the processor owns the gate key
+//     (projection.Config.Owner: no guard rows for new aggregates).
 //
 //     flock /work/coord/bench.lock go test -run '^$' -bench BenchmarkHotRows -benchtime=1x -v ./projection/ -hotrows.rounds=5
 func BenchmarkHotRows(b *testing.B) {

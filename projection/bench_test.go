@@ -104,7 +104,9 @@ const (
 //     their originals (what competing consumers of an ordered stream
 //     deliver), partitioned; -exclusive: the same, the batches declaring
 //     that their worker is the only one with their aggregates
-//     (projection.Batch.Exclusive, as a keyed broker's partitions are).
+//     (projection.Batch.Exclusive, as a keyed broker's partitions are);
+//     -owner: the processor owns the projection's gate key
+//     (projection.Config.Owner: no guard rows for new aggregates).
 //   - inorder-ordered+effects, inorder-shuffled+effects: inorder-ordered
 //     and inorder-shuffled with one effect intent per event: the ledger's
 //     handler also records, in its transaction, an intent (package effects:

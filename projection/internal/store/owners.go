@@ -9,7 +9,6 @@ import (
 // Owners is the owners table: the leases of fenced owners (see
 // projection's owner.go and docs/owner.md).
 type Owners struct {
-	table string
 	take  string
 	check string
 	bump  string
@@ -19,7 +18,6 @@ type Owners struct {
 func newOwners(t qualify) Owners {
 	owners := t("owners")
 	return Owners{
-		table: owners,
 		take: `INSERT INTO ` + owners + ` AS o (gate_key, token, holder) VALUES ($1, 1, $2)
 ON CONFLICT (gate_key) DO UPDATE SET token = o.token + 1, holder = EXCLUDED.holder, taken_at = now()
 RETURNING o.token, o.foreign_n`,
