@@ -741,3 +741,27 @@ func TestHeaderLimit(t *testing.T) {
 	requireError(t, get(httpapi.ServerMaxHeaderBytes), http.StatusRequestHeaderFieldsTooLarge, httpapi.CodeHeaderTooLarge)
 	requireError(t, get(4*httpapi.ServerMaxHeaderBytes), http.StatusRequestHeaderFieldsTooLarge, httpapi.CodeHeaderTooLarge)
 }
+
+// TestStatusUnderOwner reads /v1/status over HTTP when a fenced owner
+// (projection.Config.Owner) applied the whole stream: its aggregates have
+// a row and no version row, and the totals still count every one of them
+// and every event applied. A hostile query string is refused.
+func TestStatusUnderOwner(t *testing.T) {
+	t.Parallel()
+	db, proc, events, _ := ledgertest.Fed(t, projection.Config{RetryBackoff: time.Millisecond, Owner: true}, rand.New(rand.NewPCG(13, 14)), 20, 4, ledger.New(nil))
+	t.Cleanup(func() { require.NoError(t, proc.Close(context.Background())) })
+	var versionRows int
+	require.NoError(t, db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM versions`).Scan(&versionRows))
+	require.Zero(t, versionRows, "the owner wrote version rows: this test would not test what it says")
+	srv := httptest.NewServer(httpapi.New(proc, nil))
+	t.Cleanup(srv.Close)
+	b := &bundle{db: db, proc: proc, srv: srv}
+	got := requireJSON[projection.Status](t, b.get(t, "/v1/status"))
+	require.Len(t, got.Projections, 1)
+	require.Equal(t, int64(20), got.Projections[0].Aggregates, "aggregates")
+	require.Equal(t, int64(len(events)), got.Projections[0].Events, "events applied")
+	for _, q := range []string{"?x=%27%3BDROP%20TABLE%20versions", "?" + strings.Repeat("a", 4000)} {
+		requireError(t, b.get(t, "/v1/status"+q), http.StatusBadRequest, httpapi.CodeBadRequest)
+	}
+	require.Equal(t, got.Projections[0].Aggregates, requireJSON[projection.Status](t, b.get(t, "/v1/status")).Projections[0].Aggregates)
+}
