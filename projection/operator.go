@@ -181,15 +181,29 @@ func (op *operation) lock(ctx context.Context, tx pgx.Tx) (st aggState, row inli
 			return st, row, nil, err
 		}
 	}
+	created := false
 	if err := p.store.Versions.LockOne(ctx, tx, key, agg).Scan(&st.version, &st.parked, &st.blocked); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return st, row, nil, fmt.Errorf("lock version: %w", err)
+		}
+		if r.inlineTable() == nil {
 			return st, row, nil, fmt.Errorf("%w: aggregate %q has no state", ErrNotFound, agg)
 		}
-		return st, row, nil, fmt.Errorf("lock version: %w", err)
+		// An owner's aggregate has its row and no version row (owner.go):
+		// the action gives it the empty one every other inline aggregate
+		// has, in the gate's lock order (the version row first). With no
+		// row either, there is no state, and the error rolls it back.
+		if st, err = lockNew(ctx, tx, p, key, agg); err != nil {
+			return st, row, nil, err
+		}
+		created = true
 	}
 	if r.inlineTable() != nil {
 		if row, err = lockInlineOne(ctx, tx, r, agg); err != nil {
 			return st, row, nil, err
+		}
+		if created && !row.found {
+			return st, row, nil, fmt.Errorf("%w: aggregate %q has no state", ErrNotFound, agg)
 		}
 		st.version = max(st.version, row.version)
 	}
@@ -205,6 +219,26 @@ func (op *operation) lock(ctx context.Context, tx pgx.Tx) (st aggState, row inli
 		}
 	}
 	return st, row, q, nil
+}
+
+// lockNew creates agg's missing version row, empty, and locks it.
+func lockNew(ctx context.Context, tx pgx.Tx, p *Processor, key, agg string) (aggState, error) {
+	var st aggState
+	rows, err := p.store.Versions.Lock(ctx, tx, key, []string{agg})
+	if err != nil {
+		return st, fmt.Errorf("lock version: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var a string
+		if err := rows.Scan(&a, &st.version, &st.parked, &st.blocked, &st.rev); err != nil {
+			return st, fmt.Errorf("lock version: %w", err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return st, fmt.Errorf("lock version: %w", err)
+	}
+	return st, nil
 }
 
 // gap tells a projection with a Description.Gap of the versions

@@ -210,6 +210,70 @@ func TestOwner(t *testing.T) {
 		require.Zero(t, st.Projections[0].Parked, "parked leftovers")
 	})
 
+	t.Run("an operator's action on an aggregate the owner wrote", func(t *testing.T) {
+		// The aggregate has its row and no version row: the action (its
+		// dry run and the real one) sees its state, and gives it one.
+		e := pgtest.NewMigrated(t)
+		owner := newProc(t, e, true)
+		_, err := owner.Process(t.Context(), projection.Batch{Events: events[:batch]})
+		require.NoError(t, err)
+		require.Zero(t, versionRows(t, e))
+		agg := events[0].Aggregate
+		st, err := owner.Aggregates(t.Context(), projection.ListOptions{Projection: "hot", Aggregate: agg, Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, st, 1)
+		to := st[0].Version + 2
+		for _, dry := range []bool{true, false} {
+			rep, err := owner.DeclareGap(t.Context(), "hot", agg, to, &projection.ActionOptions{By: "test", Reason: "lost", DryRun: dry})
+			require.NoError(t, err, "dry run %v", dry)
+			require.Equal(t, st[0].Version, rep.Before, "dry run %v", dry)
+			require.Equal(t, to, rep.After, "dry run %v", dry)
+		}
+		require.Equal(t, 1, versionRows(t, e), "the action wrote no version row")
+		st, err = owner.Aggregates(t.Context(), projection.ListOptions{Projection: "hot", Aggregate: agg, Limit: 1})
+		require.NoError(t, err)
+		require.Equal(t, to, st[0].Version)
+		_, err = owner.DeclareGap(t.Context(), "hot", "agg-nobody", 3, &projection.ActionOptions{By: "test", Reason: "lost"})
+		require.ErrorIs(t, err, projection.ErrNotFound)
+		require.Equal(t, 1, versionRows(t, e), "an action on nothing left a version row")
+	})
+
+	t.Run("a lease its owner left", func(t *testing.T) {
+		// A row held by a process that is gone (no session holds the
+		// lease): the first other writer bumps it, then vacates it, and
+		// the writers after it bump nothing. The next owner's token is
+		// larger than the gone one's.
+		e := pgtest.NewMigrated(t)
+		_, err := e.Pool.Exec(t.Context(), `INSERT INTO owners (gate_key, token, holder) VALUES ('hot', 7, 'gone:1')`)
+		require.NoError(t, err)
+		lease := func() (token, foreign int64, holder string) {
+			require.NoError(t, e.Pool.QueryRow(t.Context(), `SELECT token, foreign_n, holder FROM owners WHERE gate_key = 'hot'`).Scan(&token, &foreign, &holder))
+			return token, foreign, holder
+		}
+		other := newProc(t, e, false)
+		for i, chunk := range slices.Collect(slices.Chunk(events, batch))[:3] {
+			_, err := other.Process(t.Context(), projection.Batch{Events: chunk})
+			require.NoError(t, err)
+			token, foreign, holder := lease()
+			require.Equal(t, [3]any{int64(7), int64(1), ""}, [3]any{token, foreign, holder}, "after batch %d", i)
+		}
+		owner := newProc(t, e, true)
+		_, err = owner.Process(t.Context(), projection.Batch{Events: events[3*batch : 4*batch]})
+		require.NoError(t, err)
+		require.True(t, projection.Owns(owner, "hot"))
+		token, _, holder := lease()
+		require.Equal(t, int64(8), token)
+		require.NotEmpty(t, holder)
+		// A live owner's lease stays, whatever the other writers find.
+		_, err = other.Process(t.Context(), projection.Batch{Events: events[4*batch : 5*batch]})
+		require.NoError(t, err)
+		token, foreign, holder := lease()
+		require.Equal(t, [3]any{int64(8), int64(2), holder}, [3]any{token, foreign, holder})
+		require.NotEmpty(t, holder)
+		require.NoError(t, deliver(owner, other)(t.Context(), events[5*batch:], 2, true, true))
+		check(t, e, owner, other)
+	})
+
 	t.Run("lease taken over", func(t *testing.T) {
 		// A new token (another owner's take) while the owner works: its
 		// next batch finds it, retries unowned, and it takes the lease
@@ -234,8 +298,17 @@ func TestOwner(t *testing.T) {
 		require.NoError(t, e.Pool.QueryRow(t.Context(), `SELECT count(*) FROM owners`).Scan(&n))
 		require.Equal(t, 1, n)
 		require.NoError(t, owner.Close(t.Context()))
-		require.NoError(t, e.Pool.QueryRow(t.Context(), `SELECT count(*) FROM owners`).Scan(&n))
-		require.Zero(t, n, "the lease's row stayed")
+		require.NoError(t, e.Pool.QueryRow(t.Context(), `SELECT count(*) FROM owners WHERE holder <> ''`).Scan(&n))
+		require.Zero(t, n, "the lease's row stayed held")
 		require.False(t, projection.Owns(owner, "hot"))
+		// The next owner's token is not one an earlier owner had: a
+		// process that lost the lease without knowing it cannot pass for
+		// the new owner.
+		next := newProc(t, e, true)
+		_, err = next.Process(t.Context(), projection.Batch{Events: events[batch : 2*batch]})
+		require.NoError(t, err)
+		var token int64
+		require.NoError(t, e.Pool.QueryRow(t.Context(), `SELECT token FROM owners WHERE holder <> ''`).Scan(&token))
+		require.Equal(t, int64(2), token)
 	})
 }

@@ -150,6 +150,9 @@ func (p *Processor) run(ctx context.Context, bt *batch) error {
 		committed       bool
 		news            rowNews
 	)
+	// After the batch: the leases its fences found held, if their owners
+	// are gone (owner.go).
+	defer p.vacate(ctx)
 	own := p.owner.begin(ctx, p, bt)
 	defer func() { p.owner.end(own, committed, news) }()
 	for {

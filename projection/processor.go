@@ -184,6 +184,8 @@ type shared struct {
 	log    *slog.Logger
 	buf    *buffer.Buffer
 	store  *store.Store
+	// vacancies are the leases whose owners may be gone (owner.go).
+	vacancies *vacancies
 }
 
 // derive returns a processor of projs sharing p's pool, configuration and

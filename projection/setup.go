@@ -51,6 +51,8 @@ func New(pool *pgxpool.Pool, cfg *Config, projections ...Projection) (*Processor
 			log:    c.Logger,
 			buf:    buffer.New(c.Schema),
 			store:  store.New(c.Schema),
+
+			vacancies: newVacancies(),
 		},
 		byName:    make(map[string]*registered),
 		pauseLock: true,
@@ -96,7 +98,7 @@ func New(pool *pgxpool.Pool, cfg *Config, projections ...Projection) (*Processor
 }
 
 // Close ends the leases of a processor with Config.Owner (their rows
-// deleted, so that other writers stop waiting on them) and closes their
+// vacated, so that other writers stop waiting on them) and closes their
 // connection; it does nothing for the others. Call it once the last
 // Process call returned; batches after it run unowned.
 func (p *Processor) Close(ctx context.Context) error {

@@ -5,8 +5,9 @@
 -- stop trusting their memory; foreign_n is bumped by every other writer of
 -- the key's gate state, in its transaction, so that the owner knows its
 -- memory must be read again. The owner's transactions hold the row FOR
--- SHARE: another writer's bump waits for them, and they wait for it. No row:
--- no owner, and the other writers' bump changes nothing.
+-- SHARE: another writer's bump waits for them, and they wait for it. No row,
+-- or an empty holder (a lease that ended: rows are never deleted, so that
+-- tokens only grow): no owner, and the other writers' bump changes nothing.
 CREATE TABLE owners (
     gate_key   text PRIMARY KEY,
     token      bigint NOT NULL,

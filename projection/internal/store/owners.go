@@ -7,12 +7,16 @@ import (
 )
 
 // Owners is the owners table: the leases of fenced owners (see
-// projection's owner.go and docs/owner.md).
+// projection's owner.go and docs/owner.md). A row is never deleted: a lease
+// that ends is vacated (its holder empty), so that its token keeps growing
+// and no later owner ever gets a token an earlier one had. Checks and
+// bumps ignore vacant rows.
 type Owners struct {
-	take  string
-	check string
-	bump  string
-	drop  string
+	take   string
+	check  string
+	bump   string
+	drop   string
+	vacate string
 }
 
 func newOwners(t qualify) Owners {
@@ -21,13 +25,18 @@ func newOwners(t qualify) Owners {
 		take: `INSERT INTO ` + owners + ` AS o (gate_key, token, holder) VALUES ($1, 1, $2)
 ON CONFLICT (gate_key) DO UPDATE SET token = o.token + 1, holder = EXCLUDED.holder, taken_at = now()
 RETURNING o.token, o.foreign_n`,
-		check: `SELECT token, foreign_n FROM ` + owners + ` WHERE gate_key = $1 FOR SHARE`,
+		check: `SELECT token, foreign_n FROM ` + owners + ` WHERE gate_key = $1 AND holder <> '' FOR SHARE`,
 		// bump takes the fence ($1) shared first, even when no row
 		// matches: the condition on the lock is evaluated once, before the
 		// scan (a one-time filter).
 		bump: `WITH f AS (SELECT pg_advisory_xact_lock_shared($1))
-UPDATE ` + owners + ` SET foreign_n = foreign_n + 1 WHERE (SELECT true FROM f) AND gate_key = $2`,
-		drop: `DELETE FROM ` + owners + ` WHERE gate_key = $1 AND token = $2`,
+UPDATE ` + owners + ` SET foreign_n = foreign_n + 1 WHERE (SELECT true FROM f) AND gate_key = $2 AND holder <> ''`,
+		drop: `UPDATE ` + owners + ` SET holder = '' WHERE gate_key = $1 AND token = $2`,
+		// vacate tries the lease's session lock ($2) for the statement's
+		// transaction, once, before the scan: taken, no process holds the
+		// lease, and a process that tries to take it meanwhile fails.
+		vacate: `WITH l AS (SELECT pg_try_advisory_xact_lock($2) AS free)
+UPDATE ` + owners + ` SET holder = '' WHERE (SELECT free FROM l) AND gate_key = $1 AND holder <> ''`,
 	}
 }
 
@@ -55,22 +64,33 @@ func (o Owners) Check(ctx context.Context, q querier, key string) (token, foreig
 
 // QueueBump queues, for a writer of key's gate state that is not its
 // owner, the taking of key's fence (the advisory lock fence) shared and the
-// bump of the other writers' count of key's lease (no row, no change):
-// every such writer runs it in its transaction before its writes.
+// bump of the other writers' count of key's lease (no row or a vacant one,
+// no change): every such writer runs it in its transaction before its
+// writes. Its command tag counts the rows bumped: one when someone holds
+// the lease.
 func (o Owners) QueueBump(b *pgx.Batch, fence int64, key string) *pgx.QueuedQuery {
 	return b.Queue(o.bump, fence, key)
 }
 
-// Bump runs QueueBump's statement.
-func (o Owners) Bump(ctx context.Context, q querier, fence int64, key string) error {
-	_, err := q.Exec(ctx, o.bump, fence, key)
-	return err
+// Bump runs QueueBump's statement, and reports whether someone holds the
+// lease.
+func (o Owners) Bump(ctx context.Context, q querier, fence int64, key string) (held bool, err error) {
+	ct, err := q.Exec(ctx, o.bump, fence, key)
+	return ct.RowsAffected() > 0, err
 }
 
-// Drop ends key's lease if its token is still token.
+// Drop ends key's lease, vacating its row, if its token is still token.
 func (o Owners) Drop(ctx context.Context, q querier, key string, token int64) error {
 	_, err := q.Exec(ctx, o.drop, key, token)
 	return err
+}
+
+// Vacate vacates key's lease if no session holds its session lock (the
+// advisory lock lease): its owner is gone (killed, or its connection for
+// the leases lost) and no one took it over. It reports whether it did.
+func (o Owners) Vacate(ctx context.Context, q querier, key string, lease int64) (bool, error) {
+	ct, err := q.Exec(ctx, o.vacate, key, lease)
+	return ct.RowsAffected() > 0, err
 }
 
 // PendingInline lists the aggregates of the inline projection with gate key
