@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -136,6 +138,23 @@ func TestOperatorCommands(t *testing.T) {
 		require.Regexp(t, `(?m)^PROJECTION\s+AGGREGATES\s+EVENTS\s+PARKED`, out)
 		require.Regexp(t, `(?m)^ledger\s+2\s+2\s+1\s+1\s`, out)
 		require.Contains(t, out, "rejected deliveries: 0")
+	})
+
+	t.Run("StatusOwner", func(t *testing.T) {
+		// A fenced owner (--owner) of the ledger's key is named until it
+		// ends its lease.
+		t.Parallel()
+		b := setup(t)
+		owner, err := projection.New(b.db.Pool, &projection.Config{Schema: b.db.Schema, Owner: true}, b.ledger)
+		require.NoError(t, err)
+		_, err = owner.Process(t.Context(), projection.Batch{Events: []aggregate.Event{authorized(t, "pay-1")}})
+		require.NoError(t, err)
+		host, _ := os.Hostname()
+		out := b.runOK(t, "status")
+		require.Regexp(t, `(?m)^owner: ledger is owned by `+regexp.QuoteMeta(fmt.Sprintf("%s:%d", host, os.Getpid()))+` \(--owner; token 1, `, out)
+		require.NotContains(t, out, "owner: toggle")
+		require.NoError(t, owner.Close(t.Context()))
+		require.NotContains(t, b.runOK(t, "status"), "owner:")
 	})
 
 	t.Run("Parked", func(t *testing.T) {

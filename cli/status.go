@@ -70,6 +70,12 @@ func (c *statusCmd) Run(ctx context.Context, o *statusOptions) error {
 	for _, note := range statusNotes(o.db.Schema, st.Status) {
 		fmt.Fprintln(c.a.stdout, note)
 	}
+	for _, p := range st.Projections {
+		if l := p.Owner; l != nil {
+			fmt.Fprintf(c.a.stdout, "owner: %s is owned by %s (--owner; token %d, for %s; other writers' transactions: %d)\n",
+				p.Name, l.Holder, l.Token, clikit.AgeOf(l.TakenAt), l.OtherWrites)
+		}
+	}
 	if len(st.Generations) > len(st.Projections) {
 		// Some projection has more than its live generation: a rebuild.
 		fmt.Fprintln(c.a.stdout)

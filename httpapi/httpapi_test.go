@@ -6,12 +6,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -745,7 +747,8 @@ func TestHeaderLimit(t *testing.T) {
 // TestStatusUnderOwner reads /v1/status over HTTP when a fenced owner
 // (projection.Config.Owner) applied the whole stream: its aggregates have
 // a row and no version row, and the totals still count every one of them
-// and every event applied. A hostile query string is refused.
+// and every event applied; the owner is named until its lease ends. A
+// hostile query string is refused.
 func TestStatusUnderOwner(t *testing.T) {
 	t.Parallel()
 	db, proc, events, _ := ledgertest.Fed(t, projection.Config{RetryBackoff: time.Millisecond, Owner: true}, rand.New(rand.NewPCG(13, 14)), 20, 4, ledger.New(nil))
@@ -760,6 +763,13 @@ func TestStatusUnderOwner(t *testing.T) {
 	require.Len(t, got.Projections, 1)
 	require.Equal(t, int64(20), got.Projections[0].Aggregates, "aggregates")
 	require.Equal(t, int64(len(events)), got.Projections[0].Events, "events applied")
+	host, _ := os.Hostname()
+	require.NotNil(t, got.Projections[0].Owner, "the status names no owner")
+	require.Equal(t, fmt.Sprintf("%s:%d", host, os.Getpid()), got.Projections[0].Owner.Holder)
+	require.Positive(t, got.Projections[0].Owner.Token)
+	// Once the lease ends, no owner.
+	require.NoError(t, proc.Close(t.Context()))
+	require.Nil(t, requireJSON[projection.Status](t, b.get(t, "/v1/status")).Projections[0].Owner, "an ended lease")
 	for _, q := range []string{"?x=%27%3BDROP%20TABLE%20versions", "?" + strings.Repeat("a", 4000)} {
 		requireError(t, b.get(t, "/v1/status"+q), http.StatusBadRequest, httpapi.CodeBadRequest)
 	}

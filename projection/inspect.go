@@ -190,8 +190,23 @@ func (p *Processor) Status(ctx context.Context, opts *StatusOptions) (Status, er
 		// owner.
 		var parked []buffer.Stats
 		p.buf.QueueStats(b, keys, func(ss []buffer.Stats) { parked = ss })
+		leases := map[string]*Lease{}
+		p.store.Owners.QueueHeld(b).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var key string
+				var l Lease
+				if err := rows.Scan(&key, &l.Holder, &l.Token, &l.OtherWrites, &l.TakenAt); err != nil {
+					return err
+				}
+				leases[key] = &l
+			}
+			return rows.Err()
+		})
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
+		}
+		for i, key := range keys {
+			st.Projections[i].Owner = leases[key]
 		}
 		byKey := make(map[string]buffer.Stats, len(parked))
 		for _, ps := range parked {

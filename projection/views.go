@@ -185,6 +185,25 @@ type ProjectionStatus struct {
 	// ConflictsAcknowledged those that one did.
 	Conflicts             int64 `json:"conflicts"`
 	ConflictsAcknowledged int64 `json:"conflicts_acknowledged"`
+	// Owner is the lease of the process that owns the live generation's
+	// gate key (Config.Owner, docs/owner.md); nil when none does.
+	Owner *Lease `json:"owner,omitempty"`
+}
+
+// Lease is a fenced owner's lease on a projection's gate key (Config.Owner).
+type Lease struct {
+	// Holder names the owning process: its host name and process id.
+	Holder string `json:"holder"`
+	// Token grows with every new owner of the key.
+	Token int64 `json:"token"`
+	// TakenAt is when the holder took the lease.
+	TakenAt time.Time `json:"taken_at"`
+	// OtherWrites counts the transactions of other writers (processes
+	// without the lease, operators' actions, the owner's own batches that
+	// overlapped) since the key was first owned: each makes the owner read
+	// its memory again. One that keeps growing means competing writers the
+	// owner waits on.
+	OtherWrites int64 `json:"other_writes"`
 }
 
 // Checkpoint is a source's stored position (see Batch.Checkpoint).

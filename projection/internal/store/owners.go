@@ -12,6 +12,7 @@ import (
 // and no later owner ever gets a token an earlier one had. Checks and
 // bumps ignore vacant rows.
 type Owners struct {
+	table  string
 	take   string
 	check  string
 	bump   string
@@ -22,6 +23,7 @@ type Owners struct {
 func newOwners(t qualify) Owners {
 	owners := t("owners")
 	return Owners{
+		table: owners,
 		take: `INSERT INTO ` + owners + ` AS o (gate_key, token, holder) VALUES ($1, 1, $2)
 ON CONFLICT (gate_key) DO UPDATE SET token = o.token + 1, holder = EXCLUDED.holder, taken_at = now()
 RETURNING o.token, o.foreign_n`,
@@ -38,6 +40,12 @@ UPDATE ` + owners + ` SET foreign_n = foreign_n + 1 WHERE (SELECT true FROM f) A
 		vacate: `WITH l AS (SELECT pg_try_advisory_xact_lock($2) AS free)
 UPDATE ` + owners + ` SET holder = '' WHERE (SELECT free FROM l) AND gate_key = $1 AND holder <> ''`,
 	}
+}
+
+// QueueHeld queues the read of the leases held: rows of (gate key, holder,
+// token, foreign_n, taken_at), one per owned key (a handful).
+func (o Owners) QueueHeld(b *pgx.Batch) *pgx.QueuedQuery {
+	return b.Queue(`SELECT gate_key, holder, token, foreign_n, taken_at FROM ` + o.table + ` WHERE holder <> ''`)
 }
 
 // Take takes the lease of gate key key for holder, fencing the previous
