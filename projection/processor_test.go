@@ -427,6 +427,26 @@ func testSpeculation(t *testing.T, rows bool) {
 		ob.requireFold(t, events)
 	})
 
+	t.Run("QuarantinedOnAKnownRow", func(t *testing.T) {
+		// The row is one the processor wrote: a speculative attempt vouches
+		// for it from memory (inline) or speculates (version rows); the
+		// handler fails before sending anything, and the event is
+		// quarantined all the same, the rest of the batch parked behind it.
+		t.Parallel()
+		events := ledger.Generate(rand.New(rand.NewPCG(11, 7)), 1, 4)
+		agg := events[0].Aggregate
+		ob := opLedger(t, opConfig(), kind, newOpFault(agg, 2))
+		res, err := ob.proc.Process(ctx, projection.Batch{Events: events[:1]})
+		require.NoError(t, err)
+		require.Equal(t, []projection.Outcome{A}, outcomes(res))
+		res, err = ob.proc.Process(ctx, projection.Batch{Events: events[1:]})
+		require.NoError(t, err)
+		require.Equal(t, []projection.Outcome{projection.Quarantined, P, P}, outcomes(res))
+		ob.fault.on.Store(false)
+		require.NoError(t, acted(ob.proc.RetryQuarantined(ctx, "ledger", agg, nil)))
+		ob.requireFold(t, events)
+	})
+
 	// Consecutive in-order batches of the same aggregates delivered at once
 	// by many goroutines, each batch several times: one effect per event.
 	t.Run("Concurrent", func(t *testing.T) {
