@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
@@ -51,6 +52,9 @@ func testBuildUnderLiveTraffic(t *testing.T, owners bool) {
 	deliveries := make(chan []aggregate.Event)
 	appendedAll := make(chan struct{})
 	var delivered atomic.Int64
+	// A worker's failure stops the deliveries, and a rebuild then waits in
+	// vain for the live generation: the first one is reported with it.
+	var workerErr atomic.Pointer[error]
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(deliveries)
@@ -106,7 +110,9 @@ func testBuildUnderLiveTraffic(t *testing.T, owners bool) {
 		g.Go(func() error {
 			for batch := range deliveries {
 				if _, err := proc.Process(gctx, projection.Batch{Events: batch, Source: fmt.Sprintf("worker-%d", w)}); err != nil {
-					return fmt.Errorf("worker %d: %w", w, err)
+					err = fmt.Errorf("worker %d: %w", w, err)
+					workerErr.CompareAndSwap(nil, &err)
+					return err
 				}
 				delivered.Add(int64(len(batch)))
 			}
@@ -140,6 +146,18 @@ func testBuildUnderLiveTraffic(t *testing.T, owners bool) {
 				phases[pr.Phase]++
 			}
 		}})
+	if werr := workerErr.Load(); werr != nil {
+		require.NoError(t, err, "and a worker failed: %v", *werr)
+	}
+	if err != nil {
+		// What the live generation holds back, if anything.
+		var parked []string
+		rows, qerr := b.db.Pool.Query(context.Background(), `SELECT projection || ' ' || aggregate || ' ' || version FROM parked ORDER BY 1`)
+		if qerr == nil {
+			parked, qerr = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		t.Logf("parked: %v (%v); %d delivered", parked, qerr, delivered.Load())
+	}
 	require.NoError(t, err)
 	readers.switched.Store(true)
 	require.Equal(t, 2, res.Generation)
