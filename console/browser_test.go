@@ -275,6 +275,17 @@ func TestConsoleInBrowser(t *testing.T) {
 	)
 	require.Contains(t, b.text("#who"), "alice · admin")
 
+	// A fenced owner's lease (--owner) is named on the overview, its
+	// holder as text even when it is markup.
+	const holder = `<img src=x onerror="window.__owned=1">:4242`
+	_, err := b.db.Pool.Exec(context.Background(), `INSERT INTO owners (gate_key, token, holder) VALUES ('notes', 3, $1)`, holder)
+	require.NoError(t, err)
+	b.eventually("the overview to name the owner", func() bool {
+		return b.text(`tr.proj[data-projection="notes"] .owner`) == "owned by "+holder
+	})
+	require.Zero(t, get(b, chromedp.Evaluate[int](`document.querySelectorAll("#projections img").length`)), "a holder became markup")
+	require.False(t, get(b, chromedp.Evaluate[bool](`window.__owned !== undefined`)), "a holder's script ran")
+
 	// The overview shows the lagging projection: its handler holds the
 	// first batch while the source measures how much is left. The page
 	// refreshes itself.
