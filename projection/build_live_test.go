@@ -157,6 +157,20 @@ func testBuildUnderLiveTraffic(t *testing.T, owners bool) {
 			parked, qerr = pgx.CollectRows(rows, pgx.RowTo[string])
 		}
 		t.Logf("parked: %v (%v); %d delivered", parked, qerr, delivered.Load())
+		for _, q := range []string{
+			`SELECT string_agg(projection || ' ' || aggregate || ' v' || version || ' parked ' || parked || ' rev ' || rev, '; ') FROM versions WHERE aggregate IN (SELECT aggregate FROM parked)`,
+			`SELECT string_agg(payment_id || ' v' || version, '; ') FROM ledger_payments WHERE payment_id IN (SELECT aggregate FROM parked)`,
+			`SELECT string_agg(gate_key || ' token ' || token || ' foreign ' || foreign_n || ' ' || holder, '; ') FROM owners`,
+			`SELECT string_agg(projection || ' ' || aggregate || ' v' || version, '; ') FROM conflicts WHERE aggregate IN (SELECT aggregate FROM parked)`,
+			`SELECT string_agg(projection || ' ' || aggregate || ' v' || version, '; ') FROM quarantine`,
+		} {
+			var v *string
+			qerr := b.db.Pool.QueryRow(context.Background(), q).Scan(&v)
+			if v == nil {
+				v = new(string)
+			}
+			t.Logf("%s: %s (%v)", q, *v, qerr)
+		}
 	}
 	require.NoError(t, err)
 	readers.switched.Store(true)
