@@ -82,6 +82,45 @@ func TestBuild(t *testing.T) {
 		require.Equal(t, v.Version, ver)
 		require.Len(t, opLogRows(t, b.db, "rebuild-switch"), 1)
 	})
+
+	// A rebuild started from a processor with Config.Owner: its catch-up
+	// feeds through a processor of its own, which must not take leases —
+	// nothing would end them, and a lease held by a connection that stays
+	// open can be neither taken over nor vacated.
+	t.Run("FromAnOwner", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		b := genSetup(t)
+		owner, err := projection.New(b.db.Pool, &projection.Config{Schema: b.db.Schema, Owner: true}, b.ledger)
+		require.NoError(t, err)
+		all := ledger.Generate(rand.New(rand.NewPCG(5, 6)), 40, 4)
+		half := len(all) / 2
+		_, err = owner.Process(ctx, projection.Batch{Events: all[:half]})
+		require.NoError(t, err)
+		stream := newGenStream(all[:half], 20)
+		next := half
+		res, err := owner.Build(ctx, "ledger", &projection.BuildOptions{Stream: stream, BatchSize: 20,
+			Progress: func(pr projection.BuildProgress) {
+				// Events the catch-up reads (the owner delivers them too).
+				if pr.Phase == projection.PhaseFinalize && next < len(all) {
+					hi := min(next+10, len(all))
+					stream.Append(all[next:hi]...)
+					_, err := owner.Process(ctx, projection.Batch{Events: all[next:hi]})
+					require.NoError(t, err)
+					next = hi
+				}
+			}})
+		require.NoError(t, err)
+		require.Equal(t, 2, res.Generation)
+		require.Greater(t, next, half, "events appended before the catch-up")
+		require.NoError(t, owner.Close(ctx))
+		var held []string
+		rows, err := b.db.Pool.Query(ctx, `SELECT gate_key FROM owners WHERE holder <> '' ORDER BY 1`)
+		require.NoError(t, err)
+		held, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Empty(t, held, "leases held once the owner closed")
+	})
 }
 
 // genVerifyFails is the ledger with a Verify that fails.

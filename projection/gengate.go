@@ -113,9 +113,13 @@ func (p *Processor) genProcessor(r *registered, key, schema string) *Processor {
 
 // feedProcessor returns a processor of r's projection alone that feeds
 // the generations a worker of its code version feeds (the generation
-// epoch checked, the rebuild lock shared), with p's configuration.
+// epoch checked, the rebuild lock shared), with p's configuration but
+// Owner: it writes as another writer would. Nothing closes it, and a lease
+// it took would stay held as long as the pool's connection for it: no
+// owner could take the key over, and no writer vacate it.
 func (p *Processor) feedProcessor(r *registered) (*Processor, error) {
 	cfg := p.cfg
+	cfg.Owner = false
 	fp, err := New(p.pool, &cfg, r.p)
 	if err != nil {
 		return nil, fmt.Errorf("catch-up processor: %w", err)
