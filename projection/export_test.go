@@ -74,3 +74,11 @@ func Owns(p *Processor, projection string) bool {
 	_, ok := p.owner.leases[p.byName[projection].key]
 	return ok
 }
+
+// FenceKey returns the advisory lock key of gate key key's fence (owner.go),
+// which every writer that is not key's owner takes shared.
+func FenceKey(p *Processor, key string) int64 { return p.fenceKey(key) }
+
+// OwnerKey returns the advisory lock key of gate key key's lease, which
+// its owner holds on a connection of its own.
+func OwnerKey(p *Processor, key string) int64 { return p.ownerKey(key) }

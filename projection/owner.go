@@ -376,6 +376,14 @@ func (o *owner) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The connection sits idle between takes: a server (or role, or
+	// database) with idle_session_timeout would end it, and the leases
+	// with it, while the owner still believes it holds them. The setting
+	// exists from PostgreSQL 14 on; older servers have nothing to turn off.
+	if _, err := conn.Exec(ctx, `SELECT set_config(name, '0', false) FROM pg_settings WHERE name = 'idle_session_timeout'`); err != nil {
+		_ = conn.Close(ctx)
+		return fmt.Errorf("turn idle_session_timeout off: %w", err)
+	}
 	o.conn = conn
 	return nil
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sync/errgroup"
 
@@ -272,6 +274,77 @@ func TestOwner(t *testing.T) {
 		require.NotEmpty(t, holder)
 		require.NoError(t, deliver(owner, other)(t.Context(), events[5*batch:], 2, true, true))
 		check(t, e, owner, other)
+	})
+
+	t.Run("a writer that waited for a take", func(t *testing.T) {
+		// Another writer whose fence waits for an owner's take must then
+		// see the lease the take wrote and bump it: its statement's
+		// snapshot must not predate the wait. Both takes: the first (the
+		// row inserted) and one of a vacant row (updated).
+		for _, vacant := range []bool{false, true} {
+			e := pgtest.NewMigrated(t)
+			other := newProc(t, e, false)
+			take := `INSERT INTO owners (gate_key, token, holder) VALUES ('hot', 1, 'taking:1')`
+			if vacant {
+				_, err := e.Pool.Exec(t.Context(), `INSERT INTO owners (gate_key, token, holder) VALUES ('hot', 3, '')`)
+				require.NoError(t, err)
+				take = `UPDATE owners SET token = token + 1, holder = 'taking:1' WHERE gate_key = 'hot'`
+			}
+			// The take in flight: the fence held exclusively.
+			fence := projection.FenceKey(other, "hot")
+			tx, err := e.Pool.Begin(t.Context())
+			require.NoError(t, err)
+			_, err = tx.Exec(t.Context(), `SELECT pg_advisory_xact_lock($1)`, fence)
+			require.NoError(t, err)
+			done := make(chan error, 1)
+			go func() {
+				_, err := other.Process(t.Context(), projection.Batch{Events: events[:batch]})
+				done <- err
+			}()
+			// The writer waits for the fence (an advisory lock with a bigint
+			// key: its high half in classid, its low half in objid).
+			require.Eventually(t, func() bool {
+				var waiting bool
+				require.NoError(t, e.Pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_locks
+WHERE locktype = 'advisory' AND NOT granted AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1)`,
+					int64(uint32(uint64(fence)>>32)), int64(uint32(fence))).Scan(&waiting))
+				return waiting
+			}, 10*time.Second, time.Millisecond)
+			_, err = tx.Exec(t.Context(), take)
+			require.NoError(t, err)
+			require.NoError(t, tx.Commit(t.Context()))
+			require.NoError(t, <-done)
+			var foreign int64
+			require.NoError(t, e.Pool.QueryRow(t.Context(), `SELECT foreign_n FROM owners WHERE gate_key = 'hot'`).Scan(&foreign))
+			require.Equal(t, int64(1), foreign, "the writer did not count for the lease it waited for (vacant row: %v)", vacant)
+		}
+	})
+
+	t.Run("a server that ends idle sessions", func(t *testing.T) {
+		// The lease's connection sits idle between takes; a server with
+		// idle_session_timeout (here set for the processor's connections)
+		// must not end it, and the lease with it.
+		e := pgtest.NewMigrated(t)
+		cfg := e.Pool.Config().Copy()
+		cfg.ConnConfig.RuntimeParams["idle_session_timeout"] = "300"
+		cfg.MaxConnIdleTime = 100 * time.Millisecond
+		pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		owner, err := projection.New(pool, &projection.Config{Schema: e.Schema, Owner: true}, &hotRows{name: "hot", inline: true})
+		require.NoError(t, err)
+		require.NoError(t, owner.Setup(t.Context()))
+		t.Cleanup(func() { _ = owner.Close(context.Background()) })
+		_, err = owner.Process(t.Context(), projection.Batch{Events: events[:batch]})
+		require.NoError(t, err)
+		require.True(t, projection.Owns(owner, "hot"))
+		time.Sleep(time.Second) // more than three timeouts, idle
+		lease := projection.OwnerKey(owner, "hot")
+		var held bool
+		require.NoError(t, e.Pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_locks
+WHERE locktype = 'advisory' AND granted AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1)`,
+			int64(uint32(uint64(lease)>>32)), int64(uint32(lease))).Scan(&held))
+		require.True(t, held, "the server ended the lease's connection")
 	})
 
 	t.Run("lease taken over", func(t *testing.T) {

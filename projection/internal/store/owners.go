@@ -28,11 +28,12 @@ func newOwners(t qualify) Owners {
 ON CONFLICT (gate_key) DO UPDATE SET token = o.token + 1, holder = EXCLUDED.holder, taken_at = now()
 RETURNING o.token, o.foreign_n`,
 		check: `SELECT token, foreign_n FROM ` + owners + ` WHERE gate_key = $1 AND holder <> '' FOR SHARE`,
-		// bump takes the fence ($1) shared first, even when no row
-		// matches: the condition on the lock is evaluated once, before the
-		// scan (a one-time filter).
-		bump: `WITH f AS (SELECT pg_advisory_xact_lock_shared($1))
-UPDATE ` + owners + ` SET foreign_n = foreign_n + 1 WHERE (SELECT true FROM f) AND gate_key = $2 AND holder <> ''`,
+		// bump runs after the statement that takes the fence (lockShared),
+		// never in it: a statement's snapshot is taken before it runs, so
+		// an UPDATE that waited for a take in its own plan would not see
+		// the lease the take wrote (inserted, or a vacant row held again)
+		// and would bump nothing.
+		bump: `UPDATE ` + owners + ` SET foreign_n = foreign_n + 1 WHERE gate_key = $1 AND holder <> ''`,
 		drop: `UPDATE ` + owners + ` SET holder = '' WHERE gate_key = $1 AND token = $2`,
 		// vacate tries the lease's session lock ($2) for the statement's
 		// transaction, once, before the scan: taken, no process holds the
@@ -71,19 +72,24 @@ func (o Owners) Check(ctx context.Context, q querier, key string) (token, foreig
 }
 
 // QueueBump queues, for a writer of key's gate state that is not its
-// owner, the taking of key's fence (the advisory lock fence) shared and the
-// bump of the other writers' count of key's lease (no row or a vacant one,
-// no change): every such writer runs it in its transaction before its
-// writes. Its command tag counts the rows bumped: one when someone holds
-// the lease.
+// owner, the taking of key's fence (the advisory lock fence) shared and,
+// in a statement of its own that runs once the fence is held, the bump of
+// the other writers' count of key's lease (no row or a vacant one, no
+// change): every such writer runs them in its transaction before its
+// writes. The bump's command tag counts the rows bumped: one when someone
+// holds the lease.
 func (o Owners) QueueBump(b *pgx.Batch, fence int64, key string) *pgx.QueuedQuery {
-	return b.Queue(o.bump, fence, key)
+	b.Queue(lockShared, fence)
+	return b.Queue(o.bump, key)
 }
 
-// Bump runs QueueBump's statement, and reports whether someone holds the
+// Bump runs QueueBump's statements, and reports whether someone holds the
 // lease.
 func (o Owners) Bump(ctx context.Context, q querier, fence int64, key string) (held bool, err error) {
-	ct, err := q.Exec(ctx, o.bump, fence, key)
+	if _, err := q.Exec(ctx, lockShared, fence); err != nil {
+		return false, err
+	}
+	ct, err := q.Exec(ctx, o.bump, key)
 	return ct.RowsAffected() > 0, err
 }
 
