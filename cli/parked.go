@@ -66,8 +66,11 @@ func (c *parkedListCmd) Run(ctx context.Context, o *parkedListOptions) error {
 		cells: func(w projection.WaitingEntry) []any {
 			from, to := w.MissingFrom, w.MissingTo
 			missing := strconv.FormatInt(from, 10)
-			if to > from {
+			switch {
+			case to > from:
 				missing += "-" + strconv.FormatInt(to, 10)
+			case to < from: // its next version is parked (see projection.WaitingEntry)
+				missing = "nothing (next is parked)"
 			}
 			return []any{w.Projection, w.Generation, w.Aggregate, w.Current, missing, w.Parked, fmt.Sprintf("%d-%d", w.MinVersion, w.MaxVersion), clikit.AgeOf(w.Oldest)}
 		},

@@ -35,7 +35,7 @@ func (p *Processor) Parked(ctx context.Context, opts ListOptions) ([]ParkedEntry
 		for i, e := range es {
 			keys[i] = gateKey{e.Projection, e.Aggregate}
 		}
-		current, err := p.currentVersions(ctx, tx, keys)
+		current, err := p.currentVersions(ctx, tx, keys, f)
 		if err != nil {
 			return err
 		}
@@ -75,7 +75,7 @@ func (p *Processor) Waiting(ctx context.Context, opts ListOptions) ([]WaitingEnt
 		for i, w := range ws {
 			keys[i] = gateKey{w.Projection, w.Aggregate}
 		}
-		current, err := p.currentVersions(ctx, tx, keys)
+		current, err := p.currentVersions(ctx, tx, keys, f)
 		if err != nil {
 			return err
 		}
@@ -103,8 +103,10 @@ func (p *Processor) snapshot(ctx context.Context, fn func(tx pgx.Tx) error) erro
 	return pgx.BeginTxFunc(ctx, p.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, fn)
 }
 
-// currentVersions returns the applied version of each of keys (absent: 0).
-func (p *Processor) currentVersions(ctx context.Context, q pgx.Tx, keys []gateKey) (map[gateKey]int64, error) {
+// currentVersions returns the applied version of each of keys (absent: 0),
+// f naming the generations of their gate keys: an inline projection's is
+// the later of its version row's and its row's, as the gate takes it.
+func (p *Processor) currentVersions(ctx context.Context, q pgx.Tx, keys []gateKey, f genFilter) (map[gateKey]int64, error) {
 	out := make(map[gateKey]int64, len(keys))
 	if len(keys) == 0 {
 		return out, nil
@@ -124,6 +126,28 @@ func (p *Processor) currentVersions(ctx context.Context, q pgx.Tx, keys []gateKe
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("current versions: %w", err)
+	}
+	byKey := map[string][]string{}
+	for _, k := range keys {
+		byKey[k.projection] = append(byKey[k.projection], k.aggregate)
+	}
+	for key, aggs := range byKey {
+		name, gen := f.ref(key)
+		t := p.inlineViewOf(ctx, name, gen)
+		if t == nil {
+			continue
+		}
+		rows, err := p.store.Versions.InlineVersions(ctx, q, t.ref(), aggs)
+		if err != nil {
+			return nil, fmt.Errorf("current versions: %w", err)
+		}
+		k := gateKey{projection: key}
+		if _, err := pgx.ForEachRow(rows, []any{&k.aggregate, &v}, func() error {
+			out[k] = max(out[k], v)
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("current versions: %w", err)
+		}
 	}
 	return out, nil
 }

@@ -266,7 +266,11 @@ type WaitingEntry struct {
 	MinVersion int64 `json:"min_version"`
 	MaxVersion int64 `json:"max_version"`
 	// MissingFrom and MissingTo bound the versions it waits for:
-	// Current+1 … MinVersion-1.
+	// Current+1 … MinVersion-1. MissingTo < MissingFrom means it waits for
+	// nothing: its next version is parked and was not drained, a state the
+	// gate does not leave but an owner of a release before 6 Dec could
+	// (docs/owner.md); Current is an inline projection's row version when
+	// that is later than its version row's.
 	MissingFrom int64 `json:"missing_from"`
 	MissingTo   int64 `json:"missing_to"`
 	// Oldest is when the oldest of its parked events was parked.

@@ -197,6 +197,12 @@ func (v *Versions) QueueReset(b *pgx.Batch, key, agg string, version int64, park
 	return b.Queue(v.reset, key, agg, version, parked, blocked)
 }
 
+// InlineVersions reads the versions of the rows of aggs in inline table t:
+// rows of (aggregate, version); an aggregate without a row has none.
+func (v *Versions) InlineVersions(ctx context.Context, q querier, t InlineRef, aggs []string) (pgx.Rows, error) {
+	return q.Query(ctx, `SELECT `+t.Key+`, `+t.Version+` FROM `+t.Table+` WHERE `+t.Key+` = ANY($1)`, aggs)
+}
+
 // Current reads the version rows of (keys[i], aggs[i]): rows of (gate key,
 // aggregate, version); a pair without a row has none.
 func (v *Versions) Current(ctx context.Context, q querier, keys, aggs []string) (pgx.Rows, error) {
