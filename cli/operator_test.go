@@ -157,6 +157,28 @@ func TestOperatorCommands(t *testing.T) {
 		require.NotContains(t, b.runOK(t, "status"), "owner:")
 	})
 
+	t.Run("ParkedNextIsParked", func(t *testing.T) {
+		// An aggregate whose next version is parked, not drained: what the
+		// fence's race (fixed 6 Dec) left behind under an owner. Another
+		// writer parks version 2, its bump of the lease is undone here (the
+		// race lost it), and the owner applies version 1 without its guard.
+		// The list must not say it waits for version 2, which is parked.
+		t.Parallel()
+		b := setup(t)
+		owner, err := projection.New(b.db.Pool, &projection.Config{Schema: b.db.Schema, Owner: true}, b.ledger)
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, owner.Close(context.Background())) })
+		_, err = owner.Process(t.Context(), projection.Batch{Events: []aggregate.Event{authorized(t, "pay-0")}})
+		require.NoError(t, err)
+		b.process(t, event(t, "pay-1", 2, ledger.Approved, ledger.Data{}))
+		_, err = b.db.Pool.Exec(t.Context(), `UPDATE owners SET foreign_n = foreign_n - 1 WHERE gate_key = 'ledger'`)
+		require.NoError(t, err)
+		_, err = owner.Process(t.Context(), projection.Batch{Events: []aggregate.Event{authorized(t, "pay-1")}})
+		require.NoError(t, err)
+		out := b.runOK(t, "parked", "list", "--projection", "ledger")
+		require.Regexp(t, `(?m)^ledger\s+1\s+pay-1\s+1\s+nothing \(next is parked\)\s+1\s+2-2\s`, out)
+	})
+
 	t.Run("Parked", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
