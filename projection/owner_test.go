@@ -301,15 +301,8 @@ func TestOwner(t *testing.T) {
 				_, err := other.Process(t.Context(), projection.Batch{Events: events[:batch]})
 				done <- err
 			}()
-			// The writer waits for the fence (an advisory lock with a bigint
-			// key: its high half in classid, its low half in objid).
-			require.Eventually(t, func() bool {
-				var waiting bool
-				require.NoError(t, e.Pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_locks
-WHERE locktype = 'advisory' AND NOT granted AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1)`,
-					int64(uint32(uint64(fence)>>32)), int64(uint32(fence))).Scan(&waiting))
-				return waiting
-			}, 10*time.Second, time.Millisecond)
+			// The writer waits for the fence.
+			require.Eventually(t, func() bool { return advisoryLock(t, e, fence, false) }, 10*time.Second, time.Millisecond)
 			_, err = tx.Exec(t.Context(), take)
 			require.NoError(t, err)
 			require.NoError(t, tx.Commit(t.Context()))
@@ -339,12 +332,7 @@ WHERE locktype = 'advisory' AND NOT granted AND classid::bigint = $1 AND objid::
 		require.NoError(t, err)
 		require.True(t, projection.Owns(owner, "hot"))
 		time.Sleep(time.Second) // more than three timeouts, idle
-		lease := projection.OwnerKey(owner, "hot")
-		var held bool
-		require.NoError(t, e.Pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_locks
-WHERE locktype = 'advisory' AND granted AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1)`,
-			int64(uint32(uint64(lease)>>32)), int64(uint32(lease))).Scan(&held))
-		require.True(t, held, "the server ended the lease's connection")
+		require.True(t, advisoryLock(t, e, projection.OwnerKey(owner, "hot"), true), "the server ended the lease's connection")
 	})
 
 	t.Run("an aggregate a lost bump left behind", func(t *testing.T) {
@@ -424,4 +412,16 @@ WHERE locktype = 'advisory' AND granted AND classid::bigint = $1 AND objid::bigi
 		require.NoError(t, e.Pool.QueryRow(t.Context(), `SELECT token FROM owners WHERE holder <> ''`).Scan(&token))
 		require.Equal(t, int64(2), token)
 	})
+}
+
+// advisoryLock reports whether some session holds (granted) or waits for
+// (not granted) the advisory lock of bigint key: its high half is
+// pg_locks.classid, its low half objid.
+func advisoryLock(t *testing.T, db *pgtest.DB, key int64, granted bool) bool {
+	t.Helper()
+	var found bool
+	require.NoError(t, db.Pool.QueryRow(t.Context(), `SELECT EXISTS (SELECT 1 FROM pg_locks
+WHERE locktype = 'advisory' AND granted = $3 AND classid::bigint = $1 AND objid::bigint = $2 AND objsubid = 1)`,
+		int64(uint32(uint64(key)>>32)), int64(uint32(key)), granted).Scan(&found))
+	return found
 }
